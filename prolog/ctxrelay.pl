@@ -1,0 +1,40 @@
+:- module(ctxrelay, []).
+:- use_module(library(janus)).
+
+/** <module> ctxrelay: a context runtime for LLM agents
+
+Load with `:- use_module(library(ctxrelay)).` from a swipl started by
+`bin/ctxrelay-swipl` (which puts prolog/ on the library path and the
+project's virtual environment under janus), or from Python by
+`import ctxrelay`.
+
+The public predicates are re-exported from one module per concern:
+
+  - ctxrelay_store: the durable transcript (sessions, append, history,
+    search, export/import, stats)
+  - ctxrelay_errors: error terms crossing the janus boundary
+*/
+
+% Running from a source checkout: make the Python package importable even
+% when it is not installed in the active environment.
+:- prolog_load_context(directory, Dir),
+   directory_file_path(Dir, '../python', PyDir0),
+   absolute_file_name(PyDir0, PyDir),
+   (   exists_directory(PyDir)
+   ->  py_add_lib_dir(PyDir, first)
+   ;   true
+   ).
+
+:- reexport(ctxrelay/errors).
+:- reexport(ctxrelay/store).
+
+%   py_options(+Pairs, -Options) is det.
+%
+%   Pairs is a list of [Name, Value] lists from Python (janus has no
+%   Name(Value) term on its side); Options is the Prolog option list.
+py_options(Pairs, Options) :-
+    maplist(py_option, Pairs, Options).
+
+py_option([Name0, Value], Option) :-
+    atom_string(Name, Name0),
+    Option =.. [Name, Value].

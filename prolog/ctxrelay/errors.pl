@@ -1,0 +1,105 @@
+:- module(ctxrelay_errors,
+          [ py_api/1,               % :Goal
+            py_api/2,               % :Goal, +Culprit
+            error_info/2            % +Error, -Info
+          ]).
+:- use_module(library(janus)).
+:- use_module(library(error)).
+
+/** <module> Errors crossing the janus boundary
+
+Python failures raised inside py_call/2,3 arrive as
+error(python_error(Class, Obj), _).  At the public Prolog edge they become
+ISO error terms where one fits (existence_error(session, Id) for an unknown
+session) and otherwise the project's error(ctxrelay(Kind, Message), _),
+where Kind is the `kind` attribute of the Python exception class
+(ctxrelay.errors).  error_info/2 does the reverse for the Python facade.
+*/
+
+:- meta_predicate
+    py_api(0),
+    py_api(0, +).
+
+%!  py_api(:Goal) is det.
+%!  py_api(:Goal, +Culprit) is det.
+%
+%   Run Goal, which calls Python, and rethrow Python exceptions as
+%   Prolog error terms.  Culprit is session(Id) or turn(Session, Turn)
+%   and lets unknown-session/turn errors name what was missing.
+%
+%   @error existence_error(session, Id), existence_error(turn, S-T)
+%   @error ctxrelay(Kind, Message) for every other Python-side failure
+
+py_api(Goal) :-
+    py_api(Goal, none).
+
+py_api(Goal, Culprit) :-
+    catch(Goal, error(python_error(Class, Obj), _),
+          rethrow_python(Class, Obj, Culprit)).
+
+rethrow_python(Class, Obj, Culprit) :-
+    python_kind(Class, Obj, Kind),
+    py_call(str(Obj), Message, [py_string_as(string)]),
+    (   iso_formal(Kind, Culprit, Formal)
+    ->  throw(error(Formal, context(_, Message)))
+    ;   throw(error(ctxrelay(Kind, Message), _))
+    ).
+
+python_kind(_Class, Obj, Kind) :-
+    catch(py_call(Obj:kind, Kind0, [py_string_as(atom)]), error(_, _), fail),
+    !,
+    Kind = Kind0.
+python_kind(Class, _Obj, python(Class)).
+
+iso_formal(unknown_session, session(Id), existence_error(session, Id)).
+iso_formal(unknown_session, turn(Id, _), existence_error(session, Id)).
+iso_formal(unknown_turn, turn(Session, Turn), existence_error(turn, Session-Turn)).
+
+%!  error_info(+Error, -Info:dict) is det.
+%
+%   Describe an error term for the Python facade: Info has keys `kind`
+%   (a ctxrelay kind or the ISO formal's name), `message` (the text
+%   print_message/2 would show), `formal` (the formal term as a string)
+%   and, for existence errors, `what` and `culprit`.
+
+error_info(Error, Info) :-
+    error_text(Error, Message),
+    (   Error = error(Formal, _), nonvar(Formal)
+    ->  true
+    ;   Formal = Error
+    ),
+    formal_kind(Formal, Kind, Extra),
+    term_string(Formal, FormalString),
+    dict_create(Info, error, [kind-Kind, message-Message, formal-FormalString|Extra]).
+
+formal_kind(ctxrelay(Kind0, _), Kind, []) :-
+    !,
+    (   atom(Kind0) -> Kind = Kind0 ; term_string(Kind0, Kind) ).
+formal_kind(existence_error(What, Culprit), existence_error,
+            [what-What, culprit-CulpritString]) :-
+    !,
+    culprit_string(Culprit, CulpritString).
+formal_kind(Formal, Kind, []) :-
+    compound(Formal),
+    !,
+    compound_name_arity(Formal, Kind, _).
+formal_kind(Formal, Kind, []) :-
+    (   atom(Formal) -> Kind = Formal ; Kind = unknown ).
+
+culprit_string(Culprit, String) :-
+    (   string(Culprit) -> String = Culprit
+    ;   atom(Culprit) -> atom_string(Culprit, String)
+    ;   term_string(Culprit, String)
+    ).
+
+error_text(error(ctxrelay(_, Message), _), Text) :-
+    string(Message),
+    !,
+    Text = Message.
+error_text(Error, Text) :-
+    message_to_string(Error, Text).
+
+:- multifile prolog:error_message//1.
+
+prolog:error_message(ctxrelay(Kind, Message)) -->
+    [ 'ctxrelay: ~w: ~w'-[Kind, Message] ].

@@ -1,0 +1,328 @@
+:- module(ctxrelay_store,
+          [ store_open/2,           % +Dir, -Store
+            store_open/3,           % +Dir, -Store, +Options
+            store_close/1,          % +Store
+            default_store/1,        % -Store
+            set_default_store/1,    % +Store
+                                    % sessions
+            session_create/3,       % +Store, +Session, +Options
+            session_info/3,         % +Store, +Session, -Info
+            sessions/2,             % +Store, -Sessions
+            session_archive/2,      % +Store, +Session
+            session_stats/3,        % +Store, +Session, -Stats
+                                    % turns
+            turn_append/4,          % +Store, +Session, +Message, -TurnId
+            turn_append/5,          % +Store, +Session, +Message, -TurnId, +Options
+            turn_get/4,             % +Store, +Session, +TurnId, -Turn
+            turn_count/3,           % +Store, +Session, -Count
+            history/4,              % +Store, +Session, +Range, -Turns
+            transcript_search/4,    % +Store, +Session, +Query, -Hits
+            transcript_search/5,    % +Store, +Session, +Query, -Hits, +Options
+            transcript_export/3,    % +Store, +Session, -Text
+            transcript_import/4     % +Store, +Source, -Session, +Options
+          ]).
+:- use_module(library(janus)).
+:- use_module(library(error)).
+:- use_module(library(option)).
+:- use_module(library(apply)).
+:- use_module(errors).
+
+/** <module> The durable transcript, seen from Prolog
+
+Every conversation is kept whole in an LMDB store owned by Python
+(ctxrelay.transcript); turns are appended, never rewritten or deleted.
+Prolog holds a reference to the store object; `default` names the store
+made default by store_open/3 or set_default_store/1 (the Python facade
+sets it for the Runtime it embeds).
+
+Turns come back as dicts with keys turn_id, role, content, name,
+tool_call_id, metadata, timestamp, key, tokens, tokens_exact; text values
+are strings.
+*/
+
+:- dynamic default_store_/1 as volatile.
+
+:- predicate_options(store_open/3, 3, [default(boolean), map_size(nonneg)]).
+:- predicate_options(session_create/3, 3, [metadata(any)]).
+:- predicate_options(turn_append/5, 5,
+                     [ key(text), name(text), tool_call_id(text),
+                       metadata(any), timestamp(text)
+                     ]).
+:- predicate_options(transcript_search/5, 5, [k(positive_integer)]).
+:- predicate_options(transcript_import/4, 4, [session(text)]).
+
+roles([system, user, assistant, tool]).
+
+%!  store_open(+Dir, -Store) is det.
+%!  store_open(+Dir, -Store, +Options) is det.
+%
+%   Open (creating if needed) the store in directory Dir.  One store
+%   object exists per directory per process.  Options:
+%     - default(Bool): make it the store that `default` names
+%       (default `true` when no default store is set yet)
+%     - map_size(Bytes): initial LMDB map size (it grows on demand)
+%
+%   @error ctxrelay(store_path, Msg) or ctxrelay(corrupt_store, Msg)
+
+store_open(Dir, Store) :-
+    store_open(Dir, Store, []).
+
+store_open(Dir, Store, Options) :-
+    must_be(text, Dir),
+    option(map_size(MapSize), Options, 0),
+    must_be(nonneg, MapSize),
+    text_to_string(Dir, DirS),
+    py_api(py_call('ctxrelay.bridge':store(DirS, MapSize), Store)),
+    (   option(default(true), Options)
+    ->  set_default_store(Store)
+    ;   option(default(false), Options)
+    ->  true
+    ;   default_store_(_)
+    ->  true
+    ;   set_default_store(Store)
+    ).
+
+%!  store_close(+Store) is det.
+store_close(Store0) :-
+    resolve_store(Store0, Store),
+    retractall(default_store_(Store)),
+    py_api(py_call(Store:close(), _)).
+
+%!  default_store(-Store) is det.
+%
+%   @error existence_error(store, default) when no store was opened.
+default_store(Store) :-
+    (   default_store_(Store0)
+    ->  Store = Store0
+    ;   existence_error(store, default)
+    ).
+
+%!  set_default_store(+Store) is det.
+set_default_store(Store) :-
+    must_be(nonvar, Store),
+    retractall(default_store_(_)),
+    assertz(default_store_(Store)).
+
+resolve_store(Store0, Store) :-
+    must_be(nonvar, Store0),
+    (   Store0 == default
+    ->  default_store(Store)
+    ;   Store0 = dir(Dir)
+    ->  store_open(Dir, Store, [default(false)])
+    ;   is_py_object(Store0)
+    ->  Store = Store0
+    ;   type_error(ctxrelay_store, Store0)
+    ).
+
+is_py_object(X) :-
+    blob(X, Type),
+    Type \== text,
+    Type \== reserved_symbol.
+
+session_string(Session, String) :-
+    must_be(text, Session),
+    text_to_string(Session, String).
+
+%!  session_create(+Store, +Session, +Options) is det.
+%
+%   Create Session.  Options: metadata(Dict) (a JSON object).
+%   @error ctxrelay(session_exists, Msg), ctxrelay(invalid_session_id, Msg)
+session_create(Store0, Session, Options) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    option(metadata(Meta), Options, @none),
+    py_api(py_call('ctxrelay.bridge':create_session(Store, S, Meta), _)).
+
+%!  session_info(+Store, +Session, -Info:dict) is det.
+%   @error existence_error(session, Session)
+session_info(Store0, Session, Info) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    py_api(py_call('ctxrelay.bridge':session(Store, S), Info,
+                   [py_string_as(string)]), session(Session)).
+
+%!  sessions(+Store, -Sessions:list(dict)) is det.
+sessions(Store0, Sessions) :-
+    resolve_store(Store0, Store),
+    py_api(py_call('ctxrelay.bridge':sessions(Store), Sessions,
+                   [py_string_as(string)])).
+
+%!  session_archive(+Store, +Session) is det.
+%
+%   Mark Session archived: its turns stay readable, appends are refused.
+%   There is no delete.
+session_archive(Store0, Session) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    py_api(py_call('ctxrelay.bridge':archive_session(Store, S), _), session(Session)).
+
+%!  session_stats(+Store, +Session, -Stats:dict) is det.
+session_stats(Store0, Session, Stats) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    py_api(py_call('ctxrelay.bridge':stats(Store, S), Stats,
+                   [py_string_as(string)]), session(Session)).
+
+%!  turn_append(+Store, +Session, +Message, -TurnId) is det.
+%!  turn_append(+Store, +Session, +Message, -TurnId, +Options) is det.
+%
+%   Append Message, either message(Role, Content) or a dict with keys
+%   role, content and optionally name, tool_call_id, metadata,
+%   timestamp, key.  Options (override the dict): key(Key) makes the
+%   append idempotent: the same key returns the same TurnId and writes
+%   nothing, which keeps retries and backtracking from duplicating turns.
+%
+%   @error domain_error(role, Role), type_error(text, Content)
+%   @error ctxrelay(key_conflict, Msg) when Key was used for another turn
+%   @error ctxrelay(archived_session, Msg)
+turn_append(Store, Session, Message, TurnId) :-
+    turn_append(Store, Session, Message, TurnId, []).
+
+turn_append(Store0, Session, Message, TurnId, Options) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    message_parts(Message, Role, Content, Extra0),
+    roles(Roles),
+    (   memberchk(Role, Roles)
+    ->  true
+    ;   atomic_list_concat(Roles, ', ', Allowed),
+        format(string(Fix), "use one of ~w", [Allowed]),
+        throw(error(domain_error(role, Role), context(turn_append/5, Fix)))
+    ),
+    must_be(text, Content),
+    text_to_string(Content, ContentS),
+    append_options(Options, Extra0, Extra),
+    dict_pairs(ExtraDict, py, Extra),
+    py_api(py_call('ctxrelay.bridge':append(Store, S, Role, ContentS, ExtraDict),
+                   TurnId), session(Session)).
+
+message_parts(Message, _, _, _) :-
+    var(Message),
+    !,
+    instantiation_error(Message).
+message_parts(message(Role0, Content), Role, Content, []) :-
+    !,
+    role_atom(Role0, Role).
+message_parts(Dict, Role, Content, Extra) :-
+    is_dict(Dict),
+    !,
+    (   get_dict(role, Dict, Role0) -> role_atom(Role0, Role)
+    ;   domain_error(message_with_role, Dict)
+    ),
+    (   get_dict(content, Dict, Content) -> true
+    ;   domain_error(message_with_content, Dict)
+    ),
+    dict_pairs(Dict, _, Pairs),
+    exclude([K-_]>>memberchk(K, [role, content]), Pairs, Extra).
+message_parts(Message, _, _, _) :-
+    type_error(ctxrelay_message, Message).
+
+role_atom(Role0, Role) :-
+    must_be(text, Role0),
+    atom_string(Role, Role0).
+
+append_options(Options, Extra0, Extra) :-
+    must_be(list, Options),
+    foldl(option_override(Options), [key, name, tool_call_id, metadata, timestamp],
+          Extra0, Extra).
+
+option_override(Options, Key, Extra0, Extra) :-
+    Opt =.. [Key, Value],
+    (   option(Opt, Options)
+    ->  (   Key \== metadata -> must_be(text, Value) ; true ),
+        (   selectchk(Key-_, Extra0, Extra1) -> true ; Extra1 = Extra0 ),
+        Extra = [Key-Value|Extra1]
+    ;   Extra = Extra0
+    ).
+
+%!  turn_get(+Store, +Session, +TurnId, -Turn:dict) is det.
+%   @error existence_error(turn, Session-TurnId)
+turn_get(Store0, Session, TurnId, Turn) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    must_be(positive_integer, TurnId),
+    py_api(py_call('ctxrelay.bridge':turn(Store, S, TurnId), Turn,
+                   [py_string_as(string)]), turn(Session, TurnId)).
+
+%!  turn_count(+Store, +Session, -Count) is det.
+turn_count(Store0, Session, Count) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    py_api(py_call('ctxrelay.bridge':turn_count(Store, S), Count), session(Session)).
+
+%!  history(+Store, +Session, +Range, -Turns:list(dict)) is det.
+%
+%   Range is `all`, Start-End (inclusive, 1-based), from(Start) or
+%   last(N).  Ranges past the end are clipped.
+%   @error domain_error(history_range, Range)
+history(Store0, Session, Range, Turns) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    must_be(nonvar, Range),
+    history_(Range, Store, S, Session, Turns).
+
+history_(all, Store, S, Session, Turns) :-
+    !,
+    history_(from(1), Store, S, Session, Turns).
+history_(from(Start), Store, S, Session, Turns) :-
+    !,
+    must_be(positive_integer, Start),
+    py_api(py_call('ctxrelay.bridge':history(Store, S, Start, @none), Turns,
+                   [py_string_as(string)]), session(Session)).
+history_(Start-End, Store, S, Session, Turns) :-
+    !,
+    must_be(positive_integer, Start),
+    must_be(positive_integer, End),
+    py_api(py_call('ctxrelay.bridge':history(Store, S, Start, End), Turns,
+                   [py_string_as(string)]), session(Session)).
+history_(last(N), Store, S, Session, Turns) :-
+    !,
+    must_be(nonneg, N),
+    py_api(py_call('ctxrelay.bridge':last(Store, S, N), Turns,
+                   [py_string_as(string)]), session(Session)).
+history_(Range, _, _, _, _) :-
+    domain_error(history_range, Range).
+
+%!  transcript_search(+Store, +Session, +Query, -Hits) is det.
+%!  transcript_search(+Store, +Session, +Query, -Hits, +Options) is det.
+%
+%   BM25-ranked search of Session through the inverted index.  Hits is
+%   a list of dicts with turn_id, score, role, content, best first.
+%   Options: k(K), the number of hits (default 10).
+transcript_search(Store, Session, Query, Hits) :-
+    transcript_search(Store, Session, Query, Hits, []).
+
+transcript_search(Store0, Session, Query, Hits, Options) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    must_be(text, Query),
+    text_to_string(Query, Q),
+    option(k(K), Options, 10),
+    must_be(positive_integer, K),
+    py_api(py_call('ctxrelay.bridge':search(Store, S, Q, K), Hits,
+                   [py_string_as(string)]), session(Session)).
+
+%!  transcript_export(+Store, +Session, -Text) is det.
+%
+%   Text is the session as JSON Lines: a session header, then one line
+%   per turn.
+transcript_export(Store0, Session, Text) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    py_api(py_call('ctxrelay.bridge':export_jsonl(Store, S, @none), Text,
+                   [py_string_as(string)]), session(Session)).
+
+%!  transcript_import(+Store, +Source, -Session, +Options) is det.
+%
+%   Import JSON Lines text or file(Path) written by transcript_export/3
+%   into a new session.  Options: session(Id) renames it.
+transcript_import(Store0, Source, Session, Options) :-
+    resolve_store(Store0, Store),
+    must_be(nonvar, Source),
+    (   Source = file(Path)
+    ->  must_be(text, Path), text_to_string(Path, Src), IsFile = @true
+    ;   must_be(text, Source), text_to_string(Source, Src), IsFile = @false
+    ),
+    (   option(session(Id0), Options) -> session_string(Id0, Id) ; Id = @none ),
+    py_api(py_call('ctxrelay.bridge':import_jsonl(Store, Src, IsFile, Id), Session,
+                   [py_string_as(string)])).

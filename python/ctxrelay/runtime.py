@@ -1,0 +1,159 @@
+"""The Python facade: one Runtime per store directory.
+
+Every method calls the same Prolog predicate a Prolog program would call
+(library(ctxrelay)); Prolog in turn reaches the Python stores through janus.
+There is one implementation of each operation, not one per language.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import _prolog
+from .errors import InvalidArgumentError
+from .types import Hit, SessionInfo, SessionStats, Turn
+
+
+def _turn(record: dict[str, Any]) -> Turn:
+    return Turn(**{k: record.get(k) for k in Turn.__dataclass_fields__ if k in record})
+
+
+def _text_or_none(name: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise InvalidArgumentError(f"{name} must be a str or None, not {type(value).__name__}; "
+                               f"pass {name}=str(value)")
+
+
+class Runtime:
+    """A ctxrelay store opened for a program.
+
+    ``Runtime(store_dir)`` opens (or creates) the store and makes it the
+    default store of the embedded Prolog, so ``context/3`` and the other
+    predicates that take ``default`` see it too.  Use it as a context manager
+    or call :meth:`close`.
+    """
+
+    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None) -> None:
+        if not isinstance(store_dir, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"store_dir must be a path, not {type(store_dir).__name__}; "
+                "pass the directory that holds (or will hold) the store")
+        self.store_dir = Path(store_dir)
+        opts = f"[default(true), map_size({int(map_size)})]" if map_size else "[default(true)]"
+        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, {opts})",
+                                   {"Dir": os.fspath(self.store_dir)})["Store"]
+
+    # -- lifecycle -------------------------------------------------------
+    def close(self) -> None:
+        if self._store is not None:
+            _prolog.once("ctxrelay:store_close(S)", {"S": self._store})
+            self._store = None
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, goal: str, *, opts: list[tuple[str, Any]] | None = None,
+              **bindings: Any) -> dict[str, Any]:
+        if self._store is None:
+            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if opts is not None:
+            # Values cross in the bindings dict; Prolog builds Name(Value).
+            goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
+            bindings["OptPairs"] = [[name, value] for name, value in opts]
+        return _prolog.once(goal, {"St": self._store, **bindings})
+
+    # -- sessions --------------------------------------------------------
+    def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
+        opts = [] if metadata is None else [("metadata", metadata)]
+        self._call("ctxrelay:session_create(St, S, _Opts)", S=session_id,
+                   opts=opts)
+        return self.session(session_id)
+
+    def session(self, session_id: str) -> SessionInfo:
+        info = self._call("ctxrelay:session_info(St, S, I)", S=session_id)["I"]
+        return SessionInfo(**info)
+
+    def sessions(self) -> list[SessionInfo]:
+        return [SessionInfo(**s) for s in self._call("ctxrelay:sessions(St, L)")["L"]]
+
+    def archive_session(self, session_id: str) -> None:
+        self._call("ctxrelay:session_archive(St, S)", S=session_id)
+
+    def stats(self, session_id: str) -> SessionStats:
+        return SessionStats(**self._call("ctxrelay:session_stats(St, S, X)", S=session_id)["X"])
+
+    # -- turns -----------------------------------------------------------
+    def append(self, session_id: str, role: str, content: str, *, name: str | None = None,
+               tool_call_id: str | None = None, metadata: dict[str, Any] | str | None = None,
+               timestamp: str | _dt.datetime | None = None, key: str | None = None) -> int:
+        """Append one turn and return its 1-based id.  Same ``key`` → same id, no new write."""
+        if not isinstance(role, str):
+            raise InvalidArgumentError(f"role must be a str such as 'user', not {type(role).__name__}")
+        if not isinstance(content, str):
+            from .errors import InvalidContentError
+            raise InvalidContentError(
+                f"content must be str, not {type(content).__name__}; "
+                "serialise structured content (e.g. json.dumps) before appending")
+        if isinstance(timestamp, _dt.datetime):
+            timestamp = timestamp.isoformat()
+        opts = [(k, v) for k, v in (("name", _text_or_none("name", name)),
+                                    ("tool_call_id", _text_or_none("tool_call_id", tool_call_id)),
+                                    ("timestamp", _text_or_none("timestamp", timestamp)),
+                                    ("key", _text_or_none("key", key)),
+                                    ("metadata", metadata)) if v is not None]
+        return self._call("ctxrelay:turn_append(St, S, message(Role, C), Id, _Opts)",
+                          S=session_id, Role=role, C=content, opts=opts)["Id"]
+
+    def turn(self, session_id: str, turn_id: int) -> Turn:
+        return _turn(self._call("ctxrelay:turn_get(St, S, T, X)", S=session_id, T=turn_id)["X"])
+
+    def history(self, session_id: str, start: int = 1, end: int | None = None) -> list[Turn]:
+        if end is None:
+            turns = self._call("ctxrelay:history(St, S, from(B), L)", S=session_id, B=start)["L"]
+        else:
+            turns = self._call("ctxrelay:history(St, S, B-E, L)", S=session_id, B=start, E=end)["L"]
+        return [_turn(t) for t in turns]
+
+    def last(self, session_id: str, n: int) -> list[Turn]:
+        return [_turn(t) for t in
+                self._call("ctxrelay:history(St, S, last(N), L)", S=session_id, N=n)["L"]]
+
+    def turn_count(self, session_id: str) -> int:
+        return self._call("ctxrelay:turn_count(St, S, N)", S=session_id)["N"]
+
+    def search(self, session_id: str, query: str, *, k: int = 10) -> list[Hit]:
+        hits = self._call("ctxrelay:transcript_search(St, S, Q, L, [k(K)])",
+                          S=session_id, Q=query, K=k)["L"]
+        return [Hit(**h) for h in hits]
+
+    # -- export / import -------------------------------------------------
+    def export(self, session_id: str, dest: str | os.PathLike[str] | None = None) -> str | None:
+        """Return the session as JSON Lines, or write it to ``dest``."""
+        text = self._call("ctxrelay:transcript_export(St, S, X)", S=session_id)["X"]
+        if dest is None:
+            return text
+        tmp = Path(f"{os.fspath(dest)}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, dest)
+        return None
+
+    def import_jsonl(self, source: str | os.PathLike[str] | Iterable[str], *,
+                     session_id: str | None = None) -> str:
+        """Import a session exported by :meth:`export`; ``source`` is a path or JSONL text."""
+        if isinstance(source, os.PathLike):
+            src = "file(P)"
+            binding: dict[str, Any] = {"P": os.fspath(source)}
+        elif isinstance(source, str):
+            src, binding = "T", {"T": source}
+        else:
+            src, binding = "T", {"T": "".join(source)}
+        opts = [] if session_id is None else [("session", session_id)]
+        return self._call(f"ctxrelay:transcript_import(St, {src}, Id, _Opts)",
+                          opts=opts, **binding)["Id"]
+

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make setup: everything a fresh machine needs, idempotent.
+#   1. .venv from Python 3.11 (PYTHON overrides the interpreter)
+#   2. SWI-Prolog >= 9.1.12 whose janus embeds that same interpreter
+#   3. janus-swi built against that SWI-Prolog, the package (editable), dev tools
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+python=${PYTHON:-python3.11}
+venv="$root/.venv"
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+command -v "$python" >/dev/null 2>&1 || { log "no $python on PATH; install Python 3.11 or set PYTHON=/path/to/python3.11"; exit 1; }
+"$python" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null \
+    || { log "$python is not Python 3.11; set PYTHON=/path/to/python3.11"; exit 1; }
+"$python" -c 'import sysconfig, sys; sys.exit(0 if sysconfig.get_config_var("Py_ENABLE_SHARED") else 1)' \
+    || { log "$python was built without --enable-shared: janus needs libpython; use a Python with a shared library"; exit 1; }
+
+if [ -x "$venv/bin/python" ] && ! cmp -s <("$venv/bin/python" -c 'import sys; print(sys.version, sys.base_prefix)') \
+                                    <("$python" -c 'import sys; print(sys.version, sys.base_prefix)'); then
+    log "$venv was made by another Python; recreating it"
+    rm -rf "$venv"
+fi
+[ -x "$venv/bin/python" ] || { log "creating $venv"; "$python" -m venv "$venv"; }
+pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
+
+mkdir -p .deps
+swipl=$(bash scripts/setup-swipl.sh "$root/.deps/swipl" "$venv/bin/python" | tail -n1)
+echo "$swipl" > .deps/swipl-path
+swipl_bin=$(dirname "$swipl")
+
+# janus-swi links against the libswipl it finds at build time: build it from
+# source with our swipl first on PATH, and rebuild when it points elsewhere.
+want_home=$("$swipl" --dump-runtime-variables | sed -n 's/^PLBASE="\(.*\)";/\1/p')
+have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("current_prolog_flag(home, H)")["H"])' 2>/dev/null || true)
+if [ "$have_home" != "$want_home" ]; then
+    log "building janus-swi against $swipl"
+    PATH="$swipl_bin:$PATH" "${pip[@]}" install --force-reinstall --no-deps --no-binary janus-swi --no-build-isolation janus-swi 2>/dev/null \
+      || PATH="$swipl_bin:$PATH" "${pip[@]}" install --force-reinstall --no-deps --no-binary janus-swi janus-swi
+fi
+
+stamp="$venv/.ctxrelay-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    log "installing ctxrelay (editable) with its dev extra"
+    PATH="$swipl_bin:$PATH" "${pip[@]}" install -e ".[dev]"
+    touch "$stamp"
+fi
+"$venv/bin/python" -c 'import ctxrelay' || { log "import ctxrelay failed after setup"; exit 1; }
+log "ready: swipl $("$swipl" --dump-runtime-variables | sed -n 's/^PLVERSION="\(.*\)";/\1/p'), $("$venv/bin/python" --version)"

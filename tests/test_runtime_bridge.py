@@ -1,0 +1,230 @@
+"""The Python facade: Python -> Prolog (library(ctxrelay)) -> Python stores.
+
+Each Runtime call runs the Prolog predicate a Prolog agent would call; these
+tests check that values and errors survive both crossings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import janus_swi as janus
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ctxrelay
+from ctxrelay import Runtime
+from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, InvalidContentError,
+                             InvalidMetadataError, InvalidRoleError, KeyConflictError,
+                             SessionExistsError, UnknownSessionError, UnknownTurnError)
+
+from conftest import ROOT, run_swipl
+
+TRICKY = [
+    "plain",
+    "quotes ' \" and backslash \\ and `ticks`",
+    "line one\nline two\r\nline three\n",
+    "RTL \u200f\u05e9\u05dc\u05d5\u05dd and \u202e override",
+    "emoji \U0001F680\U0001F9EA and CJK \u4e2d\u6587 and combining e\u0301",
+    "NUL \x00 inside",
+    "prolog-looking: foo(X) :- bar(X), !. 'atom' \"str\" 0'c",
+    "",
+]
+
+
+@pytest.fixture
+def rt(store_dir):
+    with Runtime(store_dir) as runtime:
+        yield runtime
+
+
+def test_import_loads_the_prolog_library_into_user():
+    # Public predicates answer janus.query_once in module user after import.
+    assert janus.query_once("current_predicate(user:turn_append/5)")["truth"]
+    assert janus.query_once("current_predicate(user:history/4)")["truth"]
+
+
+def test_embedded_python_is_the_venv_interpreter():
+    # janus inside swipl must embed this very interpreter (same version and ABI).
+    got = janus.query_once("py_call(sys:version, V), py_call(sys:base_prefix, P)")
+    assert got["V"] == sys.version
+    assert got["P"] == sys.base_prefix
+    proc = run_swipl(["-g", "py_call(sys:version, V), py_call(sys:prefix, P), "
+                      "py_call(sysconfig:get_config_var('LDLIBRARY'), L), "
+                      "format('~w~n~w~n~w~n', [V, P, L])", "-t", "halt"])
+    assert proc.returncode == 0, proc.stderr
+    version, prefix, ldlibrary = proc.stdout.strip().split("\n")[-3:]
+    assert version == sys.version.replace("\n", " ") or version == sys.version.split("\n")[0]
+    assert os.path.realpath(prefix) == os.path.realpath(sys.prefix)
+    assert ldlibrary == sysconfig.get_config_var("LDLIBRARY")
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_text_survives_both_crossings(rt, text):
+    rt.create_session("s")
+    tid = rt.append("s", "user", text, name="n\u00e9", metadata={"k": text, "list": [1, None, True]})
+    turn = rt.turn("s", tid)
+    assert turn.content == text
+    assert turn.name == "n\u00e9"
+    assert turn.metadata == {"k": text, "list": [1, None, True]}
+    assert rt.history("s")[-1].content == text
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",))),
+                      min_size=1, max_size=6))
+def test_random_unicode_round_trips(tmp_path_factory, texts):
+    with Runtime(tmp_path_factory.mktemp("store")) as rt:
+        rt.create_session("s")
+        ids = [rt.append("s", "user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)]
+        assert ids == list(range(1, len(texts) + 1))
+        assert [t.content for t in rt.history("s")] == texts
+
+
+def test_turn_fields_and_types(rt):
+    rt.create_session("s", metadata={"project": "etcd"})
+    tid = rt.append("s", "tool", "3 rows", name="sql", tool_call_id="call_7",
+                    timestamp="2026-01-02T03:04:05+00:00", key="k-1")
+    turn = rt.turn("s", tid)
+    assert isinstance(turn, ctxrelay.Turn)
+    assert (turn.turn_id, turn.role, turn.name, turn.tool_call_id, turn.key) == \
+        (1, "tool", "sql", "call_7", "k-1")
+    assert turn.timestamp.startswith("2026-01-02T03:04:05")
+    assert turn.tokens > 0 and turn.tokens_exact is True
+    assert rt.session("s").metadata == {"project": "etcd"}
+    assert [s.session_id for s in rt.sessions()] == ["s"]
+
+
+def test_history_ranges_and_last(rt):
+    rt.create_session("s")
+    for i in range(1, 8):
+        rt.append("s", "user", f"turn {i}")
+    assert [t.turn_id for t in rt.history("s", 3, 5)] == [3, 4, 5]
+    assert [t.turn_id for t in rt.history("s", 6)] == [6, 7]
+    assert [t.turn_id for t in rt.last("s", 2)] == [6, 7]
+    assert rt.turn_count("s") == 7
+
+
+def test_idempotent_append_and_conflict(rt):
+    rt.create_session("s")
+    assert rt.append("s", "user", "hello", key="req-1") == 1
+    assert rt.append("s", "user", "hello", key="req-1") == 1
+    assert rt.turn_count("s") == 1
+    with pytest.raises(KeyConflictError, match="key"):
+        rt.append("s", "user", "something else", key="req-1")
+
+
+def test_search_ranks_through_the_index(rt):
+    rt.create_session("s")
+    rt.append("s", "user", "How do I configure etcd?")
+    rt.append("s", "assistant", "Use --cert-file and --key-file to enable TLS for etcd peers.")
+    rt.append("s", "user", "Which backup tool would you pick?")
+    hits = rt.search("s", "etcd TLS", k=2)
+    assert [h.turn_id for h in hits] == [2, 1]
+    assert hits[0].score > hits[1].score > 0
+    assert isinstance(hits[0], ctxrelay.Hit)
+
+
+def test_export_import_round_trip(rt, tmp_path):
+    rt.create_session("s", metadata={"a": 1})
+    for i, text in enumerate(TRICKY):
+        rt.append("s", "user" if i % 2 == 0 else "assistant", text, key=f"k{i}")
+    path = tmp_path / "s.jsonl"
+    rt.export("s", path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0])["type"] == "session" and len(lines) == 1 + len(TRICKY)
+    new = rt.import_jsonl(path, session_id="copy")
+    assert new == "copy"
+    strip = lambda ts: [(t.turn_id, t.role, t.content, t.timestamp, t.key) for t in ts]
+    assert strip(rt.history("copy")) == strip(rt.history("s"))
+    assert rt.import_jsonl(rt.export("s"), session_id="copy2") == "copy2"
+
+
+def test_stats(rt):
+    rt.create_session("s")
+    rt.append("s", "user", "h\u00e9llo")
+    rt.append("s", "assistant", "world")
+    stats = rt.stats("s")
+    assert stats.turn_count == 2
+    assert stats.bytes == len("h\u00e9llo".encode()) + len(b"world")
+    assert stats.tokens == sum(t.tokens for t in rt.history("s"))
+    assert stats.by_role == {"user": 1, "assistant": 1}
+
+
+@pytest.mark.parametrize("call, exc, fix", [
+    (lambda rt: rt.turn("nope", 1), UnknownSessionError, "create"),
+    (lambda rt: rt.append("nope", "user", "x"), UnknownSessionError, "create"),
+    (lambda rt: rt.append("s", "robot", "x"), InvalidRoleError, "user"),
+    (lambda rt: rt.append("s", "user", b"bytes"), InvalidContentError, "str"),
+    (lambda rt: rt.append("s", "user", "x", metadata="[1, 2]"), InvalidMetadataError, "object"),
+    (lambda rt: rt.append("s", "user", "x", metadata={"f": object()}), InvalidMetadataError, "JSON"),
+    (lambda rt: rt.turn("s", 5), UnknownTurnError, "1"),
+    (lambda rt: rt.create_session("s"), SessionExistsError, "s"),
+    (lambda rt: rt.history("s", 0), InvalidArgumentError, ""),
+])
+def test_bad_input_raises_specific_errors(rt, call, exc, fix):
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(exc) as info:
+        call(rt)
+    assert fix in str(info.value)
+    # Nothing stored was lost or changed by the failed call.
+    assert [t.content for t in rt.history("s")] == ["first"]
+
+
+def test_archived_session_refuses_appends_but_reads(rt):
+    rt.create_session("s")
+    rt.append("s", "user", "kept")
+    rt.archive_session("s")
+    with pytest.raises(ArchivedSessionError):
+        rt.append("s", "user", "more")
+    assert rt.history("s")[0].content == "kept"
+    assert rt.session("s").archived is True
+
+
+def test_closed_runtime_says_so(store_dir):
+    rt = Runtime(store_dir)
+    rt.close()
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        rt.sessions()
+
+
+def test_store_path_under_a_file_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ctxrelay.errors.StoreError):
+        Runtime(blocker / "store")
+
+
+def test_prolog_host_sees_what_python_wrote(store_dir):
+    with Runtime(store_dir) as rt:
+        rt.create_session("s")
+        rt.append("s", "user", "from python \u00e9\n\"quoted\"")
+    # A separate swipl process (Prolog is host, Python embedded) reads it back.
+    proc = run_swipl(["-g", "use_module(library(ctxrelay)), getenv('STORE', D), "
+                      "store_open(D, St), turn_get(St, s, 1, T), get_dict(content, T, C), "
+                      "string_length(C, L), format('~w~n', [L]), "
+                      "turn_append(St, s, message(assistant, \"from prolog \\u00E9\"), Id), "
+                      "format('~w~n', [Id])", "-t", "halt"],
+                     env={"STORE": str(store_dir)})
+    assert proc.returncode == 0, proc.stderr
+    length, new_id = proc.stdout.split()
+    assert int(length) == len("from python \u00e9\n\"quoted\"")
+    assert new_id == "2"
+    with Runtime(store_dir) as rt:
+        assert rt.turn("s", 2).content == "from prolog \u00e9"
+
+
+def test_plain_python_process_can_import(tmp_path):
+    # `import ctxrelay` in a fresh interpreter embeds Prolog and loads the library.
+    code = ("import ctxrelay, janus_swi as j; "
+            "print(j.query_once('current_predicate(user:session_create/3)')['truth'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
