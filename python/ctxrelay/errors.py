@@ -110,3 +110,80 @@ class ContextOverflowError(CtxRelayError):
         self.figures = figures
         for name, value in figures.items():
             setattr(self, name, value)
+
+
+class UnknownProviderError(CtxRelayError, LookupError):
+    """No completion provider is registered under the requested name."""
+
+    kind = "unknown_provider"
+
+    def __str__(self) -> str:  # LookupError subclasses may quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ProviderError(CtxRelayError):
+    """A completion provider failed; for an HTTP error reply ``status`` is its code.
+
+    ``provider_message``, ``error_type`` and ``error_code`` come from an OpenAI-style
+    body ``{"error": {"message", "type", "code"}}`` when the provider sent one.
+    """
+
+    kind = "provider_error"
+
+    def __init__(self, message: str, *, provider: str | None = None, status: int | None = None,
+                 provider_message: str | None = None, error_type: str | None = None,
+                 error_code: Any = None, url: str | None = None) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+        self.provider_message = provider_message
+        self.error_type = error_type
+        self.error_code = error_code
+        self.url = url
+
+
+class ProviderUnavailableError(ProviderError):
+    """The provider could not be reached (connection refused, unknown host, reset)."""
+
+    kind = "provider_unavailable"
+
+
+class ProviderTimeoutError(ProviderError, TimeoutError):
+    """The provider did not answer within the ``timeout`` option."""
+
+    kind = "provider_timeout"
+
+
+class ProviderResponseError(ProviderError):
+    """The provider answered, but not with a usable reply (bad JSON, no choices, ...)."""
+
+    kind = "provider_response"
+
+
+# -- warm artifacts (ctxrelay.warm) -------------------------------------------
+
+class InvalidRangeError(InvalidArgumentError):
+    """A turn range is not two ints 1 <= start <= end."""
+
+    kind = "invalid_range"
+
+
+class InvalidArtifactError(CtxRelayError, ValueError):
+    """A warm artifact's summary, lists or producer have the wrong shape."""
+
+    kind = "invalid_artifact"
+
+
+class UnknownArtifactError(CtxRelayError, KeyError):
+    """No warm artifact (or no such version of one) for a session's turn range."""
+
+    kind = "unknown_artifact"
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ArtifactKeyConflictError(KeyConflictError):
+    """An idempotency key was reused for a different warm artifact."""
+
+    kind = "artifact_key_conflict"

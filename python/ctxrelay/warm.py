@@ -1,0 +1,760 @@
+"""Warm artifacts: versioned summaries of a session's turn ranges.
+
+A warm artifact summarises turns ``start..end`` (inclusive, 1-based) of one
+session: a summary plus optional decisions, facts, unresolved questions and
+entities.  Artifacts are made only by an explicit :meth:`WarmStore.publish`
+(never automatically), are stored durably and versioned, and are offered to
+the context packer in several representations (:func:`variants`).  The
+transcript is never touched; it is only read, to validate a range, when a
+transcript object is given.
+
+On-disk layout
+--------------
+``WarmStore(path)`` keeps one LMDB environment directly in the directory
+``path`` (``path/data.mdb`` and ``path/lock.mdb``; the runtime uses
+``<store_dir>/warm``).  ``S`` is sha256(session id, UTF-8): 32 bytes, so one
+session's keys are never a prefix of another's and ids of any length fit.
+Integers are u64 big-endian, so cursor order is numeric order.  Named
+sub-databases:
+
+``meta``       ``b"format"`` -> :data:`FORMAT`.
+``artifacts``  S + start + end + version -> JSON {session_id, start, end,
+               version, summary, decisions, facts, unresolved, entities,
+               producer, created, content_hash, metadata, key}.  Written once,
+               never overwritten: every version stays readable.
+``latest``     S + start + end -> version (u64) of the range's newest artifact;
+               cursor order is start then end.
+``keys``       S + sha256(idempotency key) -> start + end + version (u64 each)
+               + sha256 of the publish's identity (range, content hash,
+               producer, metadata).
+
+Durability
+----------
+A publish is one LMDB write transaction committed with sync on; its version is
+allocated inside that transaction, so concurrent publishers (threads or
+processes) never share a version.  A full map is doubled and the transaction
+retried, as in :mod:`ctxrelay.transcript`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import lmdb
+
+from .errors import (
+    ArtifactKeyConflictError,
+    CorruptStoreError,
+    InvalidArgumentError,
+    InvalidArtifactError,
+    InvalidRangeError,
+    StoreError,
+    StoreFullError,
+    UnknownArtifactError,
+    UnknownSessionError,
+    UnknownTurnError,
+)
+from .transcript import (
+    _MAX_MAP_SIZE,
+    _MAX_READERS,
+    _U64,
+    _check_int,
+    _check_optional_str,
+    _check_session_id,
+    _check_utf8,
+    _disk_nearly_full,
+    _dumps,
+    _Gate,
+    _normalise_metadata,
+    _normalise_timestamp,
+    _prepare_dirs,
+    _registry_key,
+    _sha256,
+)
+
+__all__ = ["FORMAT", "WarmArtifact", "WarmStore", "TranscriptLike", "VARIANTS",
+           "open_warm_store", "close_all", "variants", "content_hash"]
+
+FORMAT = b"ctxrelay.warm/1"
+VARIANTS: tuple[str, ...] = ("verbatim", "detailed", "compact", "facts_only")
+LIST_FIELDS: tuple[str, ...] = ("decisions", "facts", "unresolved", "entities")
+COMPACT_WORDS = 40           # the compact variant keeps about this many words
+MAX_PRODUCER_CHARS = 200
+_MAX_TURN = 2**63 - 1
+_DB_NAMES = (b"meta", b"artifacts", b"latest", b"keys")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+
+
+class TranscriptLike(Protocol):
+    """What publish needs of a transcript to validate a range."""
+
+    def has_session(self, session_id: str) -> bool: ...
+    def turn_count(self, session_id: str) -> int: ...
+
+
+# -- the artifact ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WarmArtifact:
+    """One version of the warm artifact of turns ``start..end`` of a session."""
+
+    artifact_id: str             # f"{session_id}:{start}-{end}", same for every version
+    session_id: str
+    start: int
+    end: int
+    version: int                 # 1, 2, ... per range
+    summary: str
+    decisions: tuple[str, ...] = ()
+    facts: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+    producer: str = "api"
+    created: str = ""            # ISO 8601, UTC
+    content_hash: str = ""       # sha256 hex of the canonical JSON of the content
+    metadata: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None       # idempotency key given at publish time
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (lists, not tuples; a copy of the metadata)."""
+        return {
+            "artifact_id": self.artifact_id, "session_id": self.session_id,
+            "start": self.start, "end": self.end, "version": self.version,
+            "summary": self.summary,
+            **{name: list(getattr(self, name)) for name in LIST_FIELDS},
+            "producer": self.producer, "created": self.created,
+            "content_hash": self.content_hash,
+            "metadata": json.loads(json.dumps(self.metadata)), "key": self.key}
+
+    def variants(self) -> list[dict[str, str]]:
+        return variants(self)
+
+
+def artifact_id(session_id: str, start: int, end: int) -> str:
+    return f"{session_id}:{start}-{end}"
+
+
+def content_hash(summary: str, decisions: Iterable[str] = (), facts: Iterable[str] = (),
+                 unresolved: Iterable[str] = (), entities: Iterable[str] = ()) -> str:
+    """sha256 hex of the canonical JSON (sorted keys, no spaces) of the content."""
+    content = {"summary": summary, "decisions": list(decisions), "facts": list(facts),
+               "unresolved": list(unresolved), "entities": list(entities)}
+    text = json.dumps(content, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# -- representations -----------------------------------------------------------
+
+def variants(artifact: WarmArtifact) -> list[dict[str, str]]:
+    """The representations a packer chooses from, largest first.
+
+    Each is ``{"variant": name, "text": text}``: ``verbatim`` (everything),
+    ``detailed`` (summary, decisions, unresolved), ``compact`` (the first
+    sentences of the summary, about :data:`COMPACT_WORDS` words) and
+    ``facts_only`` (facts and decisions; left out when both are empty).
+    Every text starts with the same header line.  Deterministic; the
+    artifact's text is copied, never interpreted.
+    """
+    if not isinstance(artifact, WarmArtifact):
+        raise InvalidArgumentError(
+            f"variants() takes a WarmArtifact, not {type(artifact).__name__}; "
+            "pass one returned by WarmStore.get/latest/publish")
+    header = (f"[warm artifact turns {artifact.start}\u2013{artifact.end} "
+              f"v {artifact.version}, producer {artifact.producer}]")
+    summary = artifact.summary.strip()
+    sections = {name: _section(name.capitalize(), getattr(artifact, name))
+                for name in LIST_FIELDS}
+    out = [
+        ("verbatim", [header, summary, *(sections[n] for n in LIST_FIELDS)]),
+        ("detailed", [header, summary, sections["decisions"], sections["unresolved"]]),
+        ("compact", [header, _first_sentences(summary, COMPACT_WORDS)]),
+    ]
+    if artifact.facts or artifact.decisions:
+        out.append(("facts_only", [header, sections["facts"], sections["decisions"]]))
+    return [{"variant": name, "text": "\n\n".join(part for part in parts if part)}
+            for name, parts in out]
+
+
+def _section(title: str, items: tuple[str, ...]) -> str:
+    """``Title:`` and one bullet per item (continuation lines indented)."""
+    if not items:
+        return ""
+    bullets = ["- " + item.strip().replace("\n", "\n  ") for item in items]
+    return title + ":\n" + "\n".join(bullets)
+
+
+def _first_sentences(summary: str, limit: int) -> str:
+    """Whole sentences while they fit in ``limit`` words (at least one, cut)."""
+    sentences = _SENTENCE_BREAK.split(" ".join(summary.split()))
+    chosen: list[str] = []
+    words = 0
+    for sentence in sentences:
+        count = len(sentence.split())
+        if chosen and words + count > limit:
+            break
+        chosen.append(sentence)
+        words += count
+    kept = " ".join(chosen).split()
+    return " ".join(kept) if len(kept) <= limit else " ".join(kept[:limit]) + " \u2026"
+
+
+# -- the process-wide registry (one Environment per path per process) -------
+
+_registry_lock = threading.RLock()
+_registry: dict[str, "WarmStore"] = {}
+_UNSET: Any = object()
+
+
+def open_warm_store(path: str | os.PathLike[str], **kw: Any) -> "WarmStore":
+    """The one shared :class:`WarmStore` of ``path`` in this process.
+
+    Keyword arguments apply when the store is first opened; a later call with a
+    different ``readonly`` or ``transcript`` raises InvalidArgumentError.
+    """
+    key = _registry_key(path)
+    with _registry_lock:
+        store = _registry.get(key)
+        if store is None:
+            return WarmStore(path, **kw)
+        for name in ("readonly", "transcript"):
+            wanted = kw.get(name, _UNSET)
+            current = getattr(store, "_" + name)
+            if wanted is not _UNSET and wanted is not current and wanted != current:
+                raise InvalidArgumentError(
+                    f"warm store {key} is already open in this process with a "
+                    f"different {name}; close it first (store.close()) to reopen "
+                    f"it"
+                    + (", or pass transcript= to publish()" if name == "transcript"
+                       else ""))
+        return store
+
+
+def close_all() -> None:
+    """Close every warm store opened in this process."""
+    with _registry_lock:
+        stores = list(_registry.values())
+    for store in stores:
+        store.close()
+
+
+# -- validation ----------------------------------------------------------------
+
+def _check_turn(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRangeError(
+            f"{what} must be an int turn id, not {type(value).__name__} {value!r}; "
+            "pass a 1-based turn id such as 1")
+    if not 1 <= value <= _MAX_TURN:
+        raise InvalidRangeError(
+            f"{what} is {value}, but turn ids run from 1 (the first turn) to "
+            f"{_MAX_TURN}; pass a 1-based turn id")
+    return value
+
+
+def _check_range(start: Any, end: Any) -> tuple[int, int]:
+    start, end = _check_turn(start, "start"), _check_turn(end, "end")
+    if start > end:
+        raise InvalidRangeError(
+            f"start {start} is after end {end}; a range is start..end with both "
+            "turns included, so pass start <= end (e.g. start=1, end=1 for one turn)")
+    return start, end
+
+
+def _check_text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArtifactError(
+            f"{what} must be a str, not {type(value).__name__}; pass text "
+            "(serialise structured values, e.g. with json.dumps)")
+    if not value.strip():
+        raise InvalidArtifactError(
+            f"{what} is empty or only whitespace; pass some text, or leave the "
+            "item out")
+    _check_utf8(value, what, InvalidArtifactError)
+    return value
+
+
+def _check_items(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InvalidArtifactError(
+            f"{what} must be a list of str, not {type(value).__name__}; wrap a "
+            f"single item in a list, e.g. {what}=[text]")
+    return tuple(_check_text(item, f"{what}[{i}]") for i, item in enumerate(value))
+
+
+def _check_producer(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidArtifactError(
+            f"producer must be a non-empty str, not {value!r}; name what made the "
+            "summary, e.g. 'api' or 'summariser:gpt-4o'")
+    if len(value) > MAX_PRODUCER_CHARS:
+        raise InvalidArtifactError(
+            f"producer has {len(value)} characters, more than {MAX_PRODUCER_CHARS}; "
+            "use a short name and put details in metadata")
+    for index, char in enumerate(value):
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            raise InvalidArtifactError(
+                f"producer {value!r} has a control or surrogate character "
+                f"U+{ord(char):04X} at index {index} (it is shown on one header "
+                "line); remove it")
+    return value
+
+
+def _check_transcript(transcript: Any, session_id: str, end: int) -> None:
+    """UnknownSessionError / UnknownTurnError unless turns ..end exist."""
+    if not transcript.has_session(session_id):
+        raise UnknownSessionError(
+            f"the transcript has no session {session_id!r}, so there is nothing to "
+            "summarise; create the session and append its turns first, or fix the "
+            "session id")
+    count = transcript.turn_count(session_id)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidArgumentError(
+            f"transcript.turn_count({session_id!r}) returned {count!r}; the "
+            "transcript object must return an int >= 0")
+    if end > count:
+        fix = (f"publish a range that ends at or before turn {count}" if count
+               else "append turns before summarising them")
+        shown = f"turns 1..{count}" if count else "no turns yet"
+        raise UnknownTurnError(
+            f"range ends at turn {end} but session {session_id!r} has {shown}; {fix}")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A validated publish (everything but its version and timestamp)."""
+
+    session_id: str
+    start: int
+    end: int
+    summary: str
+    lists: dict[str, tuple[str, ...]]
+    producer: str
+    metadata: dict[str, Any]
+    key: str | None
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.summary, **self.lists)
+
+    @property
+    def digest(self) -> bytes:
+        """The identity an idempotency key stands for (timestamps excluded)."""
+        identity = [self.start, self.end, self.content_hash, self.producer, self.metadata]
+        return _sha256(json.dumps(identity, ensure_ascii=False, sort_keys=True))
+
+    def record(self, version: int, created: str) -> bytes:
+        return _dumps({
+            "session_id": self.session_id, "start": self.start, "end": self.end,
+            "version": version, "summary": self.summary,
+            **{name: list(items) for name, items in self.lists.items()},
+            "producer": self.producer, "created": created,
+            "content_hash": self.content_hash, "metadata": self.metadata,
+            "key": self.key})
+
+
+def _parse_artifact(raw: bytes) -> WarmArtifact:
+    data = json.loads(raw)
+    for name in LIST_FIELDS:
+        data[name] = tuple(data[name])
+    return WarmArtifact(
+        artifact_id=artifact_id(data["session_id"], data["start"], data["end"]), **data)
+
+
+# -- the store -----------------------------------------------------------------
+
+class WarmStore:
+    """Versioned warm artifacts of every session (see the module doc).
+
+    Use :func:`open_warm_store` to share one instance per path in a process; a
+    second direct construction on an open path raises StoreError.  With
+    ``transcript`` (an object with ``has_session`` and ``turn_count``, such as
+    a :class:`ctxrelay.transcript.TranscriptStore`), publish checks that the
+    session exists and the range ends within it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 28,
+                 readonly: bool = False, transcript: TranscriptLike | None = None) -> None:
+        _check_int(map_size, "map_size", minimum=1)
+        if transcript is not None:
+            _require_transcript_like(transcript)
+        self._path = os.fspath(path)
+        self._readonly = bool(readonly)
+        self._transcript = transcript
+        self._gate = _Gate()
+        self._key = _registry_key(self._path)
+        with _registry_lock:
+            if self._key in _registry:
+                raise StoreError(
+                    f"warm store {self._key} is already open in this process (LMDB "
+                    "allows one environment per path per process); use "
+                    "ctxrelay.warm.open_warm_store(path) to share it")
+            self._env = _open_env(self._path, map_size=map_size, readonly=self._readonly)
+            try:
+                self._open_dbs()
+            except BaseException:
+                self._env.close()
+                raise
+            _registry[self._key] = self
+
+    # -- opening -------------------------------------------------------
+
+    def _open_dbs(self) -> None:
+        env = self._env
+        if self._readonly:
+            # Not inside an explicit read transaction: py-lmdb resets (rather
+            # than commits) a finished read transaction, which drops the handles
+            # opened in it.
+            dbs = self._named_dbs(txn=None, create=False)
+            with env.begin() as txn:
+                self._check_format(txn, dbs, create=False)
+        else:
+            while True:
+                try:
+                    with env.begin(write=True) as txn:
+                        dbs = self._named_dbs(txn=txn, create=True)
+                        self._check_format(txn, dbs, create=True)
+                    break
+                except lmdb.MapFullError:   # a tiny map_size: grow it and retry
+                    env.set_mapsize(env.info()["map_size"] * 2)
+        self._meta, self._artifacts = dbs[b"meta"], dbs[b"artifacts"]
+        self._latest, self._keys = dbs[b"latest"], dbs[b"keys"]
+
+    def _named_dbs(self, *, txn: Any, create: bool) -> dict[bytes, Any]:
+        try:
+            return {n: self._env.open_db(n, txn=txn, create=create) for n in _DB_NAMES}
+        except lmdb.NotFoundError:
+            raise CorruptStoreError(
+                f"{self._path} is an LMDB environment without the ctxrelay warm "
+                "databases; open it writable once to create them, or point at the "
+                "right directory") from None
+
+    def _check_format(self, txn: Any, dbs: dict[bytes, Any], create: bool) -> None:
+        found = txn.get(b"format", db=dbs[b"meta"])
+        if found is None and create and self._is_new(txn):
+            txn.put(b"format", FORMAT, db=dbs[b"meta"])
+            return
+        if found != FORMAT:
+            shown = "no warm format record" if found is None else f"format {found!r}"
+            raise CorruptStoreError(
+                f"{self._path} holds {shown}, but this ctxrelay reads "
+                f"{FORMAT.decode()}; point the warm store at its own directory "
+                "(e.g. <store_dir>/warm), or open it with the ctxrelay version "
+                "that wrote it")
+
+    def _is_new(self, txn: Any) -> bool:
+        """True when nothing but our (just created, empty) databases exist."""
+        names = [key for key, _ in txn.cursor()]
+        if any(name not in _DB_NAMES for name in names):
+            return False
+        return all(txn.stat(self._env.open_db(name, txn=txn, create=False))["entries"] == 0
+                   for name in names)
+
+    # -- lifecycle ---------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def closed(self) -> bool:
+        return self._env is None
+
+    @property
+    def transcript(self) -> TranscriptLike | None:
+        return self._transcript
+
+    def close(self) -> None:
+        with _registry_lock:
+            if self._env is None:
+                return
+            with self._gate.exclusive():
+                self._env.close()
+                self._env = None
+            if _registry.get(self._key) is self:
+                del _registry[self._key]
+
+    def __enter__(self) -> "WarmStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("readonly" if self._readonly else "open")
+        return f"WarmStore({self._path!r}, {state})"
+
+    # -- transactions (as in TranscriptStore) ----------------------------
+
+    def _read(self, fn: Callable[[Any], Any]) -> Any:
+        while True:
+            env = self._live_env()
+            try:
+                with self._gate.shared(), env.begin() as txn:
+                    return fn(txn)
+            except lmdb.MapResizedError:
+                self._resize(0)
+
+    def _write(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(txn)`` in one write transaction, growing a full map."""
+        if self._readonly:
+            raise StoreError(
+                f"warm store {self._path} was opened with readonly=True; open it "
+                "with readonly=False to publish")
+        while True:
+            env = self._live_env()
+            size = env.info()["map_size"]
+            try:
+                with self._gate.shared(), env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                self._grow(size)
+            except lmdb.MapResizedError:
+                self._resize(0)
+            except lmdb.Error as exc:
+                if isinstance(exc, lmdb.DiskError) or _disk_nearly_full(self._path):
+                    raise StoreFullError(
+                        f"the disk holding {self._path} is full ({exc}); nothing "
+                        "was written; free disk space and retry") from None
+                raise
+
+    def _grow(self, seen: int) -> None:
+        new_size = seen * 2
+        if new_size > _MAX_MAP_SIZE:
+            raise StoreFullError(
+                f"warm store {self._path} would need a map over {_MAX_MAP_SIZE} "
+                "bytes; nothing was written; move old sessions' artifacts to a new "
+                "warm store")
+        self._resize(new_size, only_if=seen)
+
+    def _resize(self, new_size: int, *, only_if: int | None = None) -> None:
+        with self._gate.exclusive():
+            env = self._live_env()
+            if only_if is None or env.info()["map_size"] == only_if:
+                env.set_mapsize(new_size)
+
+    def _live_env(self) -> Any:
+        env = self._env
+        if env is None:
+            raise StoreError(
+                f"warm store {self._path} is closed; reopen it with "
+                "open_warm_store(path)")
+        return env
+
+    # -- publishing ----------------------------------------------------
+
+    def publish(self, session_id: str, start: int, end: int, summary: str, *,
+                decisions: Iterable[str] = (), facts: Iterable[str] = (),
+                unresolved: Iterable[str] = (), entities: Iterable[str] = (),
+                producer: str = "api", metadata: dict[str, Any] | str | None = None,
+                key: str | None = None,
+                transcript: TranscriptLike | None = None) -> WarmArtifact:
+        """Store a new version of the artifact of turns ``start..end``.
+
+        The first publish of a range is version 1, each later one the next
+        version; older versions stay readable.  With ``key``, a retry with the
+        same range, content, producer and metadata returns the artifact it
+        made and writes nothing; anything different raises
+        ArtifactKeyConflictError.  ``transcript`` (or the store's) is used to
+        check that the session exists and has turn ``end``.  Every check runs
+        before the write: a failed publish writes nothing.
+        """
+        session_id = _check_session_id(session_id)
+        start, end = _check_range(start, end)
+        pending = _Pending(
+            session_id=session_id, start=start, end=end,
+            summary=_check_text(summary, "summary"),
+            lists={"decisions": _check_items(decisions, "decisions"),
+                   "facts": _check_items(facts, "facts"),
+                   "unresolved": _check_items(unresolved, "unresolved"),
+                   "entities": _check_items(entities, "entities")},
+            producer=_check_producer(producer),
+            metadata=_normalise_metadata(metadata),
+            key=_check_optional_str(key, "key", empty_ok=False))
+        source = transcript if transcript is not None else self._transcript
+        if source is not None:
+            _require_transcript_like(source)
+            _check_transcript(source, session_id, end)
+        created = _normalise_timestamp(None)
+        return self._write(lambda txn: self._publish_txn(txn, pending, created))
+
+    def _publish_txn(self, txn: Any, pending: _Pending, created: str) -> WarmArtifact:
+        prefix = _sha256(pending.session_id)
+        range_key = prefix + _U64.pack(pending.start) + _U64.pack(pending.end)
+        key_key = prefix + _sha256(pending.key) if pending.key is not None else None
+        if key_key is not None:
+            known = txn.get(key_key, db=self._keys)
+            if known is not None:
+                return self._replayed(txn, prefix, pending, known)
+        raw_version = txn.get(range_key, db=self._latest)
+        version = 1 if raw_version is None else _U64.unpack(raw_version)[0] + 1
+        record = pending.record(version, created)
+        if not txn.put(range_key + _U64.pack(version), record,
+                       db=self._artifacts, overwrite=False):
+            raise CorruptStoreError(
+                f"version {version} of {artifact_id(pending.session_id, pending.start, pending.end)} "
+                "exists beyond the latest-version record; the warm store is "
+                "damaged, restore a backup")
+        txn.put(range_key, _U64.pack(version), db=self._latest)
+        if key_key is not None:
+            txn.put(key_key, range_key[32:] + _U64.pack(version) + pending.digest,
+                    db=self._keys)
+        return _parse_artifact(record)
+
+    def _replayed(self, txn: Any, prefix: bytes, pending: _Pending,
+                  known: bytes) -> WarmArtifact:
+        stored = self._load(txn, prefix + known[:24], pending.session_id)
+        if stored is None:
+            raise CorruptStoreError(
+                f"key {pending.key!r} of session {pending.session_id!r} names an "
+                "artifact that is not stored; the warm store is damaged, restore "
+                "a backup")
+        if known[24:] != pending.digest:
+            differs = [name for name, ours, theirs in (
+                ("range", (pending.start, pending.end), (stored.start, stored.end)),
+                ("content", pending.content_hash, stored.content_hash),
+                ("producer", pending.producer, stored.producer),
+                ("metadata", pending.metadata, stored.metadata)) if ours != theirs]
+            raise ArtifactKeyConflictError(
+                f"key {pending.key!r} was already used in session "
+                f"{pending.session_id!r} for turns {stored.start}\u2013{stored.end} "
+                f"v {stored.version} with a different {', '.join(differs) or 'identity'}; "
+                "use a new key for a new artifact (or no key to add a version)")
+        return stored
+
+    # -- reading -------------------------------------------------------
+
+    def get(self, session_id: str, start: int, end: int,
+            version: int | None = None) -> WarmArtifact:
+        """One version (default: the latest) of the artifact of ``start..end``."""
+        session_id = _check_session_id(session_id)
+        start, end = _check_range(start, end)
+        if version is not None:
+            version = _check_int(version, "version", minimum=1)
+
+        def read(txn: Any) -> WarmArtifact:
+            range_key = _sha256(session_id) + _U64.pack(start) + _U64.pack(end)
+            raw_latest = txn.get(range_key, db=self._latest)
+            if raw_latest is None:
+                raise UnknownArtifactError(
+                    f"session {session_id!r} has no warm artifact for turns "
+                    f"{start}\u2013{end}; publish one first, or pick a range from "
+                    "latest(session_id)")
+            newest = _U64.unpack(raw_latest)[0]
+            wanted = newest if version is None else version
+            artifact = self._load(txn, range_key + _U64.pack(wanted), session_id) \
+                if wanted <= newest else None
+            if artifact is None:
+                raise UnknownArtifactError(
+                    f"the warm artifact of turns {start}\u2013{end} of session "
+                    f"{session_id!r} has versions 1..{newest}; version {wanted} does "
+                    "not exist, ask for one in that range (or version=None for the "
+                    "latest)")
+            return artifact
+        return self._read(read)
+
+    def versions(self, session_id: str, start: int, end: int) -> list[WarmArtifact]:
+        """Every version of the artifact of ``start..end``, oldest first."""
+        session_id = _check_session_id(session_id)
+        start, end = _check_range(start, end)
+        range_key = _sha256(session_id) + _U64.pack(start) + _U64.pack(end)
+        return self._read(lambda txn: [
+            self._checked(raw, session_id)
+            for _, raw in _prefixed(txn, self._artifacts, range_key)])
+
+    def latest(self, session_id: str) -> list[WarmArtifact]:
+        """The latest version of every range, ordered by start, then end."""
+        session_id = _check_session_id(session_id)
+        return self._read(lambda txn: self._latest_txn(txn, session_id, None))
+
+    def covering(self, session_id: str, turn_id: int) -> list[WarmArtifact]:
+        """Latest versions whose range contains ``turn_id`` (by start, then end)."""
+        session_id = _check_session_id(session_id)
+        turn_id = _check_int(turn_id, "turn_id", minimum=1)
+        return self._read(lambda txn: self._latest_txn(txn, session_id, turn_id))
+
+    def variants(self, artifact: WarmArtifact) -> list[dict[str, str]]:
+        """The same as the module-level :func:`variants`."""
+        return variants(artifact)
+
+    def _latest_txn(self, txn: Any, session_id: str, turn_id: int | None) -> list[WarmArtifact]:
+        prefix = _sha256(session_id)
+        found = []
+        for range_key, raw_version in _prefixed(txn, self._latest, prefix):
+            start, end = _U64.unpack(range_key[32:40])[0], _U64.unpack(range_key[40:48])[0]
+            if turn_id is not None and start > turn_id:
+                break                        # keys are in start order
+            if turn_id is not None and end < turn_id:
+                continue
+            artifact = self._load(txn, range_key + raw_version, session_id)
+            if artifact is None:
+                raise CorruptStoreError(
+                    f"the latest version of {artifact_id(session_id, start, end)} "
+                    "is not stored; the warm store is damaged, restore a backup")
+            found.append(artifact)
+        return found
+
+    def _load(self, txn: Any, full_key: bytes, session_id: str) -> WarmArtifact | None:
+        raw = txn.get(full_key, db=self._artifacts)
+        return None if raw is None else self._checked(raw, session_id)
+
+    def _checked(self, raw: bytes, session_id: str) -> WarmArtifact:
+        artifact = _parse_artifact(raw)
+        if artifact.session_id != session_id:
+            raise CorruptStoreError(
+                f"an artifact filed under session {session_id!r} belongs to "
+                f"{artifact.session_id!r}; the warm store is damaged, restore a backup")
+        return artifact
+
+
+# -- helpers -------------------------------------------------------------------
+
+def _require_transcript_like(transcript: Any) -> None:
+    missing = [name for name in ("has_session", "turn_count")
+               if not callable(getattr(transcript, name, None))]
+    if missing:
+        raise InvalidArgumentError(
+            f"transcript {type(transcript).__name__} has no {' or '.join(missing)} "
+            "method; pass a ctxrelay.transcript.TranscriptStore (or an object with "
+            "has_session(session_id) and turn_count(session_id)), or None")
+
+
+def _prefixed(txn: Any, db: Any, prefix: bytes) -> Iterable[tuple[bytes, bytes]]:
+    cursor = txn.cursor(db=db)
+    if not cursor.set_range(prefix):
+        return
+    for key, value in cursor:
+        if not key.startswith(prefix):
+            return
+        yield key, value
+
+
+def _open_env(path: str, *, map_size: int, readonly: bool) -> Any:
+    """Open the LMDB environment in ``path``, mapping failures to StoreError."""
+    _prepare_dirs(path, path, readonly=readonly)
+    try:
+        env = lmdb.open(path, map_size=map_size, subdir=True, readonly=readonly,
+                        create=not readonly, lock=True, sync=True, metasync=True,
+                        max_dbs=len(_DB_NAMES) + 4, max_readers=_MAX_READERS)
+    except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError,
+            lmdb.PanicError) as exc:
+        raise CorruptStoreError(
+            f"{path} is not a readable LMDB environment ({exc}); restore it from a "
+            "backup or move it away and open a new warm store") from None
+    except lmdb.Error as exc:
+        raise StoreError(
+            f"cannot open the warm store at {path} ({exc}); check that the "
+            "directory is writable, not on a full or read-only disk, and not "
+            "another store's LMDB directory (use <store_dir>/warm)") from None
+    if not readonly:
+        env.reader_check()
+    return env
