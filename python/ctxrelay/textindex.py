@@ -1,0 +1,249 @@
+"""A BM25 inverted index kept inside an LMDB environment.
+
+The index is generic: it maps ``(namespace, doc_id, text)`` to postings so any
+store can use it (the transcript store uses the session number as namespace and
+the turn id as doc id; a fact store can use its own namespaces).  It never opens
+transactions itself: every call takes the caller's ``lmdb.Transaction``, so a
+document and its postings are written in the caller's one write transaction,
+all or nothing.
+
+Sub-databases (their names start with ``prefix``, default ``"ix"``):
+
+``<prefix>.post``  dupsort + dupfixed.  Key: namespace (u64 big-endian) + term
+                   (UTF-8; terms over 256 bytes are replaced by a 0xFF byte and
+                   a 16-byte BLAKE2b digest, as LMDB keys are limited to 511
+                   bytes).  Values: 16 bytes, doc_id (u64) + term frequency
+                   (u32) + document length (u32), all big-endian, so the
+                   duplicates of one term sort by doc_id.  Keeping the document
+                   length in the posting lets a query read only the postings of
+                   its own terms.
+``<prefix>.docs``  Key: namespace + doc_id.  Value: document length (u32).
+                   Guards against indexing a doc twice and makes removal exact.
+``<prefix>.ns``    Key: namespace.  Value: document count (u64) + total length
+                   (u64), from which the average document length comes.
+
+Tokenisation (:func:`tokenize`): NFKC-normalise, casefold, take ``\\w+`` runs
+(Unicode-aware, so digits and ``_`` belong to words), drop a small English
+stopword list (Lucene's).  No stemming: exact word forms keep identifiers and
+code names precise, and query and document go through the same function.  A run
+of CJK ideographs is one word (no segmentation).
+
+Scoring is Okapi BM25 with k1 = 1.2, b = 0.75 and the non-negative idf
+``ln(1 + (N - df + 0.5) / (df + 0.5))``; each distinct query term counts once.
+A document with no index terms still counts in N and in the average length.
+Ties are broken by the higher doc_id (for transcripts: the more recent turn).
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import re
+import struct
+import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+K1 = 1.2
+B = 0.75
+
+#: Lucene's English stopword set.
+STOPWORDS: frozenset[str] = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such "
+    "that the their then there these they this to was will with".split()
+)
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_POSTING = struct.Struct(">QII")      # doc_id, term frequency, document length
+_NS_STATS = struct.Struct(">QQ")      # document count, total length
+_MAX_TERM_BYTES = 256                 # LMDB keys are at most 511 bytes
+_U32_MAX = 2**32 - 1
+_U64_MAX = 2**64 - 1
+
+#: Number of named sub-databases one index needs (for ``lmdb.open(max_dbs=)``).
+DB_COUNT = 3
+
+
+def tokenize(text: str) -> list[str]:
+    """Index terms of ``text`` in order, with repeats (see the module doc)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return [w for w in _WORD.findall(folded) if w not in STOPWORDS]
+
+
+def bm25_idf(doc_count: int, doc_freq: int) -> float:
+    """The non-negative BM25 idf used by :meth:`TextIndex.search`."""
+    return math.log(1.0 + (doc_count - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def bm25_term(tf: int, doc_len: int, avgdl: float) -> float:
+    """The tf part of one term's BM25 score in one document."""
+    norm = 1.0 - B + B * (doc_len / avgdl if avgdl else 0.0)
+    return tf * (K1 + 1.0) / (tf + K1 * norm)
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    """Per-namespace counters: how many docs, how many terms in all."""
+
+    doc_count: int
+    total_length: int
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_length / self.doc_count if self.doc_count else 0.0
+
+
+class TextIndex:
+    """BM25 postings in an LMDB environment; see the module doc for the layout.
+
+    Open it once per environment, inside a transaction that can create the
+    sub-databases (a write transaction) or, for a read-only environment, any
+    transaction with ``create=False``.
+    """
+
+    def __init__(self, env: Any, *, txn: Any = None, prefix: str = "ix",
+                 create: bool = True) -> None:
+        post, docs, ns = self.db_names(prefix)
+        self._post = env.open_db(post, txn=txn, create=create, dupsort=True, dupfixed=True)
+        self._docs = env.open_db(docs, txn=txn, create=create)
+        self._ns = env.open_db(ns, txn=txn, create=create)
+
+    @staticmethod
+    def db_names(prefix: str = "ix") -> tuple[bytes, bytes, bytes]:
+        """The names of the sub-databases an index with ``prefix`` uses."""
+        name = prefix.encode("utf-8")
+        return name + b".post", name + b".docs", name + b".ns"
+
+    # -- writing ---------------------------------------------------------
+
+    def add(self, txn: Any, namespace: int, doc_id: int, text: str) -> int:
+        """Index ``text`` as document ``doc_id``; returns its length in terms.
+
+        Raises InvalidArgumentError if the document is already indexed (its
+        postings would be counted twice): remove it first.
+        """
+        doc_key = _doc_key(namespace, doc_id)
+        if txn.get(doc_key, db=self._docs) is not None:
+            raise InvalidArgumentError(
+                f"document {doc_id} of namespace {namespace} is already indexed; "
+                "call remove() with its old text before indexing it again")
+        length, postings = _postings(namespace, doc_id, text)
+        for key, value in postings:
+            txn.put(key, value, db=self._post, dupdata=True)
+        txn.put(doc_key, _U32.pack(length), db=self._docs)
+        self._bump(txn, namespace, 1, length)
+        return length
+
+    def remove(self, txn: Any, namespace: int, doc_id: int, text: str) -> bool:
+        """Drop document ``doc_id``, which must have been indexed with ``text``.
+
+        Returns False if the document is not indexed.  Raises
+        InvalidArgumentError if ``text`` is not the text it was indexed with.
+        """
+        doc_key = _doc_key(namespace, doc_id)
+        raw = txn.get(doc_key, db=self._docs)
+        if raw is None:
+            return False
+        length, postings = _postings(namespace, doc_id, text)
+        cursor = txn.cursor(db=self._post)
+        # Check every posting before deleting any, so a wrong text changes nothing.
+        if _U32.unpack(raw)[0] != length or not all(
+                cursor.set_key_dup(key, value) for key, value in postings):
+            raise InvalidArgumentError(
+                f"document {doc_id} of namespace {namespace} was indexed with a "
+                "different text; pass the exact text it was added with")
+        for key, value in postings:
+            cursor.set_key_dup(key, value)
+            cursor.delete()
+        txn.delete(doc_key, db=self._docs)
+        self._bump(txn, namespace, -1, -length)
+        return True
+
+    def _bump(self, txn: Any, namespace: int, docs: int, length: int) -> None:
+        stats = self.stats(txn, namespace)
+        packed = _NS_STATS.pack(stats.doc_count + docs, stats.total_length + length)
+        txn.put(_U64.pack(namespace), packed, db=self._ns)
+
+    # -- reading ---------------------------------------------------------
+
+    def stats(self, txn: Any, namespace: int) -> IndexStats:
+        raw = txn.get(_U64.pack(namespace), db=self._ns)
+        if raw is None:
+            return IndexStats(0, 0)
+        return IndexStats(*_NS_STATS.unpack(raw))
+
+    def document_length(self, txn: Any, namespace: int, doc_id: int) -> int | None:
+        raw = txn.get(_doc_key(namespace, doc_id), db=self._docs)
+        return None if raw is None else _U32.unpack(raw)[0]
+
+    def search(self, txn: Any, namespace: int, query: str, *, k: int = 10,
+               accept: Callable[[int], bool] | None = None) -> list[tuple[int, float]]:
+        """The ``k`` best ``(doc_id, score)`` pairs for ``query``, best first.
+
+        Reads only the postings of the query's terms.  ``accept``, if given,
+        filters doc ids; it is called in rank order and only until ``k`` docs
+        are accepted, so a caller that must load a document to decide pays for
+        few loads.
+        """
+        scores = self._scores(txn, namespace, query)
+        rank_key: Callable[[tuple[int, float]], tuple[float, int]] = (
+            lambda item: (-item[1], -item[0]))
+        if accept is None:
+            return heapq.nsmallest(k, scores.items(), key=rank_key)
+        accepted: list[tuple[int, float]] = []
+        for item in sorted(scores.items(), key=rank_key):
+            if len(accepted) >= k:
+                break
+            if accept(item[0]):
+                accepted.append(item)
+        return accepted
+
+    def _scores(self, txn: Any, namespace: int, query: str) -> dict[int, float]:
+        terms = list(dict.fromkeys(tokenize(query)))   # distinct, query order
+        stats = self.stats(txn, namespace)
+        if not terms or not stats.doc_count:
+            return {}
+        avgdl = stats.avgdl
+        prefix = _U64.pack(namespace)
+        cursor = txn.cursor(db=self._post)
+        scores: dict[int, float] = {}
+        for term in terms:
+            if not cursor.set_key(prefix + _term_bytes(term)):
+                continue
+            idf = bm25_idf(stats.doc_count, cursor.count())
+            for value in cursor.iternext_dup(keys=False, values=True):
+                doc_id, tf, doc_len = _POSTING.unpack(value)
+                scores[doc_id] = scores.get(doc_id, 0.0) + idf * bm25_term(tf, doc_len, avgdl)
+        return scores
+
+
+def _doc_key(namespace: int, doc_id: int) -> bytes:
+    if not (0 <= namespace <= _U64_MAX and 0 <= doc_id <= _U64_MAX):
+        raise InvalidArgumentError(
+            f"namespace {namespace!r} and doc_id {doc_id!r} must be integers in "
+            f"0..{_U64_MAX}; pass unsigned 64-bit ids")
+    return _U64.pack(namespace) + _U64.pack(doc_id)
+
+
+def _postings(namespace: int, doc_id: int, text: str) -> tuple[int, list[tuple[bytes, bytes]]]:
+    """A document's length and its (key, value) postings."""
+    counts = Counter(tokenize(text))
+    length = min(sum(counts.values()), _U32_MAX)
+    prefix = _U64.pack(namespace)
+    return length, [
+        (prefix + _term_bytes(term), _POSTING.pack(doc_id, min(tf, _U32_MAX), length))
+        for term, tf in counts.items()]
+
+
+def _term_bytes(term: str) -> bytes:
+    raw = term.encode("utf-8")
+    if len(raw) <= _MAX_TERM_BYTES:
+        return raw
+    # 0xFF never starts a UTF-8 sequence, so digests cannot equal a short term.
+    return b"\xff" + hashlib.blake2b(raw, digest_size=16).digest()
