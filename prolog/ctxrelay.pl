@@ -13,6 +13,11 @@ The public predicates are re-exported from one module per concern:
   - ctxrelay_store: the durable transcript (sessions, append, history,
     search, export/import, stats)
   - ctxrelay_errors: error terms crossing the janus boundary
+  - ctxrelay_policy: caps, reserve, margin, the input budget
+  - ctxrelay_context: context/3, lazy bounded cold-history access
+  - ctxrelay_warm: explicit, versioned warm artifacts
+  - ctxrelay_packer: the CLP(FD) packer
+  - ctxrelay_runtime: managed_turn/4, assemble/4, completion/4
 */
 
 % Running from a source checkout: make the Python package importable even
@@ -27,6 +32,11 @@ The public predicates are re-exported from one module per concern:
 
 :- reexport(ctxrelay/errors).
 :- reexport(ctxrelay/store).
+:- reexport(ctxrelay/policy).
+:- reexport(ctxrelay/context).
+:- reexport(ctxrelay/warm).
+:- reexport(ctxrelay/packer).
+:- reexport(ctxrelay/runtime).
 
 %   py_options(+Pairs, -Options) is det.
 %
@@ -35,6 +45,13 @@ The public predicates are re-exported from one module per concern:
 py_options(Pairs, Options) :-
     maplist(py_option, Pairs, Options).
 
-py_option([Name0, Value], Option) :-
+py_option([Name0, Value0], Option) :-
     atom_string(Name, Name0),
+    py_value(Value0, Value),
     Option =.. [Name, Value].
+
+%   Python's True/False arrive as @true/@false; options want plain atoms.
+py_value(V, V) :- var(V), !.
+py_value(@(true), true) :- !.
+py_value(@(false), false) :- !.
+py_value(V, V).

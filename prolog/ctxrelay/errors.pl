@@ -72,6 +72,10 @@ error_info(Error, Info) :-
     term_string(Formal, FormalString),
     dict_create(Info, error, [kind-Kind, message-Message, formal-FormalString|Extra]).
 
+formal_kind(ctxrelay(Kind0, Details), Kind, [details-Details]) :-
+    is_dict(Details),
+    !,
+    (   atom(Kind0) -> Kind = Kind0 ; term_string(Kind0, Kind) ).
 formal_kind(ctxrelay(Kind0, _), Kind, []) :-
     !,
     (   atom(Kind0) -> Kind = Kind0 ; term_string(Kind0, Kind) ).
@@ -101,5 +105,21 @@ error_text(Error, Text) :-
 
 :- multifile prolog:error_message//1.
 
+prolog:error_message(ctxrelay(context_overflow, Figures)) -->
+    { is_dict(Figures) },
+    !,
+    [ 'ctxrelay: context overflow: the mandatory part of the request does not fit; nothing was sent.'-[], nl ],
+    figure_lines(Figures),
+    [ nl, 'Fix: raise max_context_tokens, lower output_reserve, safety_margin or min_recent_turns, or shorten the system text or message.'-[] ].
 prolog:error_message(ctxrelay(Kind, Message)) -->
     [ 'ctxrelay: ~w: ~w'-[Kind, Message] ].
+
+figure_lines(Figures) -->
+    { dict_pairs(Figures, _, Pairs) },
+    figure_pairs(Pairs).
+
+figure_pairs([]) --> [].
+figure_pairs([K-V|T]) -->
+    [ '  ~w = ~w'-[K, V] ],
+    (   { T == [] } -> [] ; [nl] ),
+    figure_pairs(T).

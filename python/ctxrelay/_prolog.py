@@ -90,6 +90,8 @@ def translate(exc: janus.PrologError) -> errors.CtxRelayError:
         return cls(message)
     cls = _classes_by_kind().get(kind) or _domain_class(info["formal"]) \
         or _ISO_CLASSES.get(kind, errors.PrologError)
+    if cls is errors.ContextOverflowError:
+        return cls(message, **{str(k): v for k, v in dict(info.get("details") or {}).items()})
     return cls(message)
 
 

@@ -108,3 +108,37 @@ def error_kind(exc: BaseException) -> str:
 
 # The records below are rebuilt by the facade from the dicts Prolog hands back.
 RECORDS = {"turn": Turn, "hit": Hit, "session": SessionInfo, "stats": SessionStats}
+
+
+def warm_store_for(st: TranscriptStore) -> Any:
+    """The warm artifact store beside the transcript, or None when none was published.
+
+    A store is "configured" once an artifact has been published into
+    ``<store>/warm``; assembly then ranks and offers its artifacts.
+    """
+    warm_dir = Path(st.path) / "warm"
+    if not warm_dir.is_dir():
+        return None
+    from .warm import open_warm_store
+    return open_warm_store(warm_dir)
+
+
+def _warm_for_publish(st: TranscriptStore) -> Any:
+    from .warm import open_warm_store
+    return open_warm_store(Path(st.path) / "warm", transcript=st)
+
+
+def publish_artifact(st: TranscriptStore, session_id: str, start: int, end: int,
+                     summary: str, options: dict) -> dict:
+    opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
+    lists = {k: list(opts.get(k) or []) for k in ("decisions", "facts", "unresolved", "entities")}
+    art = _warm_for_publish(st).publish(
+        session_id, int(start), int(end), summary,
+        producer=opts.get("producer") or "api", metadata=opts.get("metadata"),
+        key=opts.get("key"), **lists)
+    return art.to_dict()
+
+
+def artifacts(st: TranscriptStore, session_id: str) -> list[dict]:
+    warm = warm_store_for(st)
+    return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]

@@ -13,7 +13,57 @@ from typing import Any, Iterable
 
 from . import _prolog
 from .errors import InvalidArgumentError
-from .types import Hit, SessionInfo, SessionStats, Turn
+from .types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnResult
+
+
+POLICY_KEYS = ("max_context_tokens", "provider_context_tokens", "output_reserve",
+               "safety_margin", "min_recent_turns", "cold_history_boundary", "model",
+               "half_life", "max_retrieved", "retrieval", "warm", "system", "provider",
+               "provider_options", "time_limit")
+
+
+def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
+    unknown = sorted(set(policy) - set(POLICY_KEYS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown policy option(s) {', '.join(unknown)}; valid options are: "
+            + ", ".join(POLICY_KEYS))
+    return list(policy.items())
+
+
+def _plain(value: Any) -> Any:
+    """Prolog's true/false atoms arrive as strings: make them Python bools, deeply."""
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _result(r: dict[str, Any]) -> TurnResult:
+    messages = [dict(m) for m in r["messages"]]   # provider-visible text stays as it is
+    r = _plain({k: v for k, v in r.items() if k not in ("messages", "reply")}) | \
+        {"messages": messages, "reply": r.get("reply")}
+    lg = r["ledger"]
+    ledger = Ledger(total=lg["total"], observed_total=lg["observed_total"], exact=lg["exact"],
+                    stages=[dict(s) for s in lg["stages"]], framing=lg["framing"]["charged"],
+                    input_budget=lg["input_budget"], effective_cap=lg["effective_cap"],
+                    output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
+                    host_only_tokens=lg["host_only"]["tokens"])
+    pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
+                     utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
+            for u in r["pack"]]
+    status = dict(r["status"])
+    status["optimality"] = str(status["optimality"])
+    return TurnResult(messages=messages, ledger=ledger,
+                      headers={str(k): v for k, v in r["headers"].items()}, pack=pack,
+                      utility=float(r["utility"]) / 1000, status=status,
+                      reply=r.get("reply"), user_turn=r.get("user_turn"),
+                      assistant_turn=r.get("assistant_turn"))
 
 
 def _turn(record: dict[str, Any]) -> Turn:
@@ -157,3 +207,67 @@ class Runtime:
         return self._call(f"ctxrelay:transcript_import(St, {src}, Id, _Opts)",
                           opts=opts, **binding)["Id"]
 
+
+    # -- managed turns ---------------------------------------------------
+    def managed_turn(self, session_id: str, message: str, *, key: str | None = None,
+                     **policy: Any) -> TurnResult:
+        """Append ``message``, assemble a bounded pack, call the provider, append the reply.
+
+        Policy keywords: see :data:`POLICY_KEYS`.  The same ``key`` retried
+        appends nothing new.  Raises :class:`ContextOverflowError` (nothing
+        sent) when the mandatory part cannot fit the input budget.
+        """
+        opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
+        r = self._call("ctxrelay:managed_turn(S, M, R, [store(St)|_Opts])",
+                       opts=opts, S=session_id, M=message)["R"]
+        return _result(r)
+
+    def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:
+        """The best pack for ``message`` as the next turn: nothing appended, no provider call."""
+        r = self._call("ctxrelay:assemble(S, M, R, [store(St)|_Opts]), !",
+                       opts=_policy_pairs(policy), S=session_id, M=message)["R"]
+        return _result(r)
+
+    def packs(self, session_id: str, message: str, *, limit: int | None = None,
+              **policy: Any):
+        """Iterate over alternative packs, best first (non-increasing utility)."""
+        if self._store is None:
+            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        goal = ("ctxrelay:py_options(OptPairs, _Opts), "
+                "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
+        bindings = {"St": self._store, "S": session_id, "M": message,
+                    "OptPairs": [[k, v] for k, v in _policy_pairs(policy)]}
+        for n, answer in enumerate(_prolog.solutions(goal, bindings)):
+            if limit is not None and n >= limit:
+                return
+            yield _result(answer["R"])
+
+    def context(self, session_id: str, operation: str, **options: Any) -> Any:
+        """Run ``context(session(Id), Operation, Result)``; ``operation`` is Prolog text.
+
+        Example: ``rt.context("s", "slice(10, 3)")``.  Search returns every hit
+        as one bounded result (``as(list)``).
+        """
+        opts = list(options.items())
+        if operation.lstrip().startswith("search("):
+            opts.append(("as", "list"))
+        return _plain(self._call("term_string(_Op, OpText), "
+                                 "ctxrelay:context(session(S), _Op, R, [store(St)|_Opts])",
+                                 opts=opts, S=session_id, OpText=operation)["R"])
+
+    # -- warm artifacts --------------------------------------------------
+    def publish_artifact(self, session_id: str, start: int, end: int, summary: str, *,
+                         decisions: list[str] = (), facts: list[str] = (),
+                         unresolved: list[str] = (), entities: list[str] = (),
+                         producer: str = "api", key: str | None = None,
+                         metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Publish a warm artifact for turns ``start..end``; a range republished gets a new version."""
+        opts = [("decisions", list(decisions)), ("facts", list(facts)),
+                ("unresolved", list(unresolved)), ("entities", list(entities)),
+                ("producer", producer)]
+        opts += [(k, v) for k, v in (("key", key), ("metadata", metadata)) if v is not None]
+        return self._call("ctxrelay:warm_publish(St, S, B-E, Sum, A, _Opts)", opts=opts,
+                          S=session_id, B=start, E=end, Sum=summary)["A"]
+
+    def artifacts(self, session_id: str) -> list[dict[str, Any]]:
+        return self._call("ctxrelay:warm_artifacts(St, S, L)", S=session_id)["L"]

@@ -68,3 +68,49 @@ class SessionStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class PackUnit:
+    """One unit of a pack: what it is, what it costs, what it is worth."""
+
+    id: str
+    kind: str                    # system | instructions | turn | retrieved | warm | boundary | message
+    variant: str
+    tokens: int                  # charged tokens, framing included
+    utility: float
+    turn_ids: list[int]          # transcript turns this unit carries verbatim
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Provider-visible tokens per stage; ``total`` is what the request costs."""
+
+    total: int
+    observed_total: int
+    exact: bool
+    stages: list[dict[str, Any]]
+    framing: int
+    input_budget: int
+    effective_cap: int
+    output_reserve: int
+    safety_margin: int
+    host_only_tokens: int
+
+    def stage(self, name: str) -> dict[str, Any] | None:
+        return next((s for s in self.stages if s["name"] == name), None)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a managed turn (or an assembly, without reply) produced."""
+
+    messages: list[dict[str, Any]]
+    ledger: Ledger
+    headers: dict[str, Any]
+    pack: list[PackUnit]
+    utility: float
+    status: dict[str, Any]
+    reply: str | None = None
+    user_turn: int | None = None
+    assistant_turn: int | None = None

@@ -1,0 +1,117 @@
+:- module(ctxrelay_policy,
+          [ policy/2,               % +Options, -Policy
+            policy_option_names/1   % -Names
+          ]).
+:- use_module(library(error)).
+:- use_module(library(option)).
+:- use_module(library(lists)).
+:- use_module(library(apply)).
+
+/** <module> Token policy: caps, reserve, margin and the input budget
+
+The provider's window is a physical ceiling, not the working target: the
+effective cap is min(max_context_tokens, provider_context_tokens), so a
+300k operator cap stays 300k on a 1M-token model.  The input budget is
+what the provider-visible request may use:
+
+    input_budget = effective_cap - output_reserve - safety_margin
+
+A policy whose budget is not positive is refused (domain_error) before
+anything is assembled.
+*/
+
+%   option_default(Name, Default, Type)
+option_default(max_context_tokens,      8192,   positive_integer).
+option_default(provider_context_tokens, auto,   provider_window).
+option_default(output_reserve,          1024,   nonneg).
+option_default(safety_margin,           128,    nonneg).
+option_default(min_recent_turns,        4,      nonneg).
+option_default(cold_history_boundary,   true,   boolean).
+option_default(model,                   "gpt-4", text).
+option_default(half_life,               6,      positive_number).
+option_default(max_retrieved,           8,      nonneg).
+option_default(retrieval,               true,   boolean).
+option_default(warm,                    true,   boolean).
+option_default(system,                  "",     text).
+option_default(provider,                "echo", text).
+option_default(provider_options,        _{},    dict).
+option_default(key,                     none,   any).
+option_default(time_limit,              1.0,    positive_number).
+
+%!  policy_option_names(-Names) is det.
+policy_option_names(Names) :-
+    findall(N, option_default(N, _, _), Names).
+
+%!  policy(+Options, -Policy:dict) is det.
+%
+%   Validate Options (see option_default/3 for names and defaults) and
+%   compute the effective cap and input budget.
+%
+%   @error domain_error(policy_option, Opt) for an unknown option
+%   @error type_error(Type, Value) for a value of the wrong type
+%   @error domain_error(positive_input_budget, Figures) when reserve and
+%          margin leave nothing for the input
+
+policy(Options, Policy) :-
+    must_be(list, Options),
+    maplist(known_option, Options),
+    findall(Name-Value, option_value(Options, Name, Value), Pairs),
+    dict_create(P0, policy, Pairs),
+    provider_window(P0.provider_context_tokens, P0.model, Provider),
+    Cap is min(P0.max_context_tokens, Provider),
+    Budget is Cap - P0.output_reserve - P0.safety_margin,
+    (   Budget > 0
+    ->  true
+    ;   domain_error(positive_input_budget,
+                     budget{effective_cap:Cap, output_reserve:P0.output_reserve,
+                            safety_margin:P0.safety_margin})
+    ),
+    Policy = P0.put(_{provider_context_tokens:Provider, effective_cap:Cap,
+                      input_budget:Budget}).
+
+known_option(Opt) :-
+    must_be(compound, Opt),
+    (   Opt = (Name = _) -> true ; functor(Opt, Name, 1) ),
+    (   option_default(Name, _, _)
+    ->  true
+    ;   domain_error(policy_option, Opt)
+    ).
+
+option_value(Options, Name, Value) :-
+    option_default(Name, Default, Type),
+    Opt =.. [Name, Value0],
+    option(Opt, Options, Default),
+    check_type(Type, Name, Value0, Value).
+
+check_type(any, _, V, V) :- !.
+check_type(provider_window, _, auto, auto) :- !.
+check_type(provider_window, _, V, V) :- !, must_be(positive_integer, V).
+check_type(text, _, V0, V) :- !, must_be(text, V0), text_to_string(V0, V).
+check_type(positive_number, _, V, V) :-
+    !,
+    must_be(number, V),
+    (   V > 0 -> true ; domain_error(positive_number, V) ).
+check_type(Type, _, V, V) :-
+    must_be(Type, V).
+
+%   provider_window(+Given, +Model, -Window)
+%
+%   `auto` takes the model's published window when it is known here and
+%   otherwise no ceiling beyond the operator cap.
+provider_window(auto, Model, Window) :-
+    !,
+    (   model_window(Prefix, W), string_concat(Prefix, _, Model)
+    ->  Window = W
+    ;   Window = inf
+    ).
+provider_window(Window, _, Window).
+
+% Longest prefixes first: gpt-4o must not match gpt-4.
+model_window("gpt-4o",        128000).
+model_window("gpt-4.1",      1047576).
+model_window("gpt-4-turbo",   128000).
+model_window("gpt-4-32k",      32768).
+model_window("gpt-4",           8192).
+model_window("gpt-3.5-turbo",  16385).
+model_window("o1",            200000).
+model_window("o3",            200000).

@@ -1,0 +1,476 @@
+:- module(ctxrelay_runtime,
+          [ managed_turn/4,         % +Session, +Message, -Result, +Options
+            assemble/4,             % +Session, +Message, -Result, +Options
+            completion/4            % +Messages, -Reply, -Info, +Options
+          ]).
+:- use_module(library(janus)).
+:- use_module(library(error)).
+:- use_module(library(option)).
+:- use_module(library(lists)).
+:- use_module(library(apply)).
+:- use_module(library(pairs)).
+:- use_module(errors).
+:- use_module(store).
+:- use_module(policy).
+:- use_module(context).
+:- use_module(packer).
+
+/** <module> The managed conversation runtime
+
+managed_turn/4 layers durable conversational continuity over the
+stateless completion/4 primitive:
+
+    append the user turn (idempotent by key)
+    -> gather candidate units (bounded window, indexed cold search,
+       warm artifacts, the cold-history boundary)
+    -> pack them with CLP(FD) under the input budget (fail closed)
+    -> render, count, ledger
+    -> completion/4 -> append the assistant turn (idempotent by key)
+
+assemble/4 does the middle part only and yields alternative packs,
+best first, on backtracking.  Nothing here summarises, compacts or
+publishes warm artifacts: warm production is an explicit API.
+*/
+
+%!  completion(+Messages:list(dict), -Reply:string, -Info:dict, +Options) is det.
+%
+%   The stateless primitive: send Messages to a provider and return the
+%   reply text.  Options: provider(Name) (`echo`, the default, needs no
+%   network; `openai` talks to any OpenAI-compatible endpoint),
+%   provider_options(Dict) (model, base_url, api_key, timeout, ...).
+%   The managed runtime calls it unchanged.
+%
+%   @error ctxrelay(provider_error, Msg) and friends for provider failures
+completion(Messages, Reply, Info, Options) :-
+    must_be(list, Messages),
+    must_be(list, Options),
+    option(provider(Provider0), Options, echo),
+    must_be(text, Provider0),
+    option(provider_options(PO0), Options, _{}),
+    must_be(dict, PO0),
+    atom_string(Provider0, Provider),
+    PO = PO0.put(provider, Provider),
+    once(py_api(py_call('ctxrelay.providers':complete(Messages, PO), Info0,
+                        [py_string_as(string)]))),
+    Reply = Info0.content,
+    Info = Info0.
+
+%!  managed_turn(+Session, +Message, -Result:dict, +Options) is det.
+%
+%   Run one managed turn.  Message is text, message(user, Text) or a
+%   dict with role and content.  Options are the policy options
+%   (policy/2), plus store(Store) and key(Key): a retried turn with the
+%   same Key appends nothing new and does not call the provider again
+%   when the reply is already stored.
+%
+%   Result keys: reply, messages (the provider-visible request), ledger,
+%   headers, pack, utility, status, user_turn, assistant_turn.
+%
+%   @error ctxrelay(context_overflow, Figures) when the mandatory part
+%          does not fit the input budget; nothing is sent.
+managed_turn(Session, Message, Result, Options) :-
+    must_be(text, Session),
+    message_text(Message, Text),
+    turn_store(Options, Store, PolicyOptions),
+    policy(PolicyOptions, Policy),
+    turn_keys(Policy.key, UserKey, AssistantKey),
+    turn_append(Store, Session, message(user, Text), UserTurn, UserKey),
+    HistoryEnd is UserTurn - 1,
+    with_input_context(Store, Session,
+                       assemble_best(Store, Session, Text, UserTurn, HistoryEnd,
+                                     Policy, Assembly)),
+    (   AssistantKey = [key(AK)],
+        stored_reply(Store, Session, AK, UserTurn, AssistantTurn, Reply)
+    ->  Info = _{provider:"stored", usage:_{}}
+    ;   completion(Assembly.messages, Reply, Info,
+                   [provider(Policy.provider), provider_options(Policy.provider_options)]),
+        turn_append(Store, Session, message(assistant, Reply), AssistantTurn, AssistantKey)
+    ),
+    Result = Assembly.put(_{reply:Reply, user_turn:UserTurn,
+                            assistant_turn:AssistantTurn,
+                            provider:Info.get(provider, ""),
+                            usage:Info.get(usage, _{})}).
+
+turn_keys(none, [], []) :- !.
+turn_keys(Key, [key(UK)], [key(AK)]) :-
+    must_be(text, Key),
+    atomics_to_string([Key, ":user"], UK),
+    atomics_to_string([Key, ":assistant"], AK).
+
+%   The assistant turn of a retried key, if the first attempt stored it.
+stored_reply(Store, Session, Key, UserTurn, Turn, Reply) :-
+    turn_count(Store, Session, N),
+    N > UserTurn,
+    Next is UserTurn + 1,
+    turn_get(Store, Session, Next, T),
+    T.get(key) == Key,
+    Turn = Next,
+    Reply = T.content.
+
+%!  assemble(+Session, +Message, -Result:dict, +Options) is nondet.
+%
+%   Assemble the provider-visible request for Message as the next user
+%   turn without appending anything or calling a provider.  The first
+%   solution is the highest-utility admissible pack; backtracking yields
+%   the alternatives in non-increasing utility.
+assemble(Session, Message, Result, Options) :-
+    must_be(text, Session),
+    message_text(Message, Text),
+    turn_store(Options, Store, PolicyOptions),
+    policy(PolicyOptions, Policy),
+    turn_count(Store, Session, N),
+    MessageTurn is N + 1,
+    with_input_context(Store, Session,
+                       assemble_(Store, Session, Text, MessageTurn, N, Policy, Result)).
+
+assemble_best(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
+    once(assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result)).
+
+assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
+    statistics(cputime, T0),
+    candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands),
+    pack_units(Cands, Policy, Units, Constraints),
+    Budget is Policy.input_budget - Cands.priming,
+    check_mandatory_fits(Units, Constraints, Budget, Policy, Cands),
+    TimeLimit = Policy.time_limit,
+    pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
+    Pack = pack(Selected, Cost, Utility, Optimality),
+    order_pack(Selected, Cands, Plan),
+    render(Cands, Plan, Rendered),
+    ledger(Rendered, Cands, Plan, Policy, Cost, Ledger),
+    fail_closed(Ledger, Policy),
+    statistics(cputime, T1),
+    Ms is round((T1 - T0) * 1000),
+    pack_report(Rendered, Units, Report),
+    boundary_status(Cands, Selected, Policy, BoundaryStatus),
+    headers(Ledger, BoundaryStatus, Ms, Headers),
+    Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
+                    pack:Report, utility:Utility,
+                    status:status{optimality:Optimality,
+                                  cold_history_boundary:BoundaryStatus}}.
+
+message_text(Message, _) :-
+    var(Message),
+    !,
+    instantiation_error(Message).
+message_text(message(user, Text0), Text) :-
+    !,
+    must_be(text, Text0),
+    text_to_string(Text0, Text).
+message_text(Dict, Text) :-
+    is_dict(Dict),
+    !,
+    (   get_dict(content, Dict, Text0) -> message_text(Text0, Text)
+    ;   domain_error(message_with_content, Dict)
+    ).
+message_text(Text0, Text) :-
+    must_be(text, Text0),
+    text_to_string(Text0, Text).
+
+turn_store(Options0, Store, Options) :-
+    must_be(list, Options0),
+    (   selectchk(store(Store0), Options0, Options)
+    ->  true
+    ;   Store0 = default, Options = Options0
+    ),
+    (   Store0 == default -> default_store(Store) ; Store = Store0 ).
+
+		 /*******************************
+		 *          CANDIDATES          *
+		 *******************************/
+
+candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands) :-
+    warm_store(Store, Policy, Warm),
+    py_bool(Policy.retrieval, Retrieval),
+    py_bool(Policy.warm, UseWarm),
+    py_bool(Policy.cold_history_boundary, Boundary),
+    PyOptions = _{model:Policy.model, history_end:HistoryEnd,
+                  window_tokens:Policy.input_budget,
+                  min_recent_turns:Policy.min_recent_turns,
+                  max_retrieved:Policy.max_retrieved,
+                  retrieval:Retrieval, warm:UseWarm,
+                  system:Policy.system,
+                  boundary:Boundary,
+                  message_turn_id:MessageTurn},
+    py_api(py_call('ctxrelay.assembly':candidates(Store, Warm, Session, Text, PyOptions),
+                   Cands0, [py_string_as(string)]), session(Session)),
+    Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd}).
+
+%   Prolog's true/false become Python's True/False (not the strings).
+py_bool(true, @true).
+py_bool(false, @false).
+
+warm_store(Store, Policy, Warm) :-
+    (   Policy.warm == true
+    ->  py_api(py_call('ctxrelay.bridge':warm_store_for(Store), Warm))
+    ;   Warm = @none
+    ).
+
+		 /*******************************
+		 *      UTILITY & CONSTRAINTS   *
+		 *******************************/
+
+%   pack_units(+Cands, +Policy, -Units, -Constraints)
+%
+%   Turn Python's candidate summaries into packer units: a utility per
+%   variant (scaled by 1000 to integers), mandatory flags, and the
+%   structural constraints (tool pairs together, artifacts exclude the
+%   turns they cover).
+pack_units(Cands, Policy, Units, Constraints) :-
+    maplist(pack_unit(Cands, Policy), Cands.units, Units),
+    findall(together(G), member(G, Cands.groups), Together),
+    findall(excludes(A, B), member([A, B], Cands.excludes), Excludes),
+    append(Together, Excludes, Constraints).
+
+pack_unit(Cands, Policy, U, unit(Id, Variants, [mandatory(M), kind(Kind)])) :-
+    Id = U.id,
+    atom_string(Kind, U.kind),
+    mandatory(Kind, U, Cands, Policy, M),
+    maplist(variant_utility(Kind, U, Cands, Policy), U.variants, Variants).
+
+mandatory(system, _, _, _, true) :- !.
+mandatory(instructions, _, _, _, true) :- !.
+mandatory(message, _, _, _, true) :- !.
+mandatory(boundary, _, _, _, true) :- !.
+mandatory(turn, U, Cands, _, M) :-
+    !,
+    U.turn_ids = [T],
+    (   T >= Cands.info.tail_first -> M = true ; M = false ).
+mandatory(_, _, _, _, false).
+
+variant_utility(Kind, U, Cands, Policy, V, variant(Name, Cost, Utility)) :-
+    atom_string(Name, V.name),
+    Cost = V.cost,
+    utility(Kind, Name, U, Cands, Policy, F),
+    Utility is max(0, round(F * 1000)).
+
+%   utility(+Kind, +Variant, +Unit, +Cands, +Policy, -Float)
+%
+%   Conversation gravity is recency (half-life decay); cold turns found
+%   by the index are worth their normalised score; a warm artifact is
+%   worth its relevance plus the span it restores, less for terser
+%   variants.  Mandatory units carry no utility of their own.
+utility(Kind, _, _, _, _, 0.0) :-
+    memberchk(Kind, [system, instructions, message, boundary]),
+    !.
+utility(turn, _, U, Cands, Policy, F) :-
+    !,
+    U.turn_ids = [T],
+    F is 0.5 ** ((Cands.message_turn - T) / Policy.half_life) + 0.001.
+utility(retrieved, _, U, _, _, F) :-
+    !,
+    F is 0.05 + 0.6 * U.get(score, 0.0).
+utility(warm, Variant, U, _, _, F) :-
+    !,
+    variant_factor(Variant, VF),
+    Span is U.get(end, 0) - U.get(start, 0) + 1,
+    F is VF * (0.1 + 0.8 * U.get(relevance, 0.0) + 0.015 * min(Span, 40)).
+utility(_, _, _, _, _, 0.01).
+
+variant_factor(verbatim,   1.0).
+variant_factor(detailed,   0.85).
+variant_factor(facts_only, 0.6).
+variant_factor(compact,    0.5).
+
+%   The mandatory part alone must fit, else fail closed with the figures.
+check_mandatory_fits(Units, _Constraints, Budget, Policy, Cands) :-
+    foldl(mandatory_cost, Units, 0, Mandatory),
+    (   Mandatory =< Budget
+    ->  true
+    ;   Figures = _{mandatory_tokens:Mandatory, input_budget:Policy.input_budget,
+                    reply_priming:Cands.priming,
+                    effective_cap:Policy.effective_cap,
+                    output_reserve:Policy.output_reserve,
+                    safety_margin:Policy.safety_margin,
+                    min_recent_turns:Policy.min_recent_turns},
+        throw(error(ctxrelay(context_overflow, Figures), _))
+    ).
+
+mandatory_cost(unit(_, Variants, Props), C0, C) :-
+    (   memberchk(mandatory(true), Props)
+    ->  aggregate_all(min(Cost), member(variant(_, Cost, _), Variants), Min),
+        C is C0 + Min
+    ;   C = C0
+    ).
+
+		 /*******************************
+		 *       ORDER AND RENDER       *
+		 *******************************/
+
+%   order_pack(+Selected, +Cands, -Plan)
+%
+%   Instructions first, then the cold-history boundary and warm
+%   artifacts, then the conversation in chronological order (hot and
+%   retrieved turns interleaved by turn id), then the new message.
+order_pack(Selected, Cands, Plan) :-
+    maplist(unit_by_id(Cands), Selected, Entries),
+    map_list_to_pairs(order_key, Entries, Keyed),
+    keysort(Keyed, Sorted),
+    pairs_values(Sorted, Ordered),
+    maplist([e(Id, Var, _)-_, [Id, Var]]>>true, Ordered, Plan0),
+    Plan = Plan0.
+
+unit_by_id(Cands, Id-Variant, e(Id, VarS, U)-U) :-
+    atom_string(Variant, VarS),
+    member(U, Cands.units),
+    U.id == Id,
+    !.
+
+order_key(e(_, _, U)-_, Key) :-
+    atom_string(Kind, U.kind),
+    kind_rank(Kind, Rank),
+    (   U.turn_ids = [T|_] -> true ; T = 0 ),
+    Key = Rank-T.
+
+kind_rank(system, 0).
+kind_rank(instructions, 1).
+kind_rank(boundary, 2).
+kind_rank(warm, 3).
+kind_rank(turn, 4).
+kind_rank(retrieved, 4).
+kind_rank(message, 5).
+
+render(Cands, Plan, Rendered) :-
+    py_api(py_call('ctxrelay.assembly':render(Cands.handle, Plan), Rendered,
+                   [py_string_as(string)])).
+
+		 /*******************************
+		 *            LEDGER            *
+		 *******************************/
+
+%   ledger(+Rendered, +Cands, +Plan, +Policy, +PackCost, -Ledger)
+%
+%   Every provider-visible stage with its observed and charged tokens.
+%   Charged is what the packer accounted (content of the stage's units);
+%   framing collects the per-message overhead and the reply priming.
+%   The totals must add up; host-only metadata is counted, not charged.
+ledger(Rendered, Cands, Plan, Policy, PackCost, Ledger) :-
+    Units = Rendered.units,
+    findall(Stage, stage_name(_, Stage), Stages0),
+    sort(Stages0, Stages),
+    maplist(stage_entry(Units), Stages, Entries0),
+    include(used_stage, Entries0, Entries),
+    sum_key(framing, Units, Framing0),
+    Framing is Framing0 + Rendered.priming,
+    sum_key(charged, Entries, Content),
+    Total is Content + Framing,
+    Expected is PackCost + Rendered.priming,
+    (   Total =:= Expected
+    ->  true
+    ;   throw(error(ctxrelay(ledger_mismatch,
+                             _{stages:Total, pack:Expected}), _))
+    ),
+    (   all_exact(Units), Rendered.observed_exact == true
+    ->  Exact = true
+    ;   Exact = false
+    ),
+    py_api(py_call('ctxrelay.assembly':host_only_tokens(Cands.handle, Plan, Policy.model),
+                   HostOnly)),
+    Ledger = ledger{stages:Entries,
+                    framing:framing{observed:Framing, charged:Framing},
+                    total:Total, observed_total:Rendered.observed_total,
+                    exact:Exact, input_budget:Policy.input_budget,
+                    effective_cap:Policy.effective_cap,
+                    output_reserve:Policy.output_reserve,
+                    safety_margin:Policy.safety_margin,
+                    host_only:host_only{tokens:HostOnly, charged:0}}.
+
+stage_name(system, system).
+stage_name(instructions, system).
+stage_name(turn, hot_tail).
+stage_name(warm, warm).
+stage_name(boundary, boundary).
+stage_name(retrieved, retrieved).
+stage_name(message, message).
+
+stage_entry(Units, Stage, stage{name:Stage, observed:Tokens, charged:Tokens,
+                                exact:Exact, units:N}) :-
+    include(in_stage(Stage), Units, Us),
+    length(Us, N),
+    sum_key(content_tokens, Us, Tokens),
+    (   all_exact(Us) -> Exact = true ; Exact = false ).
+
+in_stage(Stage, Unit) :-
+    get_dict(kind, Unit, KindS),
+    atom_string(Kind, KindS),
+    stage_name(Kind, Stage).
+
+used_stage(Entry) :-
+    (   get_dict(charged, Entry, C), C > 0
+    ->  true
+    ;   get_dict(units, Entry, N), N > 0
+    ).
+
+all_exact(Dicts) :-
+    forall(member(D, Dicts), get_dict(exact, D, true)).
+
+sum_key(Key, Dicts, Sum) :-
+    foldl(add_key(Key), Dicts, 0, Sum).
+
+add_key(Key, Dict, S0, S) :-
+    get_dict(Key, Dict, V),
+    S is S0 + V.
+
+%   Never send more than the input budget, whatever the accounting said.
+fail_closed(Ledger, Policy) :-
+    Worst is max(Ledger.total, Ledger.observed_total),
+    (   Worst =< Policy.input_budget
+    ->  true
+    ;   throw(error(ctxrelay(context_overflow,
+                             _{request_tokens:Worst,
+                               input_budget:Policy.input_budget}), _))
+    ).
+
+pack_report(Rendered, Units, Report) :-
+    maplist(report_unit(Units), Rendered.units, Report).
+
+report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.tokens,
+                           utility:Utility, turn_ids:TurnIds}) :-
+    Id = R.id,
+    atom_string(Variant, R.variant),
+    (   member(unit(Id, Vs, Props), Units), memberchk(variant(Variant, _, U0), Vs)
+    ->  Utility is U0 / 1000
+    ;   Utility = 0
+    ),
+    (   memberchk(kind(K), Props), memberchk(K, [turn, retrieved, instructions])
+    ->  TurnIds = R.turn_ids
+    ;   TurnIds = []
+    ).
+
+boundary_status(Cands, Selected, Policy, Status) :-
+    (   Policy.cold_history_boundary == true,
+        member(U, Cands.units), U.id == "boundary"
+    ->  get_dict(units, Cands, CandUnits),
+        findall(T, ( member(Id-_, Selected),
+                     shown_turn(CandUnits, Id, T) ), Shown0),
+        sort(Shown0, Shown),
+        get_dict(history_end, Cands, HistoryEnd),
+        include(=<(1), Shown, Shown1),
+        exclude(<(HistoryEnd), Shown1, ShownHistory),
+        length(ShownHistory, NShown),
+        NOmitted is HistoryEnd - NShown,
+        Status = boundary{inserted:true, omitted_first:U.omitted_first,
+                          omitted_last:U.omitted_last,
+                          omitted_tokens:U.omitted_tokens,
+                          turns_not_shown:NOmitted}
+    ;   Status = boundary{inserted:false}
+    ).
+
+headers(Ledger, Boundary, Ms, Headers) :-
+    (   Boundary.inserted == true -> Cold = Boundary.turns_not_shown ; Cold = 0 ),
+    (   Ledger.exact == true -> Exactness = "exact" ; Exactness = "estimated" ),
+    format(string(Used), "~w/~w", [Ledger.total, Ledger.input_budget]),
+    Headers = _{'CRP-Context-Tokens-Used':Used,
+                'CRP-Context-Token-Count':Exactness,
+                'CRP-Context-Mode':"conversation",
+                'CRP-Context-Cold-Turns':Cold,
+                'CRP-Context-Assembly-Ms':Ms}.
+
+shown_turn(CandUnits, Id, T) :-
+    member(C, CandUnits),
+    get_dict(id, C, Id),
+    !,
+    get_dict(kind, C, Kind),
+    memberchk(Kind, ["turn", "retrieved", "instructions"]),
+    get_dict(turn_ids, C, Ts),
+    member(T, Ts).

@@ -1,0 +1,348 @@
+"""Candidate context units and the rendering of a chosen pack.
+
+Prolog decides (utilities, constraints, packing, order); this module does the
+data work it asks for: read the bounded window of recent turns, run the
+indexed cold-history search, load warm artifacts, count every unit's tokens
+as the provider will see it, and finally render the chosen units to
+provider messages and count them again.
+
+Candidate generation is bounded by the token budget, not by the length of
+the history: the window is read backwards only until it holds more tokens
+than the budget, and cold turns come from the inverted index.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import tokens as tok
+from .textindex import tokenize
+from .transcript import TranscriptStore
+from .types import Turn
+
+_READ_CHUNK = 32
+_TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
+
+
+@dataclass
+class Unit:
+    """A candidate context unit; ``variants`` maps variant name to message."""
+
+    id: str
+    kind: str                     # system | message | turn | retrieved | warm | boundary
+    turn_ids: list[int]
+    variants: dict[str, dict[str, Any]]
+    costs: dict[str, int] = field(default_factory=dict)
+    exact: bool = True
+    features: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "turn_ids": list(self.turn_ids),
+                "variants": [{"name": name, "cost": self.costs[name]} for name in self.variants],
+                "exact": self.exact, **self.features}
+
+
+@dataclass
+class Candidates:
+    """What one assembly may choose from; Prolog keeps a reference to it."""
+
+    session_id: str
+    model: str
+    units: dict[str, Unit]
+    priming: int
+    groups: list[list[str]]
+    excludes: list[list[str]]
+    info: dict[str, Any]
+
+    def unit(self, unit_id: str) -> Unit:
+        return self.units[unit_id]
+
+
+def _message_for_turn(turn: Turn) -> dict[str, Any]:
+    """The provider message of a stored turn; content is passed as data."""
+    msg: dict[str, Any] = {"role": turn.role, "content": turn.content}
+    calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
+    if turn.role == "assistant" and isinstance(calls, list) and calls:
+        msg["tool_calls"] = [_openai_tool_call(c) for c in calls if isinstance(c, dict)]
+    if turn.role == "tool":
+        msg["tool_call_id"] = turn.tool_call_id or f"turn_{turn.turn_id}"
+    elif turn.name:
+        msg["name"] = _safe_name(turn.name)
+    return msg
+
+
+def _openai_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    args = call.get("arguments", {})
+    return {"id": str(call.get("id", "")), "type": "function",
+            "function": {"name": str(call.get("name", "")),
+                         "arguments": args if isinstance(args, str) else json.dumps(args, sort_keys=True)}}
+
+
+def _safe_name(name: str) -> str:
+    # OpenAI accepts names matching ^[a-zA-Z0-9_-]{1,64}$; keep the rest as data elsewhere.
+    cleaned = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+    return cleaned or "speaker"
+
+
+def _tool_call_ids(turn: Turn) -> list[str]:
+    calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
+    if turn.role != "assistant" or not isinstance(calls, list):
+        return []
+    return [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id")]
+
+
+def message_cost(message: dict[str, Any], model: str) -> tuple[int, bool]:
+    """Tokens one message adds to a request, framing included, reply priming excluded."""
+    counted = tok.count_messages([message], model, prime_reply=False)
+    return counted.n, counted.exact
+
+
+def _terms(text: str) -> set[str]:
+    # The index's own terms (stopwords out), so relevance agrees with search.
+    return set(tokenize(text))
+
+
+def _add(units: dict[str, Unit], unit: Unit, model: str) -> Unit:
+    for name, msg in unit.variants.items():
+        n, exact = message_cost(msg, model)
+        unit.costs[name] = n
+        unit.exact = unit.exact and exact
+    units[unit.id] = unit
+    return unit
+
+
+def _turn_unit(turn: Turn, kind: str, **features: Any) -> Unit:
+    return Unit(id=f"t{turn.turn_id}", kind=kind, turn_ids=[turn.turn_id],
+                variants={"verbatim": _message_for_turn(turn)},
+                features={"role": turn.role, **features})
+
+
+def boundary_text(first: int, last: int, count: int, tokens: int) -> str:
+    return (
+        "[managed_cold_history_boundary] This conversation is longer than what is shown. "
+        f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
+        "guaranteed recent window; only some of them may appear below. The full original "
+        "transcript is kept and is authoritative: retrieve it before guessing about earlier "
+        "content, with bounded operations (turn ids are 1-based):\n"
+        'context(input(context), search("query"), Result).\n'
+        "context(input(context), slice(Start, Length), Result).\n"
+        "context(input(context), peek(item(Index)), Result)."
+    )
+
+
+def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
+               message: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """Gather the candidate units for one assembly.
+
+    ``message`` is the new user message text, or None when it is already the
+    last stored turn (``history_end`` then excludes it).  Options: model,
+    history_end, window_tokens, min_recent_turns, max_retrieved, retrieval,
+    warm, system, boundary.
+    """
+    model = str(options.get("model") or "cl100k_base")
+    history_end = int(options["history_end"])
+    window_tokens = int(options["window_tokens"])
+    min_recent = int(options.get("min_recent_turns", 0))
+    units: dict[str, Unit] = {}
+    groups: list[list[str]] = []
+    excludes: list[list[str]] = []
+    info: dict[str, Any] = {"history_end": history_end}
+
+    system_text = str(options.get("system") or "")
+    if system_text:
+        _add(units, Unit(id="system", kind="system", turn_ids=[],
+                         variants={"verbatim": {"role": "system", "content": system_text}}), model)
+    query_text = ""
+    if message is not None:
+        query_text = str(message)
+        _add(units, Unit(id="message", kind="message", turn_ids=[],
+                         variants={"verbatim": {"role": "user", "content": query_text}}), model)
+
+    window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent)
+    if message is None and window:
+        query_text = window[-1].content
+    by_id = {t.turn_id: t for t in window}
+    call_owner: dict[str, int] = {}
+    for turn in window:
+        for cid in _tool_call_ids(turn):
+            call_owner[cid] = turn.turn_id
+    for turn in window:
+        kind = "instructions" if turn.role == "system" else "turn"
+        _add(units, _turn_unit(turn, kind), model)
+    _tool_groups(window, call_owner, groups)
+
+    if options.get("retrieval", True) and query_text and window_start > 1:
+        _retrieve(store, session_id, query_text, window_start, int(options.get("max_retrieved", 8)),
+                  units, groups, model)
+
+    if options.get("warm", True) and warm_store is not None:
+        _warm_units(warm_store, session_id, query_text, history_end, units, excludes, model)
+
+    tail_first = max(1, history_end - min_recent + 1)
+    if options.get("boundary", True) and history_end > min_recent:
+        first, last = 1, tail_first - 1
+        count = last - first + 1
+        prefix_tokens = _range_tokens(store, session_id, first, last, history_end)
+        text = boundary_text(first, last, count, prefix_tokens)
+        _add(units, Unit(id="boundary", kind="boundary", turn_ids=[],
+                         variants={"verbatim": {"role": "system", "content": text}},
+                         features={"omitted_first": first, "omitted_last": last,
+                                   "omitted_count": count, "omitted_tokens": prefix_tokens}), model)
+    info.update(window_start=window_start, tail_first=tail_first,
+                total_turns=history_end)
+    priming = tok.count_messages([], model).n
+    cands = Candidates(session_id, model, units, priming, groups, excludes, info)
+    return {"handle": cands, "units": [u.summary() for u in units.values()],
+            "groups": groups, "excludes": excludes, "priming": priming, "info": info}
+
+
+def _read_window(store: TranscriptStore, session_id: str, end: int, window_tokens: int,
+                 min_recent: int) -> tuple[list[Turn], int]:
+    """Recent turns, newest backwards, until they hold more than the budget.
+
+    Stored per-turn token counts decide when to stop, so the read is bounded
+    by the budget whatever the length of the history.  A tool result whose
+    call lies just before the window pulls that call in, so a pair is never
+    split by the window edge.
+    """
+    turns: list[Turn] = []
+    used = 0
+    hi = end
+    while hi >= 1 and (used <= window_tokens or len(turns) < min_recent):
+        lo = max(1, hi - _READ_CHUNK + 1)
+        chunk = store.history(session_id, lo, hi)
+        for turn in reversed(chunk):
+            turns.append(turn)
+            used += turn.tokens + 4
+            if used > window_tokens and len(turns) >= min_recent:
+                break
+        hi = lo - 1
+    turns.reverse()
+    while turns and turns[0].role == "tool" and turns[0].turn_id > 1:
+        turns.insert(0, store.turn(session_id, turns[0].turn_id - 1))
+    start = turns[0].turn_id if turns else end + 1
+    # Stored system turns at the start of the conversation are instructions: keep them.
+    if turns and turns[0].turn_id > 1:
+        head = store.history(session_id, 1, min(3, turns[0].turn_id - 1))
+        turns[:0] = [t for t in head if t.role == "system"]
+    return turns, start
+
+
+def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[list[str]]) -> None:
+    pairs: dict[int, list[str]] = {}
+    for turn in turns:
+        if turn.role == "tool" and turn.tool_call_id in call_owner:
+            pairs.setdefault(call_owner[turn.tool_call_id], []).append(f"t{turn.turn_id}")
+        elif turn.role == "tool" and turn.turn_id - 1 in {t.turn_id for t in turns}:
+            # No id to match: a tool result belongs to the turn that precedes it.
+            pairs.setdefault(turn.turn_id - 1, []).append(f"t{turn.turn_id}")
+    for owner, members in sorted(pairs.items()):
+        groups.append([f"t{owner}", *members])
+
+
+def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
+              max_retrieved: int, units: dict[str, Unit], groups: list[list[str]], model: str) -> None:
+    if max_retrieved <= 0:
+        return
+    hits = store.search(session_id, query, k=max_retrieved * 3)
+    hits = [h for h in hits if h.turn_id < window_start][:max_retrieved]
+    if not hits:
+        return
+    top = max(h.score for h in hits) or 1.0
+    for hit in hits:
+        turn = store.turn(session_id, hit.turn_id)
+        if turn.role == "system" or f"t{turn.turn_id}" in units:
+            continue
+        family = _tool_family(store, session_id, turn)
+        ids = []
+        for member in family:
+            uid = f"t{member.turn_id}"
+            if uid not in units:
+                score = hit.score / top if member.turn_id == turn.turn_id else 0.0
+                _add(units, _turn_unit(member, "retrieved", score=score), model)
+            ids.append(uid)
+        if len(ids) > 1:
+            groups.append(ids)
+
+
+def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Turn]:
+    """A tool call with all its results (providers reject a call without them), or the turn alone."""
+    call = turn
+    if turn.role == "tool":
+        lo = max(1, turn.turn_id - _TOOL_LOOKBACK)
+        before = store.history(session_id, lo, turn.turn_id - 1)
+        owners = [t for t in before if turn.tool_call_id in _tool_call_ids(t)]
+        if not owners:
+            return [turn]
+        call = owners[-1]
+    ids = set(_tool_call_ids(call))
+    if not ids:
+        return [turn]
+    after = store.history(session_id, call.turn_id + 1, call.turn_id + len(ids) + _TOOL_LOOKBACK)
+    results = [t for t in after if t.role == "tool" and t.tool_call_id in ids]
+    return [call, *results]
+
+
+def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
+                units: dict[str, Unit], excludes: list[list[str]], model: str) -> None:
+    from .warm import variants as warm_variants
+    q = _terms(query)
+    for art in warm_store.latest(session_id):
+        if art.start > history_end:
+            continue
+        forms = {v["variant"]: {"role": "system", "content": v["text"]}
+                 for v in warm_variants(art)}
+        text = " ".join([art.summary, *art.facts, *art.decisions, *art.entities])
+        terms = _terms(text)
+        relevance = len(q & terms) / len(q) if q else 0.0
+        unit = _add(units, Unit(id=f"w{art.start}_{art.end}", kind="warm",
+                                turn_ids=list(range(art.start, art.end + 1)), variants=forms,
+                                features={"relevance": relevance, "version": art.version,
+                                          "start": art.start, "end": art.end}), model)
+        for tid in range(art.start, min(art.end, history_end) + 1):
+            if f"t{tid}" in units:
+                excludes.append([unit.id, f"t{tid}"])
+
+
+def _range_tokens(store: TranscriptStore, session_id: str, first: int, last: int,
+                  history_end: int) -> int:
+    """Tokens of turns first..last from the stored counters (no scan of the prefix)."""
+    total = store.stats(session_id).tokens
+    after = store.history(session_id, last + 1, None)
+    return max(0, total - sum(t.tokens for t in after))
+
+
+def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
+    """Render ``plan`` ([unit id, variant] in order) and count it as the provider will.
+
+    Returns the messages, the per-unit charged tokens, the per-stage ledger
+    figures and the observed total (a fresh count of the whole request).
+    """
+    messages: list[dict[str, Any]] = []
+    per_unit: list[dict[str, Any]] = []
+    for unit_id, variant in plan:
+        unit = cands.unit(unit_id)
+        msg = dict(unit.variants[variant])
+        messages.append(msg)
+        whole = unit.costs[variant]
+        framing = tok.framing_overhead([msg], cands.model, prime_reply=False)
+        per_unit.append({"id": unit_id, "kind": unit.kind, "variant": variant,
+                         "turn_ids": unit.turn_ids, "tokens": whole,
+                         "content_tokens": whole - framing, "framing": framing,
+                         "exact": unit.exact})
+    observed = tok.count_messages(messages, cands.model) if messages else None
+    return {"messages": messages, "units": per_unit,
+            "observed_total": observed.n if observed else cands.priming,
+            "observed_exact": observed.exact if observed else True,
+            "priming": cands.priming}
+
+
+def host_only_tokens(cands: Candidates, plan: list[list[str]], model: str) -> int:
+    """Tokens of what the host keeps beside the request (turn metadata): never sent."""
+    meta: list[Any] = []
+    for unit_id, _variant in plan:
+        unit = cands.unit(unit_id)
+        meta.append({"id": unit.id, "turn_ids": unit.turn_ids, **unit.features})
+    return tok.count(json.dumps(meta, sort_keys=True, default=str), model).n

@@ -1,0 +1,108 @@
+:- use_module(library(plunit)).
+:- use_module(library(ctxrelay)).
+:- use_module(library(lists)).
+:- use_module(library(apply)).
+
+%   The managed runtime driven from Prolog, as an AgentProlog session would.
+
+fresh_session(Store, Turns) :-
+    getenv('CTXRELAY_TEST_TMP', Tmp),
+    uuid(U),
+    directory_file_path(Tmp, U, Dir),
+    store_open(Dir, Store, [default(true)]),
+    session_create(Store, s, []),
+    forall(between(1, Turns, I),
+           ( (I mod 2 =:= 1 -> R = user ; R = assistant),
+             format(string(C), "turn ~d about topic ~d with some padding words here", [I, I mod 5]),
+             turn_append(Store, s, message(R, C), _) )).
+
+policy([max_context_tokens(600), output_reserve(100), safety_margin(20),
+        min_recent_turns(2)]).
+
+:- begin_tests(ctxrelay_managed_turn).
+
+test(reply_and_two_new_turns, [N1 == 22, Role == "assistant"]) :-
+    fresh_session(St, 20),
+    policy(P),
+    managed_turn(s, "what about topic 3?", R, [store(St)|P]),
+    turn_count(St, s, N1),
+    turn_get(St, s, N1, T),
+    Role = T.role,
+    assertion(T.content == R.reply).
+test(request_within_budget) :-
+    fresh_session(St, 30),
+    policy(P),
+    managed_turn(s, "go on", R, [store(St)|P]),
+    Ledger = R.ledger,
+    assertion(Ledger.total =< Ledger.input_budget),
+    assertion(Ledger.input_budget =:= 600 - 100 - 20).
+test(retry_with_key_is_idempotent, [N2 == N1]) :-
+    fresh_session(St, 10),
+    policy(P),
+    managed_turn(s, "again", _, [store(St), key("k1")|P]),
+    turn_count(St, s, N1),
+    managed_turn(s, "again", _, [store(St), key("k1")|P]),
+    turn_count(St, s, N2).
+test(overflow_fails_closed, error(ctxrelay(context_overflow, Figures), _)) :-
+    fresh_session(St, 10),
+    managed_turn(s, "hello", _, [store(St), max_context_tokens(120), output_reserve(10),
+                                 safety_margin(0), min_recent_turns(6)]),
+    is_dict(Figures).
+test(unknown_option, error(domain_error(policy_option, colour(red)), _)) :-
+    fresh_session(St, 2),
+    managed_turn(s, "x", _, [store(St), colour(red)]).
+
+:- end_tests(ctxrelay_managed_turn).
+
+:- begin_tests(ctxrelay_assemble).
+
+test(alternatives_best_first, true(Sorted == Us)) :-
+    fresh_session(St, 20),
+    policy(P),
+    findall(U, limit(4, ( assemble(s, "topic 2?", R, [store(St)|P]), get_dict(utility, R, U) )), Us),
+    length(Us, 4),
+    msort(Us, Asc), reverse(Asc, Sorted).
+test(assemble_appends_nothing, N == 12) :-
+    fresh_session(St, 12),
+    policy(P),
+    once(assemble(s, "anything", _, [store(St)|P])),
+    turn_count(St, s, N).
+
+:- end_tests(ctxrelay_assemble).
+
+:- begin_tests(ctxrelay_context).
+
+test(input_context_inside_scope, Ids == [3, 4]) :-
+    fresh_session(St, 6),
+    with_input_context(St, s, context(input(context), slice(3, 2), R)),
+    maplist([T, I]>>get_dict(turn_id, T, I), R.items, Ids).
+test(input_context_outside_scope, error(existence_error(input_context, context), _)) :-
+    context(input(context), peek(item(1)), _).
+test(peek_item_is_one_based, C == "turn 1 about topic 1 with some padding words here") :-
+    fresh_session(_, 3),
+    context(session(s), peek(item(1)), T),
+    C = T.content.
+test(search_backtracks, true(N > 1)) :-
+    fresh_session(_, 12),
+    aggregate_all(count, context(session(s), search("topic"), _), N).
+test(unknown_operation, error(domain_error(context_operation, rewind(3)), _)) :-
+    fresh_session(_, 3),
+    context(session(s), rewind(3), _).
+test(past_the_end, error(existence_error(turn, _), _)) :-
+    fresh_session(_, 3),
+    context(session(s), slice(7, 2), _).
+test(unbound_source, error(instantiation_error, _)) :-
+    context(_, peek(item(1)), _).
+
+:- end_tests(ctxrelay_context).
+
+:- begin_tests(ctxrelay_completion).
+
+test(echo_is_deterministic, R1 == R2) :-
+    Ms = [_{role:"user", content:"hi"}],
+    completion(Ms, R1, _, []),
+    completion(Ms, R2, _, [provider(echo)]).
+test(unknown_provider, error(ctxrelay(unknown_provider, _), _)) :-
+    completion([_{role:"user", content:"hi"}], _, _, [provider(nowhere)]).
+
+:- end_tests(ctxrelay_completion).
