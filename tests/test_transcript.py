@@ -946,3 +946,18 @@ def test_search_agrees_with_brute_force_bm25(store, docs, query):
     assert [h.turn_id for h in hits] == sorted(expected, key=lambda t: (-expected[t], -t))
     assert [h.score for h in hits] == pytest.approx([expected[h.turn_id] for h in hits],
                                                     rel=1e-12)
+
+
+def test_search_postings_cap_reads_the_newest_postings_of_frequent_terms(tmp_path):
+    # 'common' is in every turn; 'rare' only in turn 3. With a cap of 5 postings
+    # per term, the old turns holding only 'common' drop out, the rare one stays.
+    from ctxrelay.transcript import TranscriptStore
+    with TranscriptStore(tmp_path / "s") as st:
+        st.create_session("s")
+        for i in range(1, 21):
+            st.append("s", "user", f"common words {'rare' if i == 3 else 'plain'} {i}")
+        full = [h.turn_id for h in st.search("s", "common", k=20, max_postings=None)]
+        capped = [h.turn_id for h in st.search("s", "common", k=20, max_postings=5)]
+        assert sorted(full) == list(range(1, 21))
+        assert sorted(capped) == [16, 17, 18, 19, 20]
+        assert st.search("s", "common rare", k=1, max_postings=5)[0].turn_id == 3

