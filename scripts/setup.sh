@@ -35,8 +35,8 @@ want_home=$("$swipl" --dump-runtime-variables | sed -n 's/^PLBASE="\(.*\)";/\1/p
 have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("current_prolog_flag(home, H)")["H"])' 2>/dev/null || true)
 if [ "$have_home" != "$want_home" ]; then
     log "building janus-swi against $swipl"
-    PATH="$swipl_bin:$PATH" "${pip[@]}" install --force-reinstall --no-deps --no-binary janus-swi --no-build-isolation janus-swi 2>/dev/null \
-      || PATH="$swipl_bin:$PATH" "${pip[@]}" install --force-reinstall --no-deps --no-binary janus-swi janus-swi
+    PATH="$swipl_bin:$PATH" "${pip[@]}" install --no-cache-dir --force-reinstall --no-deps --no-binary janus-swi --no-build-isolation janus-swi 2>/dev/null \
+      || PATH="$swipl_bin:$PATH" "${pip[@]}" install --no-cache-dir --force-reinstall --no-deps --no-binary janus-swi janus-swi
 fi
 
 stamp="$venv/.ctxrelay-installed"
@@ -45,5 +45,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     PATH="$swipl_bin:$PATH" "${pip[@]}" install -e ".[dev]"
     touch "$stamp"
 fi
+have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("current_prolog_flag(home, H)")["H"])')
+[ "$have_home" = "$want_home" ] || { log "janus-swi loads $have_home, not $want_home; remove .venv and re-run"; exit 1; }
 "$venv/bin/python" -c 'import ctxrelay' || { log "import ctxrelay failed after setup"; exit 1; }
 log "ready: swipl $("$swipl" --dump-runtime-variables | sed -n 's/^PLVERSION="\(.*\)";/\1/p'), $("$venv/bin/python" --version)"
