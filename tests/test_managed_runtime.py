@@ -389,3 +389,13 @@ def test_hard_cap_property(tmp_path_factory, turns, cap, reserve, margin, recent
         assert r.messages[-1]["content"] == message
         has_boundary = any("[managed_cold_history_boundary]" in m["content"] for m in r.messages)
         assert has_boundary == (boundary and n > recent)
+
+
+def test_retry_finds_the_stored_reply_even_after_other_turns(etcd, counting_provider):
+    r1 = etcd.managed_turn("ops", "first", key="k-a", provider="counting", **POLICY)
+    etcd.managed_turn("ops", "second", key="k-b", provider="counting", **POLICY)
+    n = etcd.turn_count("ops")
+    r1b = etcd.managed_turn("ops", "first", key="k-a", provider="counting", **POLICY)
+    assert etcd.turn_count("ops") == n
+    assert (r1b.user_turn, r1b.assistant_turn, r1b.reply) == (r1.user_turn, r1.assistant_turn, r1.reply)
+    assert len(counting_provider) == 2

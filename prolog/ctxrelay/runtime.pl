@@ -98,14 +98,13 @@ turn_keys(Key, [key(UK)], [key(AK)]) :-
     atomics_to_string([Key, ":assistant"], AK).
 
 %   The assistant turn of a retried key, if the first attempt stored it.
-stored_reply(Store, Session, Key, UserTurn, Turn, Reply) :-
-    turn_count(Store, Session, N),
-    N > UserTurn,
-    Next is UserTurn + 1,
-    turn_get(Store, Session, Next, T),
-    T.get(key) == Key,
-    Turn = Next,
-    Reply = T.content.
+stored_reply(Store, Session, Key, _UserTurn, Turn, Reply) :-
+    py_api(py_call('ctxrelay.bridge':turn_for_key(Store, Session, Key), Turn0),
+           session(Session)),
+    integer(Turn0),
+    Turn = Turn0,
+    turn_get(Store, Session, Turn, T),
+    get_dict(content, T, Reply).
 
 %!  assemble(+Session, +Message, -Result:dict, +Options) is nondet.
 %

@@ -78,6 +78,10 @@ def last(st: TranscriptStore, session_id: str, n: int) -> list[dict]:
     return [t.to_dict() for t in st.last(session_id, int(n))]
 
 
+def turn_for_key(st: TranscriptStore, session_id: str, key: str) -> Any:
+    return st.turn_for_key(session_id, key)
+
+
 def turn_count(st: TranscriptStore, session_id: str) -> int:
     return st.turn_count(session_id)
 

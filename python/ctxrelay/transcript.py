@@ -824,6 +824,17 @@ class TranscriptStore:
             return turn
         return self._read(read)
 
+    def turn_for_key(self, session_id: str, key: str) -> int | None:
+        """The turn id appended with idempotency ``key``, or None (one point read)."""
+        session_id = _check_session_id(session_id)
+        key = _check_optional_str(key, "key", empty_ok=False)
+
+        def read(txn: Any) -> int | None:
+            session = self._require_session(txn, session_id)
+            known = txn.get(_U64.pack(session.num) + _sha256(key), db=self._keys)
+            return None if known is None else _U64.unpack(known[:8])[0]
+        return self._read(read)
+
     def turn_count(self, session_id: str) -> int:
         session_id = _check_session_id(session_id)
         return self._read(lambda txn: self._load_counters(
