@@ -1,0 +1,403 @@
+"""The turn log (Tier C): derived fields kept beside the transcript.
+
+The transcript's content is never rewritten; what ctxrelay learns about each
+turn lives here, keyed by (session, turn id), and can be recomputed for a
+whole session (e.g. after changing the embedder):
+
+- embedding (float32, the embedder's ``model_id`` recorded),
+- topic thread: a user turn joins the most similar thread above the
+  embedder's ``thread_join`` threshold, else starts one; assistant and tool
+  turns stay in the thread of the turn they answer; a very short user turn
+  ("go on", "thanks") stays in the active thread,
+- references (turn ids; set by the Prolog resolver), entities, tool_calls,
+- per-thread ThreadState derived deterministically from the thread's turns
+  (established facts, open questions, user constraints, last active turn),
+  overridable through :meth:`TurnLog.set_thread_state`.
+
+Derivation is incremental (:meth:`TurnLog.sync` handles only turns added
+since the last call), so its cost follows new turns, not history length.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .errors import InvalidArgumentError, UnknownSessionError
+from .lmdbenv import LmdbStore
+from .textindex import tokenize
+from .types import Turn
+
+_U64 = struct.Struct(">Q")
+_STATE_ITEMS = 8            # items kept per ThreadState list
+_ITEM_CHARS = 200           # characters kept per item
+_SHORT_TURN_TERMS = 3       # a user turn with fewer content terms continues the thread
+_SYNC_CHUNK = 128
+
+# Sentence ends: .!? followed by space and a capital/markup, or a line break
+# (so "1.28 GiB" and "v3.5" stay whole).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
+_NEIGHBOURS = 12            # a thread is compared through its latest user turns
+_CONSTRAINT = re.compile(
+    r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
+    r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
+_OPEN_MARK = re.compile(
+    r"\b(not yet decided|undecided|open question|tbd|to be decided|waiting on|pending|"
+    r"still need to decide|unresolved|not sure yet)\b", re.I)
+_ESTABLISHED_USER = re.compile(r"(\d|\b(our|we're|we are|we have|we run|it's|it is)\b)", re.I)
+_ESTABLISHED_ASSISTANT = re.compile(r"^\W*(decision|decided|agreed|done|confirmed|settled)\b", re.I)
+_ENTITY = re.compile(r"`([^`]{2,60})`|\b([A-Za-z]+[-_.][A-Za-z0-9][\w.-]*|[A-Za-z]*\d[\w.-]*[A-Za-z][\w.-]*)\b"
+                     r"|(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z]{2,}(?:\s[A-Z][a-zA-Z]{2,})*)")
+
+
+def _session_key(session_id: str) -> bytes:
+    return hashlib.sha256(session_id.encode("utf-8")).digest()
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    thread_id: str
+    established: list[str] = field(default_factory=list)
+    open_questions: list[str] = field(default_factory=list)
+    user_constraints: list[str] = field(default_factory=list)
+    last_active_turn: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self, label: str) -> str:
+        """The Active Thread Summary: the state of a topic, not task completion."""
+        parts = [f"[active thread: {label}]"]
+        for title, items in (("Established", self.established),
+                             ("Open", self.open_questions),
+                             ("User constraints", self.user_constraints)):
+            if items:
+                parts.append(f"{title}: " + "; ".join(items))
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    thread_id: str
+    label: str
+    turn_ids: list[int]
+    last_active_turn: int
+    state: ThreadState
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"thread_id": self.thread_id, "label": self.label, "turn_ids": list(self.turn_ids),
+                "last_active_turn": self.last_active_turn, "state": self.state.to_dict()}
+
+
+@dataclass(frozen=True)
+class DerivedTurn:
+    turn_id: int
+    thread_id: str
+    entities: list[str]
+    references: list[int]
+    tool_calls: list[str]
+    model_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def extract_entities(text: str) -> list[str]:
+    """Named things a later turn may point back to: code spans, ids, proper names."""
+    found: list[str] = []
+    for m in _ENTITY.finditer(text):
+        ent = next(g for g in m.groups() if g)
+        ent = ent.strip(".-_")
+        if len(ent) >= 2 and ent not in found:
+            found.append(ent)
+    return found[:24]
+
+
+def _tool_call_ids(turn: Turn) -> list[str]:
+    calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
+    ids = [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id")] \
+        if isinstance(calls, list) else []
+    scratch = turn.metadata.get("scratch_id") if isinstance(turn.metadata, dict) else None
+    return ids + ([str(scratch)] if scratch else [])
+
+
+def _label(text: str, taken: set[str]) -> str:
+    terms = [t for t in tokenize(text) if len(t) > 2 and not t.isdigit()]
+    common = Counter(terms).most_common()
+    words = [w for w, _ in common][:2] or ["topic"]
+    label = "-".join(words)
+    n, candidate = 2, label
+    while candidate in taken:
+        candidate, n = f"{label}-{n}", n + 1
+    return candidate
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _ITEM_CHARS else text[: _ITEM_CHARS - 1] + "…"
+
+
+def derive_state(thread_id: str, turns: Sequence[Turn]) -> ThreadState:
+    """ThreadState from a thread's turns (oldest first), deterministically."""
+    established: list[str] = []
+    constraints: list[str] = []
+    open_q: list[str] = []
+    for i, turn in enumerate(turns):
+        answered_later = any(t.role == "assistant" for t in turns[i + 1:])
+        for sentence in (s.strip(" -*") for s in _SENTENCE_END.split(turn.content)):
+            if len(sentence) < 4:
+                continue
+            if _OPEN_MARK.search(sentence):
+                open_q.append(_clip(sentence))
+            elif turn.role == "user" and sentence.endswith("?"):
+                if not answered_later:
+                    open_q.append(_clip(sentence))
+            elif turn.role == "user" and _CONSTRAINT.search(sentence):
+                constraints.append(_clip(sentence))
+            elif turn.role == "user" and _ESTABLISHED_USER.search(sentence):
+                established.append(_clip(sentence))
+            elif turn.role == "assistant" and _ESTABLISHED_ASSISTANT.search(sentence):
+                established.append(_clip(sentence))
+    dedup = lambda items: list(dict.fromkeys(items))[-_STATE_ITEMS:]
+    return ThreadState(thread_id, dedup(established), dedup(open_q), dedup(constraints),
+                       turns[-1].turn_id if turns else 0)
+
+
+class TurnLog(LmdbStore):
+    """Derived fields of every stored turn (see the module doc)."""
+
+    KIND = "turn log"
+    FORMAT = b"ctxrelay.turnlog/1"
+    DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids")
+
+    # -- sync ------------------------------------------------------------
+    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
+             progress: bool = False) -> int:
+        """Derive fields for the turns added since the last sync; returns how many."""
+        if not transcript.has_session(session_id):
+            raise UnknownSessionError(
+                f"no session {session_id!r}; create it (create_session) before deriving its turn log")
+        state = self._progress(session_id)
+        if state and state.get("model_id") != embedder.model_id:
+            raise InvalidArgumentError(
+                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
+                f"{embedder.model_id!r}; call recompute() to re-derive it with the new embedder")
+        start = (state or {}).get("derived_upto", 0) + 1
+        end = transcript.turn_count(session_id)
+        if start > end:
+            return 0
+        bar = _progress_bar(end - start + 1, progress, f"deriving {session_id}")
+        done = 0
+        for lo in range(start, end + 1, _SYNC_CHUNK):
+            turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
+            vectors = embedder.embed_batch([t.content for t in turns])
+            self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
+                                                      embedder))
+            done += len(turns)
+            if bar is not None:
+                bar.update(len(turns))
+        if bar is not None:
+            bar.close()
+        return done
+
+    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
+                  progress: bool = True) -> int:
+        """Drop the session's derived fields and derive them again (e.g. a new embedder)."""
+        skey = _session_key(session_id)
+
+        def drop(txn: Any) -> None:
+            for name in (b"derived", b"vectors", b"threads", b"centroids"):
+                cursor = txn.cursor(db=self.dbs[name])
+                if cursor.set_range(skey):
+                    while cursor.key().startswith(skey):
+                        if not cursor.delete():
+                            break
+            txn.delete(skey, db=self.dbs[b"progress"])
+        self.write(drop)
+        return self.sync(transcript, session_id, embedder, progress=progress)
+
+    def _progress(self, session_id: str) -> dict[str, Any] | None:
+        raw = self.read(lambda txn: txn.get(_session_key(session_id), db=self.dbs[b"progress"]))
+        return None if raw is None else json.loads(raw)
+
+    def _derive_chunk(self, txn: Any, session_id: str, turns: list[Turn],
+                      vectors: np.ndarray, embedder: Any) -> None:
+        skey = _session_key(session_id)
+        prog = json.loads(txn.get(skey, db=self.dbs[b"progress"]) or
+                          json.dumps({"derived_upto": 0, "model_id": embedder.model_id,
+                                      "next_thread": 1, "active_thread": None}))
+        threads = self._load_threads(txn, skey)
+        centroids = {tid: np.frombuffer(txn.get(skey + _U64.pack(int(tid[1:])),
+                                                db=self.dbs[b"centroids"]), dtype=np.float32).copy()
+                     for tid in threads}
+        recent = {tid: [np.frombuffer(txn.get(skey + _U64.pack(t), db=self.dbs[b"vectors"]),
+                                      dtype=np.float32)
+                        for t in info.get("user_turns", [])[-_NEIGHBOURS:]]
+                  for tid, info in threads.items()}
+        join = float(embedder.thresholds["thread_join"])
+        previous_thread = prog["active_thread"]
+        for turn, vec in zip(turns, vectors):
+            key = skey + _U64.pack(turn.turn_id)
+            txn.put(key, vec.astype(np.float32).tobytes(), db=self.dbs[b"vectors"])
+            if turn.role == "system":               # instructions belong to no topic
+                txn.put(key, json.dumps({"thread_id": "", "entities": [], "references": [],
+                                         "tool_calls": [], "model_id": embedder.model_id}).encode(),
+                        db=self.dbs[b"derived"])
+                prog["derived_upto"] = turn.turn_id
+                continue
+            thread_id = self._assign(turn, vec, threads, recent, join, previous_thread, prog)
+            info = threads[thread_id]
+            info["turn_ids"].append(turn.turn_id)
+            if turn.role == "user":
+                info.setdefault("user_turns", []).append(turn.turn_id)
+                recent.setdefault(thread_id, []).append(vec)
+                recent[thread_id] = recent[thread_id][-_NEIGHBOURS:]
+            info["last_active_turn"] = turn.turn_id
+            centroids[thread_id] = centroids.get(thread_id, np.zeros_like(vec)) + vec
+            if turn.role == "user":
+                prog["active_thread"] = thread_id
+            previous_thread = thread_id
+            txn.put(key, json.dumps({"thread_id": thread_id,
+                                     "entities": extract_entities(turn.content),
+                                     "references": [], "tool_calls": _tool_call_ids(turn),
+                                     "model_id": embedder.model_id}).encode(),
+                    db=self.dbs[b"derived"])
+            prog["derived_upto"] = turn.turn_id
+        for tid, info in threads.items():
+            num = _U64.pack(int(tid[1:]))
+            txn.put(skey + num, json.dumps(info).encode(), db=self.dbs[b"threads"])
+            txn.put(skey + num, centroids[tid].astype(np.float32).tobytes(), db=self.dbs[b"centroids"])
+        txn.put(skey, json.dumps(prog).encode(), db=self.dbs[b"progress"])
+
+    @staticmethod
+    def _assign(turn: Turn, vec: np.ndarray, threads: dict[str, dict],
+                recent: dict[str, list[np.ndarray]], join: float, previous: str | None,
+                prog: dict[str, Any]) -> str:
+        if previous and turn.role != "user":
+            return previous                      # replies stay with what they answer
+        if previous and len(set(tokenize(turn.content))) < _SHORT_TURN_TERMS:
+            return prog["active_thread"] or previous
+        # Nearest-neighbour linkage on the thread's latest user turns: a topic
+        # that returns after a digression matches its own earlier questions,
+        # which a centroid of a long, drifting thread would blur.
+        best, best_sim = None, -1.0
+        for tid, vecs in recent.items():
+            if not vecs:
+                continue
+            sim = max(float(v @ vec) for v in vecs)
+            if sim > best_sim:
+                best, best_sim = tid, sim
+        if best is not None and best_sim >= join:
+            return best
+        tid = f"T{prog['next_thread']}"
+        prog["next_thread"] += 1
+        threads[tid] = {"thread_id": tid, "label": _label(turn.content,
+                                                          {t["label"] for t in threads.values()}),
+                        "turn_ids": [], "user_turns": [], "last_active_turn": turn.turn_id,
+                        "override": None}
+        return tid
+
+    def _load_threads(self, txn: Any, skey: bytes) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        cursor = txn.cursor(db=self.dbs[b"threads"])
+        if cursor.set_range(skey):
+            for key, value in cursor:
+                if not key.startswith(skey):
+                    break
+                info = json.loads(value)
+                out[info["thread_id"]] = info
+        return out
+
+    # -- reading -----------------------------------------------------------
+    def derived(self, session_id: str, turn_id: int) -> DerivedTurn | None:
+        raw = self.read(lambda txn: txn.get(_session_key(session_id) + _U64.pack(int(turn_id)),
+                                            db=self.dbs[b"derived"]))
+        return None if raw is None else DerivedTurn(turn_id=int(turn_id), **json.loads(raw))
+
+    def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> dict[int, np.ndarray]:
+            out = {}
+            for tid in turn_ids:
+                raw = txn.get(skey + _U64.pack(int(tid)), db=self.dbs[b"vectors"])
+                if raw is not None:
+                    out[int(tid)] = np.frombuffer(raw, dtype=np.float32)
+            return out
+        return self.read(read)
+
+    def active_thread(self, session_id: str) -> str | None:
+        prog = self._progress(session_id)
+        return None if prog is None else prog.get("active_thread")
+
+    def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
+        raw = self.read(lambda txn: self._load_threads(txn, _session_key(session_id)))
+        return [self._info(session_id, info, transcript) for info in
+                sorted(raw.values(), key=lambda i: int(i["thread_id"][1:]))]
+
+    def thread(self, session_id: str, thread_id: str, transcript: Any = None) -> ThreadInfo:
+        for info in self.threads(session_id, transcript):
+            if info.thread_id == thread_id:
+                return info
+        raise InvalidArgumentError(
+            f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
+
+    def _info(self, session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
+        override = info.get("override")
+        if override:
+            state = ThreadState(info["thread_id"], **override)
+        elif transcript is not None:
+            ids = info["turn_ids"][-40:]          # the state of a topic lives in its recent turns
+            turns = [transcript.turn(session_id, t) for t in ids]
+            state = derive_state(info["thread_id"], turns)
+        else:
+            state = ThreadState(info["thread_id"], last_active_turn=info["last_active_turn"])
+        return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
+                          info["last_active_turn"], state)
+
+    def set_thread_state(self, session_id: str, thread_id: str, *, established: list[str] | None = None,
+                         open_questions: list[str] | None = None,
+                         user_constraints: list[str] | None = None) -> None:
+        """Set a thread's state by hand; derived values no longer replace it."""
+        skey = _session_key(session_id)
+
+        def write(txn: Any) -> None:
+            threads = self._load_threads(txn, skey)
+            if thread_id not in threads:
+                raise InvalidArgumentError(
+                    f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
+            info = threads[thread_id]
+            info["override"] = {"established": list(established or []),
+                                "open_questions": list(open_questions or []),
+                                "user_constraints": list(user_constraints or []),
+                                "last_active_turn": info["last_active_turn"]}
+            txn.put(skey + _U64.pack(int(thread_id[1:])), json.dumps(info).encode(),
+                    db=self.dbs[b"threads"])
+        self.write(write)
+
+    def set_references(self, session_id: str, turn_id: int, references: list[int]) -> None:
+        key = _session_key(session_id) + _U64.pack(int(turn_id))
+
+        def write(txn: Any) -> None:
+            raw = txn.get(key, db=self.dbs[b"derived"])
+            if raw is None:
+                raise InvalidArgumentError(
+                    f"turn {turn_id} of {session_id!r} has no derived fields yet; sync() first")
+            rec = json.loads(raw)
+            rec["references"] = sorted({int(r) for r in references})
+            txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
+        self.write(write)
+
+
+def _progress_bar(total: int, wanted: bool, desc: str) -> Any:
+    if not wanted or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="turn")
