@@ -35,6 +35,8 @@ The public predicates are re-exported from one module per concern:
 :- reexport(ctxrelay/policy).
 :- reexport(ctxrelay/context).
 :- reexport(ctxrelay/warm).
+:- reexport(ctxrelay/scratch).
+:- reexport(ctxrelay/envelope).
 :- reexport(ctxrelay/packer).
 :- reexport(ctxrelay/runtime).
 

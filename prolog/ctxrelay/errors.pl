@@ -1,6 +1,8 @@
 :- module(ctxrelay_errors,
           [ py_api/1,               % :Goal
             py_api/2,               % :Goal, +Culprit
+            py_call_plain/2,        % +Call, -Result
+            py_plain/2,             % +PythonValue, -PrologValue
             error_info/2            % +Error, -Info
           ]).
 :- use_module(library(janus)).
@@ -54,6 +56,43 @@ python_kind(Class, _Obj, python(Class)).
 iso_formal(unknown_session, session(Id), existence_error(session, Id)).
 iso_formal(unknown_session, turn(Id, _), existence_error(session, Id)).
 iso_formal(unknown_turn, turn(Session, Turn), existence_error(turn, Session-Turn)).
+
+%!  py_call_plain(+Call, -Result) is det.
+%
+%   py_call/3 asking for strings, with Python's True/False made the plain
+%   atoms true/false throughout Result (py_plain/2).
+py_call_plain(Call, Result) :-
+    py_call(Call, Result0, [py_string_as(string)]),
+    py_plain(Result0, Result).
+
+%!  py_plain(+In, -Out) is det.
+%
+%   The one adapter for janus booleans: @true -> true, @false -> false,
+%   inside dicts and lists too.  @none (Python's None) is kept: janus maps
+%   it back to None when the value returns to Python.
+py_plain(V, V) :- var(V), !.
+py_plain(@(true), true) :- !.
+py_plain(@(false), false) :- !.
+py_plain(D0, D) :-
+    is_dict(D0, Tag),
+    !,
+    dict_pairs(D0, Tag, Pairs0),
+    maplist(plain_pair, Pairs0, Pairs),
+    dict_pairs(D, Tag, Pairs).
+py_plain(L0, L) :-
+    is_list(L0),
+    !,
+    maplist(py_plain, L0, L).
+py_plain(V, V).
+
+%   User JSON (metadata, tool arguments) keeps Python's constants, so it
+%   returns to Python unchanged.
+plain_pair(K-V0, K-V) :-
+    (   opaque_key(K) -> V = V0 ; py_plain(V0, V) ).
+
+opaque_key(metadata).
+opaque_key(args).
+opaque_key(structured).
 
 %!  error_info(+Error, -Info:dict) is det.
 %

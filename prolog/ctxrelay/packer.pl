@@ -8,16 +8,20 @@
                                     % -Vars, -Cost, -Utility
           ]).
 :- use_module(library(clpfd)).
+:- use_module(library(aggregate)).
 :- use_module(library(apply)).
 :- use_module(library(assoc)).
+:- use_module(library(debug)).
 :- use_module(library(error)).
+:- use_module(library(heaps)).
 :- use_module(library(lists)).
 :- use_module(library(option)).
+:- use_module(library(ordsets)).
 :- use_module(library(pairs)).
 :- use_module(library(predicate_options)).
 :- use_module(library(yall)).
 
-/** <module> Token-budget packer: a multiple-choice knapsack in CLP(FD)
+/** <module> Token-budget packer: a multiple-choice knapsack
 
 Context units compete for a token budget; the packer picks the admissible
 set of highest utility.
@@ -51,15 +55,31 @@ arrives as `-(Name, A1, ...)` and is read as `Name(A1, ...)` wherever a
 unit, variant, property, constraint or option is expected, and `@true` /
 `@false` are read as `true` / `false`.
 
-The model (pack_constraints/6) is plain CLP(FD). The search (pack/5) does
-not label it blindly: see docs/packer.md. In short, units tied by
-together/1 form one super-item, a multiple-choice knapsack item whose
-LP relaxation is the upper convex hull of its variants. The greedy pack
-is the first incumbent; the Lagrangian (Dantzig) bound of the LP
-relaxation fixes every option that cannot lead to a better pack; only
-the small remaining core is posted to CLP(FD) and labelled by a custom
-branch-and-bound that orders options by reduced value and posts the LP
-bound as a constraint on the objective at every node.
+The model is pack_constraints/6, plain CLP(FD), posted without search so
+that its propagation can be tested alone; the tests check every pack
+against it. pack/5 solves the same model compiled for speed (posting the
+CLP(FD) model of 300 units alone takes longer than the whole solve, see
+docs/packer.md):
+
+  1. unit propagation of the structural constraints over the groups of
+     together/1 units puts the mandatory closure in and what it excludes
+     out; the greedy pack (pack_greedy/4) is the first incumbent;
+  2. each connected component of the remaining links (requires/2,
+     excludes/2, at_most_one/1) becomes one class of a multiple-choice
+     knapsack (MCKP); its options are the Pareto set (cost, utility) of
+     the component's admissible selections, found by a dynamic program
+     over the component whose states carry the in/out status of its
+     frontier. The MCKP is exact: no constraint links two classes;
+  3. the LP relaxation of the MCKP (Dantzig over the upper convex hull of
+     every class) gives the bound and the multiplier at the critical
+     slope;
+  4. windows [T, UB] are searched from the top: the Lagrangian bound at
+     that multiplier removes every option that cannot reach T (reduction
+     fixing), and a dynamic program over the few classes left keeps
+     Pareto states whose utility plus the LP bound of the classes still
+     to come reaches max(T, incumbent+1) — the bound as a constraint on
+     the objective. The first window holding a pack holds the optimum;
+  5. alternatives come from Lawler-Murty partitioning of the space left.
 */
 
 :- predicate_options(pack/5, 5,
@@ -126,9 +146,14 @@ pack_constraints(Units, Constraints, Budget, Vars, Cost, Utility) :-
 %       At most N packs after the best one (default `inf`);
 %       `max_alternatives(0)` yields the best pack only.
 %
-%   Each alternative is found by a fresh search that excludes the packs
-%   already yielded (nogoods) and bounds the utility by the previous one;
-%   see docs/packer.md for its cost.
+%   Alternatives are found by Lawler-Murty partitioning: once a pack is
+%   yielded, the rest of its subproblem is split into disjoint
+%   subproblems (the units before the i-th fixed as in the pack, the i-th
+%   taking any other option), kept in a priority queue under a cheap
+%   upper bound and solved exactly only when they reach the top. A pack
+%   whose search was cut by the time limit is not followed by
+%   alternatives (their order could not be guaranteed). See
+%   docs/packer.md for the cost.
 %
 %   @error As pack_constraints/6, and type_error/domain_error for bad
 %   option values.
@@ -141,8 +166,8 @@ pack(Units, Constraints, Budget, Pack, Options) :-
     check_options(Options, TimeLimit, MaxAlt),
     prepare(Problem, Prep),
     Prep = prep(consistent, _, _, _),
-    first_solution(Prep, TimeLimit, Sol0),
-    enumerate(Prep, TimeLimit, MaxAlt, Sol0, Sol),
+    first_solution(Prep, TimeLimit, First),
+    enumerate(Prep, TimeLimit, MaxAlt, First, Sol),
     sol_pack(Prep, Sol, Pack).
 
 %!  pack_best(+Units, +Constraints, +Budget, -Pack) is det.
@@ -171,7 +196,7 @@ pack_best(Units, Constraints, Budget, Pack, Options) :-
     check_options(Options, TimeLimit, _),
     prepare(Problem, Prep),
     (   Prep = prep(consistent, _, _, _),
-        first_solution(Prep, TimeLimit, Sol)
+        first_solution(Prep, TimeLimit, Sol-_)
     ->  sol_pack(Prep, Sol, Pack)
     ;   no_pack_error(Prep)
     ).
@@ -179,29 +204,25 @@ pack_best(Units, Constraints, Budget, Pack, Options) :-
 %!  pack_greedy(+Units, +Constraints, +Budget, -Pack) is semidet.
 %
 %   The greedy pack: the mandatory units (and what they require) at their
-%   cheapest variants, then upgrades and inclusions by decreasing utility
-%   density (over the convex hull of each unit's variants) while they fit
-%   and respect the constraints. Status is `gap(G)` with G the distance to
-%   the LP bound, or `optimal` when G is 0. It is the first incumbent of
-%   pack/5. Fails when nothing is admissible.
+%   cheapest variants, then inclusions and variant upgrades by decreasing
+%   utility density (over the convex hull of the variants of each
+%   together/1 group) while they fit and respect the constraints. Status
+%   is `gap(G)` with G the distance to the LP bound of the relaxation
+%   that keeps together/1 but drops excludes/2, at_most_one/1 and
+%   requires/2, or `optimal` when G is 0. pack/5 never returns less.
+%   Fails when nothing is admissible.
 %
 %   @error As pack_constraints/6.
 
 pack_greedy(Units, Constraints, Budget, Pack) :-
     check_problem(Units, Constraints, Budget, Problem),
     prepare(Problem, Prep),
-    Prep = prep(consistent, _, _, _),
-    findall(S, greedy_with_gap(Prep, S), [Sol]),
-    sol_pack(Prep, Sol, Pack).
-
-greedy_with_gap(Prep, sol(Key, Cost, Util, Status)) :-
-    greedy(Prep, Key, Cost, Util),
-    Prep = prep(_, P, X, St0),
-    P = prob(_, _, _, _, Budget),
-    duplicate_term(St0, St),
+    Prep = prep(consistent, P, X, St),
     initial_allowed(P, Allowed),
+    greedy_groups(P, X, St, Allowed, Key, Cost, Util),
     lp_bound(X, St, Allowed, Budget, Bound, _, _),
-    gap_status(Bound, Util, Status).
+    gap_status(Bound, Util, Status),
+    sol_pack(Prep, sol(Key, Cost, Util, Status, _), Pack).
 
 
                  /*******************************
@@ -663,8 +684,12 @@ set_all_out([H|Hs], X, St, Ch0, Ch) :-
 
 
                  /*******************************
-                 *     HULLS AND THE LP BOUND   *
+                 *  GROUP HULLS AND THE GROUP LP  *
                  *******************************/
+
+%   The relaxation behind pack_greedy/4 and the fallback bound: groups
+%   of together/1 units are items whose LP options are the Minkowski sum
+%   of their members' variant hulls; the other constraints are dropped.
 
 %   member_chain(+Vs, -Chain)
 %
@@ -678,16 +703,16 @@ member_chain(Vs, Chain) :-
     keysort(Keyed, Sorted),
     pairs_values(Sorted, [P0|Ps]),
     P0 = p(_, U0, _),
-    pareto(Ps, U0, Front),
+    chain_pareto(Ps, U0, Front),
     hull([P0|Front], Chain).
 
-pareto([], _, []).
-pareto([P|Ps], Best, Front) :-
+chain_pareto([], _, []).
+chain_pareto([P|Ps], Best, Front) :-
     P = p(_, U, _),
     (   U > Best
     ->  Front = [P|Front1],
-        pareto(Ps, U, Front1)
-    ;   pareto(Ps, Best, Front)
+        chain_pareto(Ps, U, Front1)
+    ;   chain_pareto(Ps, Best, Front)
     ).
 
 hull(Points, Chain) :-
@@ -856,10 +881,10 @@ gap_status(Bound, Util, Status) :-
 
 
                  /*******************************
-                 *            GREEDY            *
+                 *        THE GREEDY PACK       *
                  *******************************/
 
-%   greedy(+Prep, -Key, -Cost, -Util) is semidet.
+%   greedy_groups(+P, +X, +St, +Allowed, -Key, -Cost, -Util) is semidet.
 %
 %   Mandatory groups (and their closure) at their cheapest hull points,
 %   then the moves of all groups (include at the steepest point from the
@@ -868,11 +893,10 @@ gap_status(Bound, Util, Status) :-
 %   group pulled in by requires/2 may make an earlier step applicable.
 %   Key is the sorted list of UnitIndex-VariantIndex.
 
-greedy(prep(consistent, P, X, St0), Key, Cost, Util) :-
+greedy_groups(P, X, St0, Allowed, Key, Cost, Util) :-
     P = prob(_, _, _, _, Budget),
     X = str(G, _, GM, _, _, _, _, _),
     duplicate_term(St0, St),
-    initial_allowed(P, Allowed),
     functor(Chains, chains, G),
     functor(Pos, pos, G),
     numlist_(1, G, Gs),
@@ -887,19 +911,23 @@ greedy(prep(consistent, P, X, St0), Key, Cost, Util) :-
     key_cost_util(P, Key, Cost, Util).
 
 greedy_group(St, GM, Allowed, Chains, Pos, Gi, C0-Moves0, C-Moves) :-
-    group_variants(Gi, GM, Allowed, MVs),
-    group_chain(MVs, Base, Segs),
-    Base = b(BC, _, _),
-    nb_setarg(Gi, Chains, ch(Base, Segs)),
     arg(Gi, St, S),
+    (   S == out
+    ->  setarg(Gi, Pos, out),
+        C = C0,
+        Moves0 = Moves
+    ;   group_variants(Gi, GM, Allowed, MVs),
+        group_chain(MVs, Base, Segs),
+        Base = b(BC, _, _),
+        nb_setarg(Gi, Chains, ch(Base, Segs)),
+        greedy_group_(S, Gi, Base, BC, Segs, Pos, C0, C, Moves0, Moves)
+    ).
+
+greedy_group_(S, Gi, Base, BC, Segs, Pos, C0, C, Moves0, Moves) :-
     (   S == in
     ->  setarg(Gi, Pos, 0),
         C is C0+BC,
         group_lp(in, Gi, Base, Segs, _, _, Moves0, Moves)
-    ;   S == out
-    ->  setarg(Gi, Pos, out),
-        C = C0,
-        Moves0 = Moves
     ;   setarg(Gi, Pos, out),
         C = C0,
         group_lp(opt, Gi, Base, Segs, _, _, Moves0, Moves1),
@@ -992,108 +1020,778 @@ key_cost_util_([M-K|Key], Us, C0, C, U0, U) :-
 
 
                  /*******************************
-                 *    REDUCTION (BOUND FIXING)  *
+                 *         RESTRICTIONS         *
                  *******************************/
 
-%   reduce(+T, +X, !St, !Allowed, +Budget, -Bound) is semidet.
+%   A subproblem restricts every unit to a list of allowed options (0 =
+%   out, K = variant K): restr(Base, Overrides) with Base an array and
+%   Overrides a list of Unit-Options that take precedence (the first
+%   one for a unit wins). Alternatives are subproblems (see ENUMERATION).
+
+initial_restrictions(prob(N, _, Us, _, _), restr(Base, [])) :-
+    functor(Base, r, N),
+    forall(between(1, N, I),
+           ( arg(I, Us, u(Vs, M)),
+             length(Vs, K),
+             numlist_(1, K, Ks),
+             (   M == true
+             ->  O = Ks
+             ;   O = [0|Ks]
+             ),
+             nb_setarg(I, Base, O)
+           )).
+
+restrictions_array(restr(Base, Overrides), R) :-
+    duplicate_term(Base, R),
+    reverse(Overrides, Rev),
+    override(Rev, R).
+
+override([], _).
+override([I-O|Os], R) :-
+    setarg(I, R, O),
+    override(Os, R).
+
+%   apply_restrictions(+I, +N, +R, +X, !St) is semidet.
 %
-%   Removes every option (a group in or out, a member variant) whose
-%   Lagrangian bound, with the multiplier P/Q at the critical slope of
-%   the LP relaxation, is below T: no pack of utility >= T uses it.
-%   Propagates the structural constraints and repeats until nothing
-%   changes. Bound is the final LP bound. Fails when no pack of utility
-%   >= T exists.
+%   Group states implied by the restrictions, propagated.
 
-reduce(T, X, St, Allowed, Budget, Bound) :-
-    reduce(8, T, X, St, Allowed, Budget, Bound).
-
-reduce(Rounds, T, X, St, Allowed, Budget, Bound) :-
-    lp_bound(X, St, Allowed, Budget, Bound0, P, Q),
-    Bound0 >= T,
-    (   Rounds > 0
-    ->  reduce_round(T, P, Q, X, St, Allowed, Budget, Changed),
-        (   Changed == true
-        ->  R1 is Rounds-1,
-            reduce(R1, T, X, St, Allowed, Budget, Bound)
-        ;   Bound = Bound0
-        )
-    ;   Bound = Bound0
+apply_restrictions(I, N, R, X, St) :-
+    (   I > N
+    ->  true
+    ;   arg(I, R, O),
+        X = str(_, UG, _, _, _, _, _, _),
+        arg(I, UG, G),
+        (   O == []
+        ->  fail
+        ;   O == [0]
+        ->  set_out(G, X, St, _, [])
+        ;   O = [0|_]
+        ->  true
+        ;   set_in(G, X, St, _, [])
+        ),
+        I1 is I+1,
+        apply_restrictions(I1, N, R, X, St)
     ).
 
-reduce_round(T, P, Q, X, St, Allowed, Budget, Changed) :-
-    X = str(G, _, GM, _, _, _, _, _),
+
+                 /*******************************
+                 *     PARETO SETS AND HULLS    *
+                 *******************************/
+
+%   An option is o(Cost, Utility, Sel) with Sel a list of Unit-Variant
+%   pairs. A Pareto list is sorted by strictly increasing Cost and
+%   strictly increasing Utility: for the optimum only Pareto options of
+%   a part matter, as the constraints only see which units are in.
+
+pareto(Options, Front) :-
+    keyed_options(Options, Keyed),
+    keysort(Keyed, Sorted),
+    pairs_values(Sorted, [O|Os]),
+    O = o(_, U, _),
+    pareto_(Os, U, Front0),
+    Front = [O|Front0].
+
+keyed_options([], []).
+keyed_options([O|Os], [k(C, NU)-O|Ks]) :-
+    O = o(C, U, _),
+    NU is -U,
+    keyed_options(Os, Ks).
+
+pareto_([], _, []).
+pareto_([O|Os], Best, Front) :-
+    O = o(_, U, _),
+    (   U > Best
+    ->  Front = [O|Front1],
+        pareto_(Os, U, Front1)
+    ;   pareto_(Os, Best, Front)
+    ).
+
+%   minkowski(+Front1, +Front2, -Front): Pareto set of all sums.
+
+minkowski([o(0, 0, [])], F2, F) :-
+    !,
+    F = F2.
+minkowski(F1, F2, F) :-
+    findall(o(C, U, Sel),
+            ( member(o(C1, U1, S1), F1),
+              member(o(C2, U2, S2), F2),
+              C is C1+C2,
+              U is U1+U2,
+              append(S1, S2, Sel)
+            ),
+            Sums),
+    pareto(Sums, F).
+
+%   hull_segments(+Front, -Segs, ?Tail)
+%
+%   The upper concave hull of a Pareto list from its first (cheapest)
+%   option, as segments Key-seg(DU, DC, To) (To the 1-based index of
+%   the option reached) by strictly decreasing slope Key = DU/DC.
+
+hull_segments([o(C0, U0, _)|Os], Segs, Tail) :-
+    hull_points(Os, 2, [p(C0, U0, 1)], Rev),
+    reverse(Rev, [P0|Ps]),
+    points_segments(Ps, P0, Segs, Tail).
+
+hull_points([], _, Stack, Stack).
+hull_points([o(C, U, _)|Os], I, Stack0, Stack) :-
+    P = p(C, U, I),
+    hull_pop(Stack0, P, Stack1),
+    I1 is I+1,
+    hull_points(Os, I1, [P|Stack1], Stack).
+
+points_segments([], _, Segs, Segs).
+points_segments([P|Ps], p(C0, U0, _), [Key-seg(DU, DC, I)|Segs0], Segs) :-
+    P = p(C, U, I),
+    DU is U-U0,
+    DC is C-C0,
+    Key is DU rdiv DC,
+    points_segments(Ps, P, Segs0, Segs).
+
+
+                 /*******************************
+                 *  CLASSES: THE MCKP OF A PROBLEM *
+                 *******************************/
+
+%   classes(+P, +X, +St, +R, +Deadline, -Classes) is semidet.
+%
+%   Compiles a (restricted) problem into an exact multiple-choice
+%   knapsack: one class per connected component of the structural
+%   constraints among the undecided groups, whose options are the Pareto
+%   set of the component's admissible selections (a dynamic program over
+%   the component, see component_options/7). Groups that propagation put
+%   in are classes of their own, groups put out vanish. Classes is a
+%   list of non-empty Pareto lists. Fails when a forced group has no
+%   admissible selection.
+
+classes(P, X, St, R, Deadline, Classes) :-
+    X = str(G, _, _, _, _, _, _, _),
+    functor(InOpts, in_options, G),
     numlist_(1, G, Gs),
-    foldl(group_values(P, Q, St, GM, Allowed), Gs, Infos, 0, Sum),
-    D is P*Budget + Sum,
+    groups_in_state(Gs, St, in, InGs),
+    groups_in_state(Gs, St, free, FreeGs),
+    maplist(group_in_options(P, X, R, InOpts), InGs),
+    maplist(group_in_options(P, X, R, InOpts), FreeGs),
+    maplist(forced_class(InOpts), InGs, Forced),
+    functor(Links, links, G),
+    maplist(free_links(X, St, Links), FreeGs),
+    components(FreeGs, Links, Components),
+    maplist(component_class(Links, InOpts, Deadline), Components, Free),
+    append(Forced, Free, Fronts),
+    maplist(make_class, Fronts, Classes).
+
+%   make_class(+Front, -Class): Class is c(Front, Hull), Hull the hull
+%   segments of the Pareto list Front (hull_segments/3), computed once.
+
+make_class(Front, c(Front, Hull)) :-
+    hull_segments(Front, Hull, []).
+
+groups_in_state([], _, _, []).
+groups_in_state([G|Gs], St, S, Sel) :-
+    (   arg(G, St, S)
+    ->  Sel = [G|Sel1]
+    ;   Sel = Sel1
+    ),
+    groups_in_state(Gs, St, S, Sel1).
+
+group_in_options(P, X, R, InOpts, Gi) :-
+    X = str(_, _, GM, _, _, _, _, _),
+    P = prob(_, _, Us, _, _),
+    arg(Gi, GM, Ms),
+    foldl(member_front(Us, R), Ms, [o(0, 0, [])], Front),
+    nb_setarg(Gi, InOpts, Front).
+
+member_front(Us, R, M, F0, F) :-
+    arg(M, R, O),
+    arg(M, Us, u(Vs, _)),
+    variant_options(O, Vs, M, Os),
+    (   Os == []
+    ->  F = []
+    ;   F0 == []
+    ->  F = []
+    ;   Os = [_]
+    ->  minkowski(F0, Os, F)
+    ;   pareto(Os, MF),
+        minkowski(F0, MF, F)
+    ).
+
+variant_options([], _, _, []).
+variant_options([K|Ks], Vs, M, Os) :-
+    (   K =:= 0
+    ->  Os = Os1
+    ;   nth1(K, Vs, v(K, _, C, U)),
+        Os = [o(C, U, [M-K])|Os1]
+    ),
+    variant_options(Ks, Vs, M, Os1).
+
+forced_class(InOpts, Gi, Front) :-
+    arg(Gi, InOpts, Front),
+    Front \== [].
+
+%   free_links(+X, +St, !Links, +G)
+%
+%   Links of free group G to other free groups: l(Requires, RequiredBy,
+%   AtMostOneMates, All), sorted sets. Links to groups that are in or out
+%   need no care: propagation has already enforced them.
+
+free_links(X, St, Links, Gi) :-
+    X = str(_, _, _, _, Req, RevReq, AmoOf, AmoSets),
+    arg(Gi, Req, R1),
+    free_others(R1, Gi, St, Rq),
+    arg(Gi, RevReq, R2),
+    free_others(R2, Gi, St, RqBy),
+    arg(Gi, AmoOf, Ss),
+    amo_mates(Ss, AmoSets, Mates0),
+    sort(Mates0, Mates1),
+    free_others(Mates1, Gi, St, Amo),
+    append([Rq, RqBy, Amo], All0),
+    sort(All0, All),
+    setarg(Gi, Links, l(Rq, RqBy, Amo, All)).
+
+amo_mates([], _, []).
+amo_mates([S|Ss], AmoSets, Mates) :-
+    arg(S, AmoSets, Set),
+    append(Set, Mates1, Mates),
+    amo_mates(Ss, AmoSets, Mates1).
+
+free_others([], _, _, []).
+free_others([H|Hs], Gi, St, Ns) :-
+    (   H =\= Gi,
+        arg(H, St, free)
+    ->  Ns = [H|Ns1]
+    ;   Ns = Ns1
+    ),
+    free_others(Hs, Gi, St, Ns1).
+
+% components(+FreeGs, +Links, -Components): connected components of the
+% links among free groups, each a list of groups in breadth-first order.
+
+components([], _, []) :- !.
+components(FreeGs, Links, Components) :-
+    functor(Links, _, G),
+    functor(Seen, seen, G),
+    components_(FreeGs, Links, Seen, Components).
+
+components_([], _, _, []).
+components_([Gi|Gs], Links, Seen, Cs) :-
+    (   arg(Gi, Seen, S), S == true
+    ->  components_(Gs, Links, Seen, Cs)
+    ;   setarg(Gi, Seen, true),
+        bfs([Gi], Links, Seen, Comp),
+        Cs = [[Gi|Comp]|Cs1],
+        components_(Gs, Links, Seen, Cs1)
+    ).
+
+bfs([], _, _, []).
+bfs([Gi|Queue], Links, Seen, Order) :-
+    arg(Gi, Links, l(_, _, _, Ns)),
+    unseen(Ns, Seen, New),
+    append(Queue, New, Queue1),
+    append(New, Order1, Order),
+    bfs(Queue1, Links, Seen, Order1).
+
+unseen([], _, []).
+unseen([N|Ns], Seen, New) :-
+    (   arg(N, Seen, S), S == true
+    ->  New = New1
+    ;   setarg(N, Seen, true),
+        New = [N|New1]
+    ),
+    unseen(Ns, Seen, New1).
+
+component_class(_, InOpts, _, [Gi], Front) :-
+    !,
+    arg(Gi, InOpts, In),
+    with_out(In, Front).
+component_class(Links, InOpts, Deadline, Gs, Front) :-
+    component_options(Gs, Links, InOpts, Deadline, Front).
+
+% with_out(+InFront, -Front): the Pareto set of {out} and InFront.
+with_out([], [o(0, 0, [])]).
+with_out([O|Os], Front) :-
+    O = o(C, U, _),
+    (   C =:= 0, U > 0
+    ->  Front = [O|Os]
+    ;   U =:= 0
+    ->  Front = [o(0, 0, [])|Os]
+    ;   Front = [o(0, 0, []), O|Os]
+    ).
+
+%   component_options(+Gs, +Links, +InOpts, +Deadline, -Front)
+%
+%   Dynamic program over the groups of a component in breadth-first
+%   order. States are grouped by their signature Sig: the in/out status
+%   of the processed groups that still have a link to an unprocessed one
+%   (the frontier); within a signature only the Pareto set of
+%   s(Cost, Util, Sels) is kept. The width of the frontier bounds the
+%   work; the time limit guards it.
+
+component_options(Gs, Links, InOpts, Deadline, Front) :-
+    number_positions(Gs, 1, PosPairs),
+    list_to_assoc(PosPairs, Pos),
+    maplist(last_link(Links, Pos), PosPairs, LastPairs),
+    list_to_assoc(LastPairs, Last),
+    findall(L-H, ( member(H-L, LastPairs), get_assoc(H, Pos, PH), L > PH ), Closing0),
+    keysort(Closing0, Closing1),
+    group_pairs_by_key(Closing1, Closing2),
+    list_to_assoc(Closing2, Closing),
+    foldl(dp_group(Links, Pos, Last, Closing, InOpts, Deadline), Gs,
+          [[]-[s(0, 0, [])]], SigGroups),
+    SigGroups = [[]-States],
+    states_options(States, Os),
+    pareto(Os, Front).
+
+number_positions([], _, []).
+number_positions([G|Gs], P, [G-P|Ps]) :-
+    P1 is P+1,
+    number_positions(Gs, P1, Ps).
+
+last_link(Links, Pos, Gi-P, Gi-Last) :-
+    arg(Gi, Links, l(_, _, _, Ns)),
+    max_position(Ns, Pos, P, Last).
+
+max_position([], _, L, L).
+max_position([N|Ns], Pos, L0, L) :-
+    get_assoc(N, Pos, PN),
+    L1 is max(L0, PN),
+    max_position(Ns, Pos, L1, L).
+
+states_options([], []).
+states_options([s(C, U, Sels)|Ss], [o(C, U, Sel)|Os]) :-
+    append(Sels, Sel),
+    states_options(Ss, Os).
+
+dp_group(Links, Pos, Last, Closing, InOpts, Deadline, Gi, SigGroups0, SigGroups) :-
+    in_time(Deadline),
+    get_assoc(Gi, Pos, P),
+    get_assoc(Gi, Last, LastG),
+    (   get_assoc(P, Closing, Close)
+    ->  true
+    ;   Close = []
+    ),
+    (   LastG > P
+    ->  Keep = true
+    ;   Keep = false
+    ),
+    arg(Gi, InOpts, In),
+    arg(Gi, Links, l(Rq, RqBy, Amo, _)),
+    Ctx = dp(Gi, Rq, RqBy, Amo, In, Close, Keep),
+    expand_sigs(SigGroups0, Ctx, Keyed, []),
+    keysort(Keyed, Sorted),
+    sig_groups(Sorted, SigGroups).
+
+expand_sigs([], _, K, K).
+expand_sigs([Sig-States|SGs], Ctx, K0, K) :-
+    Ctx = dp(Gi, Rq, RqBy, Amo, In, Close, Keep),
+    (   \+ ( member(H, RqBy), memberchk(H-in, Sig) )
+    ->  next_sig(Sig, Close, Gi, Keep, out, SigOut),
+        emit_states(States, SigOut, 0, 0, [], K0, K1)
+    ;   K1 = K0
+    ),
+    (   In \== [],
+        \+ ( member(H, Rq), memberchk(H-out, Sig) ),
+        \+ ( member(H, Amo), memberchk(H-in, Sig) )
+    ->  next_sig(Sig, Close, Gi, Keep, in, SigIn),
+        emit_in(In, States, SigIn, K1, K2)
+    ;   K2 = K1
+    ),
+    expand_sigs(SGs, Ctx, K2, K).
+
+emit_in([], _, _, K, K).
+emit_in([o(OC, OU, OSel)|Os], States, Sig, K0, K) :-
+    emit_states(States, Sig, OC, OU, OSel, K0, K1),
+    emit_in(Os, States, Sig, K1, K).
+
+emit_states([], _, _, _, _, K, K).
+emit_states([s(C0, U0, Sels)|Ss], Sig, OC, OU, OSel, [k(Sig, C, NU)-s(C, U, Sels1)|K0], K) :-
+    C is C0+OC,
+    U is U0+OU,
+    NU is -U,
+    (   OSel == []
+    ->  Sels1 = Sels
+    ;   Sels1 = [OSel|Sels]
+    ),
+    emit_states(Ss, Sig, OC, OU, OSel, K0, K).
+
+next_sig(Sig, Close, Gi, Keep, Status, Sig1) :-
+    (   Close == []
+    ->  Sig0 = Sig
+    ;   drop_closed(Sig, Close, Sig0)
+    ),
+    (   Keep == true
+    ->  ord_union(Sig0, [Gi-Status], Sig1)
+    ;   Sig1 = Sig0
+    ).
+
+drop_closed([], _, []).
+drop_closed([H-S|Sig], Close, Open) :-
+    (   memberchk(H, Close)
+    ->  Open = Open1
+    ;   Open = [H-S|Open1]
+    ),
+    drop_closed(Sig, Close, Open1).
+
+% sig_groups(+Sorted, -SigGroups): Sig-States with the Pareto states of
+% each signature, from pairs sorted by k(Sig, Cost, -Util).
+sig_groups([], []).
+sig_groups([k(Sig, _, NU)-S|Ks], [Sig-[S|States]|SGs]) :-
+    U is -NU,
+    sig_group(Ks, Sig, U, States, Rest),
+    sig_groups(Rest, SGs).
+
+sig_group([], _, _, [], []).
+sig_group([K|Ks], Sig, Best, States, Rest) :-
+    K = k(Sig1, _, NU)-S,
+    (   Sig1 == Sig
+    ->  U is -NU,
+        (   U > Best
+        ->  States = [S|States1],
+            sig_group(Ks, Sig, U, States1, Rest)
+        ;   sig_group(Ks, Sig, Best, States, Rest)
+        )
+    ;   States = [],
+        Rest = [K|Ks]
+    ).
+
+in_time(inf) :- !.
+in_time(Deadline) :-
+    get_time(Now),
+    (   Now =< Deadline
+    ->  true
+    ;   throw(packer_time_limit)
+    ).
+
+
+                 /*******************************
+                 *      THE LP BOUND OF THE MCKP  *
+                 *******************************/
+
+%   lp(+Classes, +Budget, -Bound, -P, -Q) is semidet.
+%
+%   Dantzig bound of the MCKP: every class at its cheapest option, then
+%   the hull segments of all classes by decreasing slope while they fit,
+%   the break segment fractionally. Bound is the floor of the LP optimum,
+%   P/Q the critical slope (0/1 when everything fits). Fails when the
+%   cheapest options do not fit.
+
+lp(Classes, Budget, Bound, P, Q) :-
+    class_lp_items(Classes, 0, BC, 0, BU, Segs, []),
+    Cap is Budget-BC,
+    Cap >= 0,
+    sort(1, @>=, Segs, Sorted),
+    lp_fill(Sorted, Cap, BU, Bound, P, Q).
+
+class_lp_items([], C, C, U, U, Segs, Segs).
+class_lp_items([c([o(FC, FU, _)|_], Hull)|Cs], C0, C, U0, U, Segs0, Segs) :-
+    C1 is C0+FC,
+    U1 is U0+FU,
+    append(Hull, Segs1, Segs0),
+    class_lp_items(Cs, C1, C, U1, U, Segs1, Segs).
+
+
+                 /*******************************
+                 *       GREEDY OVER CLASSES    *
+                 *******************************/
+
+%   class_greedy(+Classes, +Budget, -Util, -Choice) is semidet.
+%
+%   Every class at its cheapest option, then the hull steps of all
+%   classes by decreasing slope (utility density) while they fit, then
+%   passes that move a class to its best option that still fits.
+%   Choice is the list of chosen options, one per class.
+
+class_greedy(Classes, Budget, Util, Choice) :-
+    Arr =.. [cls|Classes],
+    length(Classes, N),
+    maplist([c(F, _), A]>>(A =.. [opts|F]), Classes, OptArrs),
+    OA =.. [oa|OptArrs],
+    functor(Pos, pos, N),
+    foldl(greedy_start(Pos), Classes, 1-0, _-Used0),
+    Used0 =< Budget,
+    numlist_(1, N, Is),
+    foldl(class_segments(Arr), Is, Segs, []),
+    sort(1, @>=, Segs, Sorted),
+    foldl(greedy_step(Pos, Budget), Sorted, Used0, Used1),
+    greedy_upgrade(3, Is, OA, Pos, Budget, Used1, _),
+    findall(O, ( between(1, N, I), arg(I, Pos, J), arg(I, OA, A), arg(J, A, O) ),
+            Choice),
+    foldl([o(_, U, _), U0, U1]>>(U1 is U0+U), Choice, 0, Util).
+
+greedy_start(Pos, c([o(C, _, _)|_], _), I-U0, I1-U) :-
+    setarg(I, Pos, 1),
+    U is U0+C,
+    I1 is I+1.
+
+class_segments(Arr, I, Segs0, Segs) :-
+    arg(I, Arr, c(_, HS)),
+    hull_from(HS, I, 1, Segs0, Segs).
+
+hull_from([], _, _, Segs, Segs).
+hull_from([Key-seg(_, DC, To)|HS], I, From, [Key-step(I, From, To, DC)|Segs0], Segs) :-
+    hull_from(HS, I, To, Segs0, Segs).
+
+greedy_step(Pos, Budget, _-step(I, From, To, DC), Used0, Used) :-
+    (   arg(I, Pos, From),
+        Used1 is Used0+DC,
+        Used1 =< Budget
+    ->  setarg(I, Pos, To),
+        Used = Used1
+    ;   Used = Used0
+    ).
+
+greedy_upgrade(Passes, Is, OA, Pos, Budget, Used0, Used) :-
+    (   Passes > 0
+    ->  foldl(upgrade_class(OA, Pos, Budget), Is, Used0-false, Used1-Changed),
+        (   Changed == true
+        ->  P1 is Passes-1,
+            greedy_upgrade(P1, Is, OA, Pos, Budget, Used1, Used)
+        ;   Used = Used1
+        )
+    ;   Used = Used0
+    ).
+
+upgrade_class(OA, Pos, Budget, I, Used0-Ch0, Used-Ch) :-
+    arg(I, OA, A),
+    arg(I, Pos, J),
+    arg(J, A, o(CJ, _, _)),
+    Room is Budget-Used0+CJ,
+    functor(A, _, NO),
+    last_fitting(NO, A, Room, K),
+    (   K > J
+    ->  arg(K, A, o(CK, _, _)),
+        setarg(I, Pos, K),
+        Used is Used0-CJ+CK,
+        Ch = true
+    ;   Used = Used0,
+        Ch = Ch0
+    ).
+
+last_fitting(K, A, Room, Fit) :-
+    arg(K, A, o(C, _, _)),
+    (   C =< Room
+    ->  Fit = K
+    ;   K1 is K-1,
+        last_fitting(K1, A, Room, Fit)
+    ).
+
+
+                 /*******************************
+                 *   REDUCTION AND CORE SEARCH  *
+                 *******************************/
+
+%   reduce(+Classes, +Budget, +T, -Reduced) is semidet.
+%
+%   Drops every option whose Lagrangian bound, at the multiplier P/Q of
+%   the critical slope of the LP relaxation, is below T: no pack of
+%   utility >= T uses it. With D = P*Budget + sum of the best reduced
+%   values Q*U - P*C of the classes, option o of class k survives iff
+%   D - best(k) + val(o) >= T*Q. Repeats while it removes options and
+%   the LP multiplier moves. Fails when no pack of utility >= T exists.
+
+reduce(Classes, Budget, T, Reduced) :-
+    reduce(3, Classes, Budget, T, Reduced).
+
+reduce(Rounds, Classes, Budget, T, Reduced) :-
+    lp(Classes, Budget, Bound, P, Q),
+    Bound >= T,
+    maplist(class_values(P, Q), Classes, Valued, Bests),
+    sum_list(Bests, SumBest),
+    D is P*Budget + SumBest,
     TQ is T*Q,
     D >= TQ,
-    foldl(eliminate(D, TQ, X, St, Allowed), Infos, false, Changed).
+    keep_all(Valued, Bests, Classes, D, TQ, Classes1, false, Changed),
+    (   Rounds > 1,
+        Changed == true
+    ->  R1 is Rounds-1,
+        reduce(R1, Classes1, Budget, T, Reduced)
+    ;   Reduced = Classes1
+    ).
 
-%   gi(Gi, State, InValue, Best, Members): Members is a list of
-%   mi(M, BestM, [Val-V, ...]).
+class_values(P, Q, c(Front, _), Valued, Best) :-
+    option_values(Front, P, Q, Valued),
+    pairs_keys(Valued, Vs),
+    max_list(Vs, Best).
 
-group_values(P, Q, St, GM, Allowed, Gi, gi(Gi, S, InV, Best, MIs), Sum0, Sum) :-
-    arg(Gi, St, S),
-    (   S == out
-    ->  InV = 0, Best = 0, MIs = []
-    ;   arg(Gi, GM, Ms),
-        maplist(member_values(P, Q, Allowed), Ms, MIs),
-        foldl([mi(_, B, _), V0, V]>>(V is V0+B), MIs, 0, InV),
-        (   S == in
-        ->  Best = InV
-        ;   Best is max(0, InV)
-        )
+option_values([], _, _, []).
+option_values([O|Os], P, Q, [V-O|VOs]) :-
+    O = o(C, U, _),
+    V is U*Q - P*C,
+    option_values(Os, P, Q, VOs).
+
+keep_all([], [], [], _, _, [], Ch, Ch).
+keep_all([V|Vs], [B|Bs], [C0|Cs0], D, TQ, [C|Cs], Ch0, Ch) :-
+    keep_options(D, TQ, V, B, C0, C, Ch1),
+    (   Ch1 == true
+    ->  Ch2 = true
+    ;   Ch2 = Ch0
     ),
-    Sum is Sum0+Best.
+    keep_all(Vs, Bs, Cs0, D, TQ, Cs, Ch2, Ch).
 
-member_values(P, Q, Allowed, M, mi(M, Best, VVs)) :-
-    arg(M, Allowed, Vs),
-    reduced_values(Vs, P, Q, VVs),
-    pairs_keys(VVs, Vals),
-    max_list(Vals, Best).
-
-%   reduced_values(+Vs, +P, +Q, -Pairs): Val-V with Val = Q*U - P*C, the
-%   Lagrangian value of V at multiplier P/Q, scaled by Q.
-
-reduced_values([], _, _, []).
-reduced_values([V|Vs], P, Q, [Val-V|VVs]) :-
-    V = v(_, _, C, U),
-    Val is U*Q - P*C,
-    reduced_values(Vs, P, Q, VVs).
-
-eliminate(_, _, _, _, _, gi(_, out, _, _, _), Ch, Ch) :- !.
-eliminate(D, TQ, X, St, Allowed, gi(Gi, S, InV, Best, MIs), Ch0, Ch) :-
-    Rest is D-Best,
-    (   S == free, Rest + InV < TQ
-    ->  set_out(Gi, X, St, _, []),
-        Ch = true
-    ;   (   S == free, Rest < TQ
-        ->  set_in(Gi, X, St, _, []),
-            Ch1 = true
-        ;   Ch1 = Ch0
-        ),
-        Base is Rest+InV,
-        foldl(eliminate_variants(Base, TQ, Allowed), MIs, Ch1, Ch)
+keep_options(D, TQ, Valued, Best, Class0, Class, Changed) :-
+    Min is TQ - D + Best,
+    at_least(Valued, Min, Kept),
+    (   same_length(Kept, Valued)
+    ->  Changed = false,
+        Class = Class0
+    ;   Changed = true,
+        make_class(Kept, Class)
     ).
 
 at_least([], _, []).
-at_least([Val-V|VVs], Min, Vs) :-
-    (   Val >= Min
-    ->  Vs = [V|Vs1]
-    ;   Vs = Vs1
+at_least([V-O|VOs], Min, Kept) :-
+    (   V >= Min
+    ->  Kept = [O|Kept1]
+    ;   Kept = Kept1
     ),
-    at_least(VVs, Min, Vs1).
+    at_least(VOs, Min, Kept1).
 
-eliminate_variants(Base, TQ, Allowed, mi(M, BestM, VVs), Ch0, Ch) :-
-    Min is TQ - Base + BestM,               % keep Val >= Min
-    (   VVs = [_, _|_],
-        pairs_keys(VVs, Vals),
-        min_list(Vals, Low),
-        Low < Min
-    ->  at_least(VVs, Min, Vs),
-        setarg(M, Allowed, Vs),
-        Ch = true
-    ;   Ch = Ch0
+%   suffix_bounds(+Fronts, -Bounds)
+%
+%   Bounds is a list, one element per suffix of Fronts (plus the empty
+%   suffix): f(BaseC, BaseU, Chain) where Chain is an array of
+%   c(CumCost, CumUtil, DU, DC) over the merged hull segments of the
+%   suffix, so that its LP value at capacity R is found by search.
+
+suffix_bounds(Fronts, Bounds) :-
+    reverse(Fronts, Rev),
+    foldl(suffix_bound, Rev, [f(0, 0, [])], Bounds0),
+    maplist(bound_array, Bounds0, Bounds).
+
+suffix_bound(c([o(C, U, _)|_], HS), [f(BC0, BU0, Segs0)|Fs],
+             [f(BC, BU, Segs), f(BC0, BU0, Segs0)|Fs]) :-
+    BC is BC0+C,
+    BU is BU0+U,
+    merge_segments(HS, Segs0, Segs).
+
+merge_segments([], Ss, Ss) :- !.
+merge_segments(Ss, [], Ss) :- !.
+merge_segments([A|As], [B|Bs], [S|Ss]) :-
+    A = KA-_,
+    B = KB-_,
+    (   KA @>= KB
+    ->  S = A,
+        merge_segments(As, [B|Bs], Ss)
+    ;   S = B,
+        merge_segments([A|As], Bs, Ss)
+    ).
+
+bound_array(f(BC, BU, Segs), f(BC, BU, Arr)) :-
+    foldl([_-seg(DU, DC, _), c(C, U, DU, DC), C0-U0, C1-U1]>>
+          ( C = C0, U = U0, C1 is C0+DC, U1 is U0+DU ),
+          Segs, Cs, 0-0, _),
+    Arr =.. [chain|Cs].
+
+%   suffix_value(+F, +R, -V) is semidet: LP value of the suffix at
+%   capacity R; fails when its cheapest options do not fit.
+
+suffix_value(f(BC, BU, Arr), R, V) :-
+    R1 is R-BC,
+    R1 >= 0,
+    functor(Arr, _, N),
+    (   N =:= 0
+    ->  V = BU
+    ;   arg(N, Arr, c(CN, UN, DUN, DCN)),
+        (   CN+DCN =< R1
+        ->  V is BU+UN+DUN
+        ;   chain_search(1, N, Arr, R1, I),
+            arg(I, Arr, c(CI, UI, DU, DC)),
+            V is BU + UI + (DU*(R1-CI)) // DC
+        )
+    ).
+
+% chain_search(+Lo, +Hi, +Arr, +R, -I): the last segment I whose start
+% CumCost is =< R (segment 1 starts at 0).
+chain_search(Lo, Hi, Arr, R, I) :-
+    (   Lo >= Hi
+    ->  I = Lo
+    ;   Mid is (Lo+Hi+1) // 2,
+        arg(Mid, Arr, c(C, _, _, _)),
+        (   C =< R
+        ->  chain_search(Mid, Hi, Arr, R, I)
+        ;   Mid1 is Mid-1,
+            chain_search(Lo, Mid1, Arr, R, I)
+        )
+    ).
+
+%   core_dp(+Fixed, +Core, +Budget, +T, +Deadline, !Box)
+%
+%   Exact search of the decision core (the classes with more than one
+%   option left): a dynamic program over the core classes whose states
+%   s(Cost, Util, Sels) are kept as a Pareto set, each pruned unless Util
+%   plus the LP bound of the classes still to come at the remaining
+%   capacity reaches max(T, Incumbent+1). Completing a state with the
+%   cheapest options of the classes still to come is admissible, so every
+%   stage may raise the incumbent, kept in Box = box(inc(Util, Sels), _, _)
+%   (Sels: a list of Unit-Variant lists).
+
+core_dp(Fixed, Core, Budget, T, Deadline, Box) :-
+    option_sums(Fixed, 0, FC, 0, FU),
+    option_sels(Fixed, FixedSels),
+    suffix_bounds(Core, [_|Bounds]),
+    dp_stages(Core, Bounds, [s(FC, FU, FixedSels)], Budget, T, Deadline, Box).
+
+option_sums([], C, C, U, U).
+option_sums([o(OC, OU, _)|Os], C0, C, U0, U) :-
+    C1 is C0+OC,
+    U1 is U0+OU,
+    option_sums(Os, C1, C, U1, U).
+
+option_sels([], []).
+option_sels([o(_, _, Sel)|Os], [Sel|Sels]) :-
+    option_sels(Os, Sels).
+
+dp_stages([], [], _, _, _, _, _).
+dp_stages([c(Front, _)|Fronts], [F|Bounds], States0, Budget, T, Deadline, Box) :-
+    in_time(Deadline),
+    arg(1, Box, inc(IU, _)),
+    Need is max(T, IU+1),
+    foldl(shift_states(States0, Budget), Front, Keyed, []),
+    keysort(Keyed, Sorted),
+    pairs_values(Sorted, Cands),
+    prune(Cands, -1, F, Budget, Need, States),
+    (   States == []
+    ->  true
+    ;   last(States, s(_, LU, LSels)),
+        F = f(_, BU, _),
+        Complete is LU+BU,
+        (   Complete > IU
+        ->  cheapest_sels(Fronts, LSels, Sels),
+            nb_setarg(1, Box, inc(Complete, Sels))
+        ;   true
+        ),
+        dp_stages(Fronts, Bounds, States, Budget, T, Deadline, Box)
+    ).
+
+shift_states([], _, _, Keyed, Keyed).
+shift_states([s(C0, U0, Sels)|States], Budget, O, Keyed0, Keyed) :-
+    O = o(OC, OU, OSel),
+    C is C0+OC,
+    (   C =< Budget
+    ->  U is U0+OU,
+        NU is -U,
+        Keyed0 = [k(C, NU)-s(C, U, [OSel|Sels])|Keyed1]
+    ;   Keyed0 = Keyed1
+    ),
+    shift_states(States, Budget, O, Keyed1, Keyed).
+
+cheapest_sels([], Sels, Sels).
+cheapest_sels([c([o(_, _, Sel)|_], _)|Fronts], Sels0, [Sel|Sels]) :-
+    cheapest_sels(Fronts, Sels0, Sels).
+
+% prune(+Sorted, +BestU, +F, +Budget, +Need, -States): Pareto filter and
+% LP bound test, in order of increasing cost.
+prune([], _, _, _, _, []).
+prune([S|Ss], Best, F, Budget, Need, States) :-
+    S = s(C, U, _),
+    (   U > Best
+    ->  R is Budget-C,
+        (   suffix_value(F, R, V),
+            U+V >= Need
+        ->  States = [S|States1]
+        ;   States = States1
+        ),
+        prune(Ss, U, F, Budget, Need, States1)
+    ;   prune(Ss, Best, F, Budget, Need, States)
     ).
 
 
@@ -1101,458 +1799,295 @@ eliminate_variants(Base, TQ, Allowed, mi(M, BestM, VVs), Ch0, Ch) :-
                  *            SOLVING           *
                  *******************************/
 
-%   first_solution(+Prep, +TimeLimit, -Sol) is semidet.
+%   solve(+Prep, +Restrictions, +Deadline, -Result) is det.
 %
-%   Sol is sol(Key, Cost, Util, Status), the optimum (or the best found
-%   in time), starting from the greedy incumbent.
+%   Result is sol(Key, Cost, Util, Status, Lambda) for the best pack of
+%   the (restricted) problem, or `none` when it has none. Key is the
+%   sorted list of Unit-Variant pairs, Lambda = P/Q the multiplier of the
+%   LP relaxation (it bounds the alternatives). When the time limit stops
+%   the search, the best pack found (at least the greedy one) comes with
+%   Status gap(G).
 
-first_solution(Prep, TimeLimit, Sol) :-
-    deadline(TimeLimit, Deadline),
-    findall(S, first_solution_(Prep, Deadline, S), [Sol]).
-
-first_solution_(Prep, Deadline, Sol) :-
-    greedy(Prep, GKey, GCost, GUtil),
-    !,
-    empty_assoc(NoGoods),
-    T is GUtil+1,
-    solve(Prep, T, inf, NoGoods, Deadline, Result),
-    (   Result = found(Key, Util, Status)
-    ->  key_cost(Prep, Key, Cost),
-        Sol = sol(Key, Cost, Util, Status)
-    ;   Result = none(Bound)
-    ->  gap_status(Bound, GUtil, Status),
-        Sol = sol(GKey, GCost, GUtil, Status)
-    ).
-
-deadline(inf, inf) :- !.
-deadline(Limit, Deadline) :-
-    get_time(Now),
-    Deadline is Now+Limit.
-
-key_cost(prep(_, P, _, _), Key, Cost) :-
-    key_cost_util(P, Key, Cost, _).
-
-%   solve(+Prep, +T, +UMax, +NoGoods, +Deadline, -Result) is det.
-%
-%   Result is found(Key, Util, Status) for the best pack with
-%   T =< Util =< UMax whose Key is not in NoGoods, or none(Bound) when
-%   there is none (Bound: proven upper bound on such packs when the time
-%   limit cut the search, else -1), or timeout when the time limit
-%   stopped the search before it found any.
-
-solve(prep(_, P, X, St0), T, UMax, NoGoods, Deadline, Result) :-
-    P = prob(_, _, _, _, Budget),
+solve(prep(_, P, X, St0), Restr, Deadline, Result) :-
+    P = prob(N, _, _, _, Budget),
     duplicate_term(St0, St),
-    initial_allowed(P, Allowed),
-    (   reduce(T, X, St, Allowed, Budget, Bound0)
-    ->  upper_bound(Bound0, UMax, Bound),
-        core(P, X, St, Allowed, Core),
-        search_core(Core, T, UMax, NoGoods, Deadline, Best, TimedOut),
-        result(Best, TimedOut, Bound, Result)
-    ;   Result = none(-1)
+    restrictions_array(Restr, R),
+    (   apply_restrictions(1, N, R, X, St)
+    ->  Box = box(none, none, 0/1),
+        catch(( exact(P, X, St, R, Budget, Deadline, Box)
+              ->  Done = true
+              ;   Done = infeasible
+              ),
+              packer_time_limit,
+              Done = false),
+        (   Done == infeasible
+        ->  Result = none
+        ;   Done == true
+        ->  solve_result(P, Box, optimal, Result)
+        ;   cut_result(P, X, St, R, Budget, Box, Result)
+        )
+    ;   Result = none
     ).
 
-upper_bound(Bound0, UMax, Bound) :-
-    (   UMax == inf
-    ->  Bound = Bound0
-    ;   Bound is min(Bound0, UMax)
-    ).
-
-result(none, false, _, none(-1)).
-result(none, true, Bound, R) :-
-    (   Bound >= 0
-    ->  R = none(Bound)
-    ;   R = none(-1)
-    ).
-result(best(Key, Util), false, _, found(Key, Util, optimal)).
-result(best(Key, Util), true, Bound, found(Key, Util, Status)) :-
-    gap_status(Bound, Util, Status).
-
-%   core(+P, +X, +St, +Allowed, -Core)
+%   cut_result(+P, +X, +St, +R, +Budget, !Box, -Result)
 %
-%   Core is core(CUs, Cs, CoreBudget, FixedKey, FixedUtil, CGroups):
-%   the decision core as units for post_model/6 (ids are the unit
-%   indexes, variant names their indexes), with the groups decided by
-%   the reduction folded into FixedKey/FixedUtil and the budget.
+%   The time limit stopped the search: return the better of the best
+%   pack found and the greedy pack, with the proven gap. When the classes
+%   could not even be built, the bound is the group LP bound.
 
-core(P, X, St, Allowed, core(CUs, Cs, CoreBudget, FixedKey, FixedU, CGroups)) :-
-    P = prob(_, _, _, Cons, Budget),
-    X = str(G, UG, GM, _, _, _, _, _),
-    numlist_(1, G, Gs),
-    foldl(classify_group(St, GM, Allowed), Gs, CGroups0-Fixed, []-[]),
-    msort(Fixed, FixedKey),
-    key_cost_util(P, FixedKey, FixedC, FixedU),
-    CoreBudget is Budget-FixedC,
-    CoreBudget >= 0,
-    append(CGroups0, CMembers),
-    foldl([cm(M, _, _), M-Pos0, Pos0, Pos]>>(Pos is Pos0+1),
-          CMembers, PosPairs, 1, _),
-    list_to_assoc(PosPairs, PosOf),
-    maplist([cm(M, Vs, Mode), cu(M, Vs, Mand)]>>mode_mandatory(Mode, Mand),
-            CMembers, CUs),
-    foldl(core_together(PosOf), CGroups0, Cs0, Cs1),
-    foldl(core_constraint(UG, St, PosOf), Cons, Cs1, []),
-    sort(Cs0, Cs),
-    CGroups = CGroups0.
-
-mode_mandatory(in, true).
-mode_mandatory(opt, false).
-
-classify_group(St, GM, Allowed, Gi, CG0-F0, CG-F) :-
-    arg(Gi, St, S),
-    arg(Gi, GM, Ms),
-    member_variants(Ms, Allowed, MVs),
-    maplist([M-Vs, cm(M, Vs, _)]>>true, MVs, CMs),
-    (   S == out
-    ->  CG0 = CG, F0 = F
-    ;   S == in,
-        forall(member(cm(_, Vs, _), CMs), Vs = [_])
-    ->  CG0 = CG,
-        foldl([cm(M, [v(K, _, _, _)], _), [M-K|T], T]>>true, CMs, F0, F)
-    ;   mode(S, Mode),
-        set_modes(CMs, Mode),
-        CG0 = [CMs|CG],
-        F0 = F
-    ).
-
-set_modes([], _).
-set_modes([cm(_, _, Mode)|CMs], Mode) :-
-    set_modes(CMs, Mode).
-
-positions([], _, []).
-positions([I|Is], PosOf, [P|Ps]) :-
-    get_assoc(I, PosOf, P),
-    positions(Is, PosOf, Ps).
-
-free_units([], _, _, []).
-free_units([I|Is], UG, St, Free) :-
-    arg(I, UG, A),
-    (   arg(A, St, free)
-    ->  Free = [I|Free1]
-    ;   Free = Free1
-    ),
-    free_units(Is, UG, St, Free1).
-
-core_together(PosOf, CMs, Cs0, Cs) :-
-    (   CMs = [_, _|_]
-    ->  maplist([cm(M, _, _), M]>>true, CMs, Ms),
-        positions(Ms, PosOf, Ps),
-        Cs0 = [together(Ps)|Cs]
-    ;   Cs0 = Cs
-    ).
-
-% Only constraints between free groups remain: all others were satisfied
-% or propagated by set_in/set_out.
-core_constraint(UG, St, PosOf, requires(I, J), Cs0, Cs) :-
-    !,
-    arg(I, UG, A), arg(J, UG, B),
-    (   A =\= B,
-        arg(A, St, free), arg(B, St, free)
-    ->  get_assoc(I, PosOf, PI),
-        get_assoc(J, PosOf, PJ),
-        Cs0 = [requires(PI, PJ)|Cs]
-    ;   Cs0 = Cs
-    ).
-core_constraint(UG, St, PosOf, amo(Is), Cs0, Cs) :-
-    !,
-    free_units(Is, UG, St, Free),
-    (   Free = [_, _|_]
-    ->  positions(Free, PosOf, Ps),
-        Cs0 = [amo(Ps)|Cs]
-    ;   Cs0 = Cs
-    ).
-core_constraint(_, _, _, _, Cs, Cs).
-
-%   search_core(+Core, +T, +UMax, +NoGoods, +Deadline, -Best, -TimedOut)
-%
-%   Branch and bound over the CLP(FD) model of the core. The context
-%   term ctx(Threshold, Best, TimedOut) is updated with nb_setarg/3.
-
-search_core(Core, T, UMax, NoGoods, Deadline, Best, TimedOut) :-
-    Core = core(CUs, Cs, CoreBudget, FixedKey, FixedU, CGroups),
-    Ctx = ctx(T, none, false),
-    (   CUs == []
-    ->  core_leaf_fixed(FixedKey, FixedU, T, UMax, NoGoods, Ctx)
-    ;   \+ \+ core_bb(CUs, Cs, CoreBudget, FixedKey, FixedU, CGroups,
-                      UMax, NoGoods, Deadline, Ctx)
-    ->  true
-    ;   true
-    ),
-    arg(2, Ctx, Best),
-    arg(3, Ctx, TimedOut).
-
-core_leaf_fixed(Key, Util, T, UMax, NoGoods, Ctx) :-
-    (   Util >= T,
-        ( UMax == inf -> true ; Util =< UMax ),
-        \+ get_assoc(Key, NoGoods, _)
-    ->  nb_setarg(2, Ctx, best(Key, Util))
-    ;   true
-    ).
-
-core_bb(CUs, Cs, CoreBudget, FixedKey, FixedU, CGroups, UMax, NoGoods,
-        Deadline, Ctx) :-
-    post_model(CUs, Cs, CoreBudget, Vars, _Cost, Util),
-    (   UMax == inf
-    ->  true
-    ;   Util #=< UMax-FixedU
-    ),
-    core_groups(CGroups, Vars, Groups, Order0),
-    % Branching order: groups by the slope of their first LP segment
-    % (forced ones first), options by their reduced value.
-    lp_groups(Groups, CoreBudget, _, P, Q),
-    maplist(group_rank, Groups, Ranks),
-    maplist(branch_member(P, Q, Ranks), Order0, Keyed),
-    keysort(Keyed, KOrder),
-    pairs_values(KOrder, Order),
-    B = bb(Groups, CoreBudget, Util, FixedU, FixedKey, NoGoods, Deadline),
-    \+ bb_node(Order, B, Ctx).
-
-%   Groups: list of g(In, [m(M, Bs, Vs)]) for the node LP. Order: list of
-%   bm(M, In, Bs, Options) with Options the ordered list of out | b(B).
-
-core_groups(CGroups, Vars, Groups, Order) :-
-    core_groups_(CGroups, Vars, Groups),
-    group_order(Groups, Order, []).
-
-core_groups_([], [], []).
-core_groups_([CMs|CGs], Vars0, [g(In, Ms)|Gs]) :-
-    core_group_members(CMs, In, Ms, Vars0, Vars),
-    core_groups_(CGs, Vars, Gs).
-
-core_group_members([], _, [], Vars, Vars).
-core_group_members([cm(M, Vs, _)|CMs], In, [m(M, Bs, Vs)|Ms],
-                   [choice(M, In, Bs)|Vars0], Vars) :-
-    core_group_members(CMs, In, Ms, Vars0, Vars).
-
-group_order([], Order, Order).
-group_order([g(In, Ms)|Gs], Order0, Order) :-
-    group_order_members(Ms, In, Ms, Order0, Order1),
-    group_order(Gs, Order1, Order).
-
-group_order_members([], _, _, Order, Order).
-group_order_members([m(M, Bs, Vs)|Rest], In, Ms,
-                    [x(M, In, Bs, Vs, Ms)|Order0], Order) :-
-    group_order_members(Rest, In, Ms, Order0, Order).
-
-%   group_rank(+Group, -Rank): groups by decreasing slope of their first
-%   LP segment (utility density); groups without one (decided or worthless)
-%   first.
-
-group_rank(g(In, Ms), Ms-Rank) :-
-    lp_group(g(In, Ms), acc(Segs, 0, 0), acc([], _, _)),
-    (   Segs = [Key-_|_], Key \== inf
-    ->  Rank = k(1, Neg),
-        Neg is -Key
-    ;   Rank = k(0, 0)
-    ).
-
-branch_member(P, Q, Ranks, x(M, In, Bs, Vs, Ms), k(Rank, M)-bm(M, In, Bs, Opts)) :-
-    memberchk(Ms-Rank, Ranks),
-    reduced_values(Vs, P, Q, VVs),
-    pairs_keys_values(VVs, Vals, _),
-    maplist([Val, B, Val-b(B)]>>true, Vals, Bs, VOpts),
-    other_members_value(Ms, M, P, Q, 0, Others),
-    (   In == 1
-    ->  All = VOpts
-    ;   OutVal is -Others,
-        All = [OutVal-out|VOpts]
-    ),
-    sort(1, @>=, All, Sorted),
-    pairs_values(Sorted, Opts).
-
-other_members_value([], _, _, _, S, S).
-other_members_value([m(M2, _, Vs)|Ms], M, P, Q, S0, S) :-
-    (   M2 == M
-    ->  S1 = S0
-    ;   reduced_values(Vs, P, Q, VVs),
-        pairs_keys(VVs, Vals),
-        max_list(Vals, Best),
-        S1 is S0+Best
-    ),
-    other_members_value(Ms, M, P, Q, S1, S).
-
-bb_node(Order, B, Ctx) :-
-    bb_bound(B, Ctx),
-    bb_branch(Order, B, Ctx).
-
-bb_branch([], B, Ctx) :-
-    bb_leaf(B, Ctx).
-bb_branch([bm(_, In, Bs, Opts)|Order], B, Ctx) :-
-    (   decided(In, Bs)
-    ->  bb_branch(Order, B, Ctx)
-    ;   B = bb(_, _, _, _, _, _, Deadline),
-        in_time(Deadline, Ctx),
-        member(Opt, Opts),
-        apply_option(Opt, In),
-        bb_bound(B, Ctx),
-        bb_branch(Order, B, Ctx)
-    ).
-
-decided(In, Bs) :-
-    (   In == 0
-    ->  true
-    ;   memberchk_eq(1, Bs)
-    ).
-
-memberchk_eq(X, [Y|Ys]) :-
-    (   X == Y
-    ->  true
-    ;   memberchk_eq(X, Ys)
-    ).
-
-apply_option(out, In) :-
-    In \== 1,
-    In = 0.
-apply_option(b(B), _) :-
-    B \== 0,
-    B = 1.
-
-in_time(inf, _) :- !.
-in_time(Deadline, Ctx) :-
-    get_time(Now),
-    (   Now =< Deadline
-    ->  true
-    ;   nb_setarg(3, Ctx, true),
-        fail
-    ).
-
-%   bb_bound(+B, +Ctx) is semidet.
-%
-%   The LP (Dantzig) bound of the node as a constraint on the objective:
-%   Threshold =< Util =< Bound.
-
-bb_bound(bb(Groups, CoreBudget, Util, FixedU, _, _, _), Ctx) :-
-    lp_groups(Groups, CoreBudget, Bound, _, _),
-    arg(1, Ctx, T),
-    Need is T-FixedU,
-    Bound >= Need,
-    Util #=< Bound,
-    Util #>= Need.
-
-bb_leaf(bb(Groups, _, _, FixedU, FixedKey, NoGoods, _), Ctx) :-
-    foldl(leaf_group, Groups, CoreKey-FixedU, []-Total),
-    append(FixedKey, CoreKey, Key0),
-    msort(Key0, Key),
-    (   get_assoc(Key, NoGoods, _)
-    ->  true
-    ;   
-        nb_setarg(2, Ctx, best(Key, Total)),
-        T is Total+1,
-        nb_setarg(1, Ctx, T)
-    ),
-    fail.
-
-leaf_group(g(In, Ms), K0-U0, K-U) :-
-    (   In == 0
-    ->  K0 = K, U0 = U
-    ;   leaf_members(Ms, K0, K, U0, U)
-    ).
-
-leaf_members([], K, K, U, U).
-leaf_members([m(M, Bs, Vs)|Ms], [M-Kv|K0], K, U0, U) :-
-    chosen(Bs, Vs, v(Kv, _, _, VU)),
-    U1 is U0+VU,
-    leaf_members(Ms, K0, K, U1, U).
-
-chosen([B|Bs], [V|Vs], C) :-
-    (   B == 1
-    ->  C = V
-    ;   chosen(Bs, Vs, C)
-    ).
-
-%   lp_groups(+Groups, +Cap, -Bound, -P, -Q) is semidet.
-%
-%   LP bound of the core from the current CLP(FD) domains.
-
-lp_groups(Groups, Cap, Bound, P, Q) :-
-    foldl(lp_group, Groups, acc(Segs, 0, 0), acc([], BC, BU)),
-    Cap1 is Cap-BC,
-    Cap1 >= 0,
-    sort(1, @>=, Segs, Sorted),
-    lp_fill(Sorted, Cap1, BU, Bound, P, Q).
-
-lp_group(g(In, Ms), acc(Segs0, BC0, BU0), acc(Segs, BC, BU)) :-
-    (   In == 0
-    ->  BC = BC0, BU = BU0, Segs0 = Segs
-    ;   maplist(live_variants, Ms, MVs),
-        group_chain(MVs, Base, GSegs),
-        (   In == 1
-        ->  Mode = in
-        ;   Mode = opt
+cut_result(P, X, St, R, Budget, Box, Result) :-
+    allowed_from(P, R, Allowed),
+    (   greedy_groups(P, X, St, Allowed, GKey, _, GU)
+    ->  arg(1, Box, Inc),
+        (   Inc = inc(IU, _), IU >= GU
+        ->  true
+        ;   nb_setarg(1, Box, inc(GU, [GKey]))
         ),
-        group_lp(Mode, 0, Base, GSegs, C, U, Segs0, Segs),
-        BC is BC0+C,
-        BU is BU0+U
+        (   arg(2, Box, none)
+        ->  lp_bound(X, St, Allowed, Budget, UB, PL, QL),
+            nb_setarg(2, Box, UB),
+            nb_setarg(3, Box, PL/QL)
+        ;   true
+        ),
+        arg(1, Box, inc(IU1, _)),
+        arg(2, Box, UB1),
+        gap_status(UB1, IU1, Status),
+        solve_result(P, Box, Status, Result)
+    ;   Result = none
     ).
 
-live_variants(m(M, Bs, Vs), M-Live) :-
-    live_variants_(Bs, Vs, Live).
+solve_result(P, Box, Status, sol(Key, Cost, Util, Status, Lambda)) :-
+    arg(1, Box, inc(Util, Sels)),
+    arg(3, Box, Lambda),
+    append(Sels, Key0),
+    msort(Key0, Key),
+    key_cost_util(P, Key, Cost, Util1),
+    assertion(Util1 =:= Util).
 
-live_variants_([], [], []).
-live_variants_([B|Bs], [V|Vs], Live) :-
-    (   B == 0
-    ->  Live = Live1
-    ;   Live = [V|Live1]
+allowed_from(prob(N, _, Us, _, _), R, Allowed) :-
+    functor(Allowed, allowed, N),
+    forall(between(1, N, I),
+           ( arg(I, R, O),
+             arg(I, Us, u(Vs, _)),
+             allowed_variants(Vs, O, AVs),
+             nb_setarg(I, Allowed, AVs)
+           )).
+
+allowed_variants([], _, []).
+allowed_variants([V|Vs], O, AVs) :-
+    V = v(K, _, _, _),
+    (   memberchk(K, O)
+    ->  AVs = [V|AVs1]
+    ;   AVs = AVs1
     ),
-    live_variants_(Bs, Vs, Live1).
+    allowed_variants(Vs, O, AVs1).
+
+%   exact(+P, +X, +St, +R, +Budget, +Deadline, !Box) is semidet.
+%
+%   Compiles the problem into classes, takes the class greedy as the
+%   incumbent and searches the windows. Box holds the incumbent, the
+%   proven upper bound and the LP multiplier. Fails when the problem has
+%   no admissible pack; throws packer_time_limit when the deadline passes.
+%   The group greedy (pack_greedy/4) is only needed when the search is
+%   cut: a proven optimum is never below it.
+
+exact(P, X, St, R, Budget, Deadline, Box) :-
+    classes(P, X, St, R, Deadline, Classes),
+    class_greedy(Classes, Budget, CU, Choice),
+    option_sels(Choice, Sels),
+    nb_setarg(1, Box, inc(CU, Sels)),
+    lp(Classes, Budget, UB, PL, QL),
+    nb_setarg(2, Box, UB),
+    nb_setarg(3, Box, PL/QL),
+    windows(Classes, Budget, UB, Deadline, Box).
+
+%   windows(+Classes, +Budget, +UB, +Deadline, !Box)
+%
+%   Searches windows [T, UB] from the top: with T close to the LP bound
+%   the reduction leaves a tiny core; a window without a pack proves
+%   UB < T and the next one is twice as deep, down to the incumbent.
+%   The first window that holds a pack holds the optimum.
+
+windows(Classes, Budget, UB0, Deadline, Box) :-
+    arg(1, Box, inc(IU, _)),
+    Gap is UB0-IU,
+    (   Gap =< 0
+    ->  true
+    ;   window(Classes, Budget, UB0, 1, Deadline, Box)
+    ).
+
+window(Classes, Budget, UB, Step, Deadline, Box) :-
+    arg(1, Box, inc(IU, _)),
+    T is max(IU+1, UB-Step+1),
+    nb_setarg(2, Box, UB),
+    window_search(Classes, Budget, T, Deadline, Box),
+    arg(1, Box, inc(IU1, _)),
+    (   IU1 >= T                        % found in [T, UB]: optimal
+    ->  true
+    ;   T =< IU1+1                      % nothing above the incumbent
+    ->  true
+    ;   UB1 is T-1,
+        Step1 is Step*2,
+        window(Classes, Budget, UB1, Step1, Deadline, Box)
+    ).
+
+window_search(Classes, Budget, T, Deadline, Box) :-
+    (   reduce(Classes, Budget, T, Reduced)
+    ->  split_fixed(Reduced, Fixed, Core),
+        core_dp(Fixed, Core, Budget, T, Deadline, Box)
+    ;   true
+    ).
+
+split_fixed([], [], []).
+split_fixed([Class|Cs], Fixed, Core) :-
+    (   Class = c([O], _)
+    ->  Fixed = [O|Fixed1],
+        split_fixed(Cs, Fixed1, Core)
+    ;   Core = [Class|Core1],
+        split_fixed(Cs, Fixed, Core1)
+    ).
 
 
                  /*******************************
                  *          ENUMERATION         *
                  *******************************/
 
-%   enumerate(+Prep, +TimeLimit, +MaxAlt, +Sol0, -Sol) is nondet.
-%
-%   Sol0, then the next best packs: each is the best pack with utility
-%   =< the previous one that was not yielded yet (nogoods). The search
-%   for it is narrowed to windows [T, U] of decreasing T so that the
-%   reduction keeps fixing most of the problem.
+%   first_solution(+Prep, +TimeLimit, -Sol) is semidet.
 
-enumerate(Prep, TimeLimit, MaxAlt, Sol0, Sol) :-
-    Sol0 = sol(Key, _, _, _),
-    empty_assoc(Yielded0),
-    put_assoc(Key, Yielded0, true, Yielded),
-    enumerate_(Prep, TimeLimit, MaxAlt, Sol0, Yielded, Sol).
-
-enumerate_(Prep, TimeLimit, Left, Sol0, Yielded, Sol) :-
-    (   Left == 0
-    ->  Sol = Sol0
-    ;   (   Sol = Sol0
-        ;   Sol0 = sol(_, _, U, _),
-            next_solution(Prep, TimeLimit, U, Yielded, Sol1),
-            Sol1 = sol(Key, _, _, _),
-            put_assoc(Key, Yielded, true, Yielded1),
-            (   Left == inf
-            ->  Left1 = inf
-            ;   Left1 is Left-1
-            ),
-            enumerate_(Prep, TimeLimit, Left1, Sol1, Yielded1, Sol)
-        )
-    ).
-
-next_solution(Prep, TimeLimit, U, Yielded, Sol) :-
+first_solution(Prep, TimeLimit, Sol) :-
+    Prep = prep(_, P, _, _),
+    initial_restrictions(P, Restr),
     deadline(TimeLimit, Deadline),
-    Step is max(1, U // 1024),
-    findall(S, next_solution_(Prep, U, U, Step, Yielded, Deadline, S), [Sol]).
+    solve(Prep, Restr, Deadline, Result),
+    Result = sol(_, _, _, _, _),
+    Sol = Result-Restr.
 
-next_solution_(Prep, UMax, T, Step, Yielded, Deadline, Sol) :-
-    solve(Prep, T, UMax, Yielded, Deadline, Result),
-    (   Result = found(Key, Util, Status)
-    ->  key_cost(Prep, Key, Cost),
-        Sol = sol(Key, Cost, Util, Status)
-    ;   Result = none(-1),
-        T > 0
-    ->  T1 is max(0, UMax-Step),
-        Step1 is Step*2,
-        next_solution_(Prep, UMax, T1, Step1, Yielded, Deadline, Sol)
+deadline(inf, inf) :- !.
+deadline(Limit, Deadline) :-
+    get_time(Now),
+    Deadline is Now+Limit.
+
+%   enumerate(+Prep, +TimeLimit, +MaxAlt, +First, -Sol) is nondet.
+%
+%   The first pack, then the next ones in non-increasing utility, by
+%   Lawler-Murty partitioning: when a pack S of subproblem R is yielded,
+%   the rest of R is split into disjoint subproblems R_i: the units with
+%   a choice before the i-th one are fixed as in S, the i-th one may
+%   take any of its options but S's. Subproblems wait in a priority
+%   queue under an upper bound (the Lagrangian bound with the multiplier
+%   of their parent, capped by the parent's utility) and are solved only
+%   when they reach the top; solved ones wait under their exact utility.
+%   Each yielded pack costs one exact solve per subproblem that reaches
+%   the top and an O(units) bound per child.
+
+enumerate(Prep, TimeLimit, MaxAlt, Sol0-R0, Sol) :-
+    (   MaxAlt == 0
+    ->  Sol = Sol0
+    ;   Sol0 = sol(_, _, _, Status, _),
+        Status \== optimal
+    ->  Sol = Sol0
+    ;   empty_heap(H0),
+        enum_yield(Sol0, R0, Prep, TimeLimit, MaxAlt, H0, Sol)
     ).
+
+enum_yield(Sol0, R0, Prep, TimeLimit, Left, H0, Sol) :-
+    (   Sol = Sol0
+    ;   Left \== 0,
+        children(Prep, Sol0, R0, H0, H1),
+        deadline(TimeLimit, Deadline),
+        next_solved(H1, Prep, Deadline, Sol1, R1, H2),
+        (   Left == inf
+        ->  Left1 = inf
+        ;   Left1 is Left-1
+        ),
+        enum_yield(Sol1, R1, Prep, TimeLimit, Left1, H2, Sol)
+    ).
+
+next_solved(H0, Prep, Deadline, Sol, R, H) :-
+    get_from_heap(H0, _, Entry, H1),
+    (   Entry = solved(Sol, R)
+    ->  H = H1
+    ;   Entry = open(R0),
+        solve(Prep, R0, Deadline, Result),
+        (   Result = sol(_, _, U, optimal, _)
+        ->  NU is -U,
+            add_to_heap(H1, p(NU, 0), solved(Result, R0), H2)
+        ;   Result == none
+        ->  H2 = H1
+        ;   fail                            % timeout: stop enumerating
+        ),
+        next_solved(H2, Prep, Deadline, Sol, R, H)
+    ).
+
+%   children(+Prep, +Sol, +Restr, +H0, -H)
+%
+%   The Lawler-Murty subproblems of Restr minus Sol's pack.
+
+children(prep(_, P, _, _), sol(Key, _, U, _, PL/QL), Restr, H0, H) :-
+    P = prob(N, _, Us, _, Budget),
+    restrictions_array(Restr, R),
+    decisions(Key, N, D),
+    numlist_(1, N, Is),
+    with_choice(Is, R, Choice),
+    % Lagrangian bound: P*Budget + sum of the best reduced values
+    unit_bests(Is, Us, R, PL, QL, Best),
+    BestArr =.. [best|Best],
+    sum_list(Best, SumBest),
+    D0 is PL*Budget + SumBest,
+    Restr = restr(Base, Over0),
+    child_heap(Choice, D, R, Us, PL, QL, BestArr, D0, U, Base, Over0, H0, H).
+
+with_choice([], _, []).
+with_choice([I|Is], R, Choice) :-
+    (   arg(I, R, [_, _|_])
+    ->  Choice = [I|Choice1]
+    ;   Choice = Choice1
+    ),
+    with_choice(Is, R, Choice1).
+
+child_heap([], _, _, _, _, _, _, _, _, _, _, H, H).
+child_heap([I|Is], D, R, Us, PL, QL, BestArr, D0, U, Base, Over0, H0, H) :-
+    arg(I, D, DI),
+    arg(I, R, O),
+    arg(I, BestArr, BI),
+    selectchk(DI, O, Others),
+    arg(I, Us, u(Vs, _)),
+    maplist(option_value(Vs, PL, QL), Others, OVs),
+    max_list(OVs, OBest),
+    Bound is (D0 - BI + OBest) // QL,
+    Key is min(U, Bound),
+    NK is -Key,
+    add_to_heap(H0, p(NK, 1), open(restr(Base, [I-Others|Over0])), H1),
+    % the next children fix unit I as in the pack
+    option_value(Vs, PL, QL, DI, VI),
+    D1 is D0 - BI + VI,
+    child_heap(Is, D, R, Us, PL, QL, BestArr, D1, U, Base, [I-[DI]|Over0], H1, H).
+
+decisions(Key, N, D) :-
+    functor(D, d, N),
+    forall(member(M-K, Key), nb_setarg(M, D, K)),
+    forall(between(1, N, I), ( arg(I, D, X), var(X) -> nb_setarg(I, D, 0) ; true )).
+
+unit_bests([], _, _, _, _, []).
+unit_bests([I|Is], Us, R, PL, QL, [Best|Bests]) :-
+    arg(I, R, O),
+    arg(I, Us, u(Vs, _)),
+    maplist(option_value(Vs, PL, QL), O, Vals),
+    max_list(Vals, Best),
+    unit_bests(Is, Us, R, PL, QL, Bests).
+
+option_value(_, _, _, 0, 0) :- !.
+option_value(Vs, PL, QL, K, V) :-
+    nth1(K, Vs, v(K, _, C, U)),
+    V is U*QL - PL*C.
+
 
 
                  /*******************************
                  *            RESULTS           *
                  *******************************/
 
-sol_pack(prep(_, P, _, _), sol(Key, Cost, Util, Status),
+sol_pack(prep(_, P, _, _), sol(Key, Cost, Util, Status, _),
          pack(Selected, Cost, Util, Status)) :-
     P = prob(_, Ids, Us, _, _),
     selected(Key, Ids, Us, Selected).

@@ -50,8 +50,7 @@ completion(Messages, Reply, Info, Options) :-
     must_be(dict, PO0),
     atom_string(Provider0, Provider),
     PO = PO0.put(provider, Provider),
-    once(py_api(py_call('ctxrelay.providers':complete(Messages, PO), Info0,
-                        [py_string_as(string)]))),
+    once(py_api(py_call_plain('ctxrelay.providers':complete(Messages, PO), Info0))),
     Reply = Info0.content,
     Info = Info0.
 
@@ -191,8 +190,7 @@ candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands) :-
                   system:Policy.system,
                   boundary:Boundary,
                   message_turn_id:MessageTurn},
-    py_api(py_call('ctxrelay.assembly':candidates(Store, Warm, Session, Text, PyOptions),
-                   Cands0, [py_string_as(string)]), session(Session)),
+    py_api(py_call_plain('ctxrelay.assembly':candidates(Store, Warm, Session, Text, PyOptions), Cands0), session(Session)),
     Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd}).
 
 %   Prolog's true/false become Python's True/False (not the strings).
@@ -231,7 +229,8 @@ mandatory(system, _, _, _, true) :- !.
 mandatory(instructions, _, _, _, true) :- !.
 mandatory(message, _, _, _, true) :- !.
 mandatory(boundary, _, _, _, true) :- !.
-mandatory(turn, U, Cands, _, M) :-
+mandatory(Kind, U, Cands, _, M) :-
+    memberchk(Kind, [turn, scratch]),
     !,
     U.turn_ids = [T],
     (   T >= Cands.info.tail_first -> M = true ; M = false ).
@@ -252,7 +251,8 @@ variant_utility(Kind, U, Cands, Policy, V, variant(Name, Cost, Utility)) :-
 utility(Kind, _, _, _, _, 0.0) :-
     memberchk(Kind, [system, instructions, message, boundary]),
     !.
-utility(turn, _, U, Cands, Policy, F) :-
+utility(Kind, _, U, Cands, Policy, F) :-
+    memberchk(Kind, [turn, scratch]),
     !,
     U.turn_ids = [T],
     F is 0.5 ** ((Cands.message_turn - T) / Policy.half_life) + 0.001.
@@ -327,11 +327,11 @@ kind_rank(boundary, 2).
 kind_rank(warm, 3).
 kind_rank(turn, 4).
 kind_rank(retrieved, 4).
+kind_rank(scratch, 4).
 kind_rank(message, 5).
 
 render(Cands, Plan, Rendered) :-
-    py_api(py_call('ctxrelay.assembly':render(Cands.handle, Plan), Rendered,
-                   [py_string_as(string)])).
+    py_api(py_call_plain('ctxrelay.assembly':render(Cands.handle, Plan), Rendered)).
 
 		 /*******************************
 		 *            LEDGER            *
@@ -380,6 +380,7 @@ stage_name(turn, hot_tail).
 stage_name(warm, warm).
 stage_name(boundary, boundary).
 stage_name(retrieved, retrieved).
+stage_name(scratch, tool_summaries).
 stage_name(message, message).
 
 stage_entry(Units, Stage, stage{name:Stage, observed:Tokens, charged:Tokens,
@@ -431,7 +432,7 @@ report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.token
     ->  Utility is U0 / 1000
     ;   Utility = 0
     ),
-    (   memberchk(kind(K), Props), memberchk(K, [turn, retrieved, instructions])
+    (   memberchk(kind(K), Props), memberchk(K, [turn, retrieved, instructions, scratch])
     ->  TurnIds = R.turn_ids
     ;   TurnIds = []
     ).
@@ -470,6 +471,6 @@ shown_turn(CandUnits, Id, T) :-
     get_dict(id, C, Id),
     !,
     get_dict(kind, C, Kind),
-    memberchk(Kind, ["turn", "retrieved", "instructions"]),
+    memberchk(Kind, ["turn", "retrieved", "instructions", "scratch"]),
     get_dict(turn_ids, C, Ts),
     member(T, Ts).

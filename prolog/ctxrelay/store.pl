@@ -138,14 +138,12 @@ session_create(Store0, Session, Options) :-
 session_info(Store0, Session, Info) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call('ctxrelay.bridge':session(Store, S), Info,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':session(Store, S), Info), session(Session)).
 
 %!  sessions(+Store, -Sessions:list(dict)) is det.
 sessions(Store0, Sessions) :-
     resolve_store(Store0, Store),
-    py_api(py_call('ctxrelay.bridge':sessions(Store), Sessions,
-                   [py_string_as(string)])).
+    py_api(py_call_plain('ctxrelay.bridge':sessions(Store), Sessions)).
 
 %!  session_archive(+Store, +Session) is det.
 %
@@ -160,8 +158,7 @@ session_archive(Store0, Session) :-
 session_stats(Store0, Session, Stats) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call('ctxrelay.bridge':stats(Store, S), Stats,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':stats(Store, S), Stats), session(Session)).
 
 %!  turn_append(+Store, +Session, +Message, -TurnId) is det.
 %!  turn_append(+Store, +Session, +Message, -TurnId, +Options) is det.
@@ -241,8 +238,7 @@ turn_get(Store0, Session, TurnId, Turn) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
     must_be(positive_integer, TurnId),
-    py_api(py_call('ctxrelay.bridge':turn(Store, S, TurnId), Turn,
-                   [py_string_as(string)]), turn(Session, TurnId)).
+    py_api(py_call_plain('ctxrelay.bridge':turn(Store, S, TurnId), Turn), turn(Session, TurnId)).
 
 %!  turn_count(+Store, +Session, -Count) is det.
 turn_count(Store0, Session, Count) :-
@@ -267,19 +263,16 @@ history_(all, Store, S, Session, Turns) :-
 history_(from(Start), Store, S, Session, Turns) :-
     !,
     must_be(positive_integer, Start),
-    py_api(py_call('ctxrelay.bridge':history(Store, S, Start, @none), Turns,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':history(Store, S, Start, @none), Turns), session(Session)).
 history_(Start-End, Store, S, Session, Turns) :-
     !,
     must_be(positive_integer, Start),
     must_be(positive_integer, End),
-    py_api(py_call('ctxrelay.bridge':history(Store, S, Start, End), Turns,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':history(Store, S, Start, End), Turns), session(Session)).
 history_(last(N), Store, S, Session, Turns) :-
     !,
     must_be(nonneg, N),
-    py_api(py_call('ctxrelay.bridge':last(Store, S, N), Turns,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':last(Store, S, N), Turns), session(Session)).
 history_(Range, _, _, _, _) :-
     domain_error(history_range, Range).
 
@@ -299,8 +292,7 @@ transcript_search(Store0, Session, Query, Hits, Options) :-
     text_to_string(Query, Q),
     option(k(K), Options, 10),
     must_be(positive_integer, K),
-    py_api(py_call('ctxrelay.bridge':search(Store, S, Q, K), Hits,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':search(Store, S, Q, K), Hits), session(Session)).
 
 %!  transcript_export(+Store, +Session, -Text) is det.
 %
@@ -309,8 +301,7 @@ transcript_search(Store0, Session, Query, Hits, Options) :-
 transcript_export(Store0, Session, Text) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call('ctxrelay.bridge':export_jsonl(Store, S, @none), Text,
-                   [py_string_as(string)]), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge':export_jsonl(Store, S, @none), Text), session(Session)).
 
 %!  transcript_import(+Store, +Source, -Session, +Options) is det.
 %
@@ -324,5 +315,4 @@ transcript_import(Store0, Source, Session, Options) :-
     ;   must_be(text, Source), text_to_string(Source, Src), IsFile = @false
     ),
     (   option(session(Id0), Options) -> session_string(Id0, Id) ; Id = @none ),
-    py_api(py_call('ctxrelay.bridge':import_jsonl(Store, Src, IsFile, Id), Session,
-                   [py_string_as(string)])).
+    py_api(py_call_plain('ctxrelay.bridge':import_jsonl(Store, Src, IsFile, Id), Session)).

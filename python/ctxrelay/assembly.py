@@ -113,10 +113,31 @@ def _add(units: dict[str, Unit], unit: Unit, model: str) -> Unit:
     return unit
 
 
-def _turn_unit(turn: Turn, kind: str, **features: Any) -> Unit:
+def _turn_unit(turn: Turn, kind: str, scratch: Any = None, **features: Any) -> Unit:
+    message = _message_for_turn(turn)
+    scratch_id = turn.metadata.get("scratch_id") if isinstance(turn.metadata, dict) else None
+    if scratch is not None and scratch_id and turn.role == "tool":
+        message["content"], freshness = _gated_summary(scratch, turn, scratch_id)
+        features = {**features, "scratch_id": scratch_id, "freshness": freshness}
+        kind = "scratch" if kind == "turn" else kind
     return Unit(id=f"t{turn.turn_id}", kind=kind, turn_ids=[turn.turn_id],
-                variants={"verbatim": _message_for_turn(turn)},
-                features={"role": turn.role, **features})
+                variants={"verbatim": message}, features={"role": turn.role, **features})
+
+
+def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]:
+    """A tool output's summary through the freshness gate: a stale reading is
+    never shown as current (warned, or replaced by a note to re-run the tool)."""
+    from .scratch import UnknownScratchError
+    try:
+        entry = scratch.get(turn.session_id, scratch_id, touch=False)
+    except UnknownScratchError:
+        return (f"[tool output {scratch_id} was evicted from the scratch buffer; "
+                f"re-run {turn.name or 'the tool'} if it is needed]"), "evicted"
+    rendered = scratch.render(entry)
+    if rendered.text is not None:
+        return rendered.text, rendered.action
+    return (f"[tool output {scratch_id} from {entry.tool_name} is stale "
+            f"({entry.freshness}, {rendered.action}); re-run the tool for current data]"), rendered.action
 
 
 def boundary_text(first: int, last: int, count: int, tokens: int) -> str:
@@ -168,14 +189,16 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     for turn in window:
         for cid in _tool_call_ids(turn):
             call_owner[cid] = turn.turn_id
+    from .bridge import scratch_store_for
+    scratch = scratch_store_for(store)
     for turn in window:
         kind = "instructions" if turn.role == "system" else "turn"
-        _add(units, _turn_unit(turn, kind), model)
+        _add(units, _turn_unit(turn, kind, scratch), model)
     _tool_groups(window, call_owner, groups)
 
     if options.get("retrieval", True) and query_text and window_start > 1:
         _retrieve(store, session_id, query_text, window_start, int(options.get("max_retrieved", 8)),
-                  units, groups, model)
+                  units, groups, model, scratch)
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, model)
@@ -243,7 +266,8 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
 
 
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
-              max_retrieved: int, units: dict[str, Unit], groups: list[list[str]], model: str) -> None:
+              max_retrieved: int, units: dict[str, Unit], groups: list[list[str]], model: str,
+              scratch: Any = None) -> None:
     if max_retrieved <= 0:
         return
     hits = store.search(session_id, query, k=max_retrieved * 3)
@@ -261,7 +285,7 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
             uid = f"t{member.turn_id}"
             if uid not in units:
                 score = hit.score / top if member.turn_id == turn.turn_id else 0.0
-                _add(units, _turn_unit(member, "retrieved", score=score), model)
+                _add(units, _turn_unit(member, "retrieved", scratch, score=score), model)
             ids.append(uid)
         if len(ids) > 1:
             groups.append(ids)

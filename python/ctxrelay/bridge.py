@@ -146,3 +146,60 @@ def publish_artifact(st: TranscriptStore, session_id: str, start: int, end: int,
 def artifacts(st: TranscriptStore, session_id: str) -> list[dict]:
     warm = warm_store_for(st)
     return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
+
+
+# -- scratch buffer (Tier E) --------------------------------------------------
+
+def scratch_store_for(st: TranscriptStore, create: bool = False) -> Any:
+    """The scratch buffer beside the transcript (``<store>/scratch``), or None."""
+    scratch_dir = Path(st.path) / "scratch"
+    if not create and not scratch_dir.is_dir():
+        return None
+    from .scratch import open_scratch_store
+    return open_scratch_store(scratch_dir)
+
+
+def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, args: Any,
+                       raw: Any, options: dict) -> dict:
+    """Store a tool output as a blob and append the call and its summary as turns.
+
+    The transcript gets an assistant turn carrying the tool call and a tool
+    turn carrying only the structure-aware summary (the blob stays on disk),
+    so a pack never holds a call without its result.
+    """
+    opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
+    st.session(session_id)                     # unknown session: fail before writing a blob
+    scratch = scratch_store_for(st, create=True)
+    args = dict(args or {})
+    entry = scratch.put(session_id, tool_name, args, raw,
+                        freshness=opts.get("freshness") or "VOLATILE")
+    call_id = f"call_{entry.scratch_id}"
+    key = opts.get("key")
+    call = {"id": call_id, "name": tool_name, "arguments": args}
+    call_turn = st.append(session_id, "assistant", "", metadata={"tool_calls": [call],
+                                                                 "scratch_id": entry.scratch_id},
+                          key=None if key is None else f"{key}:call")
+    tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name, tool_call_id=call_id,
+                          metadata={"scratch_id": entry.scratch_id, "freshness": entry.freshness},
+                          key=None if key is None else f"{key}:result")
+    return {"scratch_id": entry.scratch_id, "call_turn": call_turn, "tool_turn": tool_turn,
+            "summary": entry.summary}
+
+
+def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_raw: bool) -> dict:
+    scratch = scratch_store_for(st, create=True)
+    entry = scratch.get(session_id, scratch_id).to_dict()
+    if with_raw:
+        raw = scratch.raw(session_id, scratch_id)
+        entry["raw"] = raw if isinstance(raw, str) else raw.decode("latin-1")
+        entry["raw_is_bytes"] = not isinstance(raw, str)
+    return entry
+
+
+def scratch_pin(st: TranscriptStore, session_id: str, scratch_id: str) -> dict:
+    return scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
+
+
+def scratch_list(st: TranscriptStore, session_id: str) -> list[dict]:
+    scratch = scratch_store_for(st)
+    return [] if scratch is None else [e.to_dict() for e in scratch.list(session_id)]

@@ -31,14 +31,21 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
     return list(policy.items())
 
 
+_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted",
+                        "pinned", "observed_exact", "raw_tokens_exact", "summary_exact"})
+
+
+_OPAQUE_KEYS = frozenset({"metadata", "args", "structured", "content", "summary", "raw"})
+
+
 def _plain(value: Any) -> Any:
-    """Prolog's true/false atoms arrive as strings: make them Python bools, deeply."""
-    if value == "true":
-        return True
-    if value == "false":
-        return False
+    """Prolog's true/false atoms arrive as the strings 'true'/'false': make the
+    known boolean fields Python bools.  Only those keys are touched, so a
+    message whose text is "true" stays a string."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): (value[k] if k in _OPAQUE_KEYS
+                         else value[k] == "true" if k in _BOOL_KEYS and value[k] in ("true", "false")
+                         else _plain(value[k])) for k in value}
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
@@ -67,6 +74,7 @@ def _result(r: dict[str, Any]) -> TurnResult:
 
 
 def _turn(record: dict[str, Any]) -> Turn:
+    record = _plain(record)
     return Turn(**{k: record.get(k) for k in Turn.__dataclass_fields__ if k in record})
 
 
@@ -127,16 +135,17 @@ class Runtime:
 
     def session(self, session_id: str) -> SessionInfo:
         info = self._call("ctxrelay:session_info(St, S, I)", S=session_id)["I"]
-        return SessionInfo(**info)
+        return SessionInfo(**_plain(info))
 
     def sessions(self) -> list[SessionInfo]:
-        return [SessionInfo(**s) for s in self._call("ctxrelay:sessions(St, L)")["L"]]
+        return [SessionInfo(**_plain(s)) for s in self._call("ctxrelay:sessions(St, L)")["L"]]
 
     def archive_session(self, session_id: str) -> None:
         self._call("ctxrelay:session_archive(St, S)", S=session_id)
 
     def stats(self, session_id: str) -> SessionStats:
-        return SessionStats(**self._call("ctxrelay:session_stats(St, S, X)", S=session_id)["X"])
+        return SessionStats(**_plain(self._call("ctxrelay:session_stats(St, S, X)",
+                                                S=session_id)["X"]))
 
     # -- turns -----------------------------------------------------------
     def append(self, session_id: str, role: str, content: str, *, name: str | None = None,
@@ -271,3 +280,34 @@ class Runtime:
 
     def artifacts(self, session_id: str) -> list[dict[str, Any]]:
         return self._call("ctxrelay:warm_artifacts(St, S, L)", S=session_id)["L"]
+
+    # -- tool outputs (scratch buffer) ---------------------------------------
+    def record_tool_output(self, session_id: str, tool_name: str, args: dict[str, Any] | None,
+                           raw: str | bytes, *, freshness: str = "VOLATILE",
+                           key: str | None = None) -> str:
+        """Store ``raw`` as a blob, append the call and its summary as turns; return the scratch id."""
+        if isinstance(raw, bytes):
+            # Bytes cross janus as text only if decodable; binary outputs go straight to Python.
+            from . import bridge
+            opts = {"freshness": freshness, "key": key}
+            return bridge.record_tool_output(self._store, session_id, tool_name, args or {}, raw,
+                                             opts)["scratch_id"]
+        opts = [("freshness", freshness)] + ([("key", key)] if key is not None else [])
+        return self._call("ctxrelay:tool_output_record(St, S, T, A, R, X, _Opts)", opts=opts,
+                          S=session_id, T=tool_name, A=dict(args or {}), R=raw)["X"]["scratch_id"]
+
+    def scratch(self, session_id: str, scratch_id: str, *, raw: bool = False) -> Any:
+        """The entry (summary, provenance, freshness), or with ``raw=True`` the whole output."""
+        if raw:
+            from . import bridge
+            entry = bridge.scratch_entry(self._store, session_id, scratch_id, True)
+            return entry["raw"].encode("latin-1") if entry["raw_is_bytes"] else entry["raw"]
+        return _plain(self._call("ctxrelay:scratch_get(St, S, I, E)", S=session_id,
+                                 I=scratch_id)["E"])
+
+    def pin(self, session_id: str, scratch_id: str) -> None:
+        """Keep a tool output from eviction."""
+        self._call("ctxrelay:scratch_pin(St, S, I)", S=session_id, I=scratch_id)
+
+    def scratch_entries(self, session_id: str) -> list[dict[str, Any]]:
+        return _plain(self._call("ctxrelay:scratch_entries(St, S, L)", S=session_id)["L"])

@@ -106,3 +106,25 @@ test(unknown_provider, error(ctxrelay(unknown_provider, _), _)) :-
     completion([_{role:"user", content:"hi"}], _, _, [provider(nowhere)]).
 
 :- end_tests(ctxrelay_completion).
+
+:- begin_tests(ctxrelay_scratch).
+
+test(record_and_read_back, [Raw == "id,v\n1,2\n", Kind == "table"]) :-
+    fresh_session(St, 2),
+    tool_output_record(St, s, sql, _{query:"select 1"}, "id,v\n1,2\n", R),
+    get_dict(scratch_id, R, Id),
+    scratch_raw(St, s, Id, Raw),
+    scratch_get(St, s, Id, E),
+    get_dict(kind, E, Kind).
+test(pinned, Pinned == true) :-
+    fresh_session(St, 2),
+    tool_output_record(St, s, ls, _{}, "a\nb\n", R),
+    get_dict(scratch_id, R, Id),
+    scratch_pin(St, s, Id),
+    scratch_get(St, s, Id, E),
+    get_dict(pinned, E, Pinned).
+test(traversal_refused, error(ctxrelay(_, _), _)) :-
+    fresh_session(St, 2),
+    scratch_raw(St, s, "../../etc/passwd", _).
+
+:- end_tests(ctxrelay_scratch).

@@ -1,0 +1,75 @@
+:- module(ctxrelay_scratch,
+          [ tool_output_record/6,   % +Store, +Session, +Tool, +Args, +Raw, -Result
+            tool_output_record/7,   % +Store, +Session, +Tool, +Args, +Raw, -Result, +Options
+            scratch_get/4,          % +Store, +Session, +ScratchId, -Entry
+            scratch_raw/4,          % +Store, +Session, +ScratchId, -Raw
+            scratch_pin/3,          % +Store, +Session, +ScratchId
+            scratch_entries/3       % +Store, +Session, -Entries
+          ]).
+:- use_module(library(janus)).
+:- use_module(library(error)).
+:- use_module(library(option)).
+:- use_module(errors).
+:- use_module(store).
+
+/** <module> Tool outputs through the scratch buffer (Tier E)
+
+A tool output is stored whole as a blob on disk; the transcript gets the
+call and a structure-aware summary (at most 256 tokens), and the pack only
+ever carries that summary, gated by freshness.  The raw blob is read on
+demand by its scratch id.
+*/
+
+:- predicate_options(tool_output_record/7, 7,
+                     [freshness(oneof(['REALTIME', 'VOLATILE', 'STABLE', 'STATIC'])), key(text)]).
+
+%!  tool_output_record(+Store, +Session, +Tool, +Args:dict, +Raw, -Result:dict) is det.
+%!  tool_output_record(+Store, +Session, +Tool, +Args:dict, +Raw, -Result:dict, +Options) is det.
+%
+%   Record a tool output.  Result has scratch_id, call_turn, tool_turn
+%   and summary.  Options: freshness(Class) (default 'VOLATILE'),
+%   key(Key) for idempotent retries.
+tool_output_record(Store, Session, Tool, Args, Raw, Result) :-
+    tool_output_record(Store, Session, Tool, Args, Raw, Result, []).
+
+tool_output_record(Store0, Session, Tool, Args, Raw, Result, Options) :-
+    store_ref(Store0, Store),
+    must_be(text, Session), must_be(text, Tool), must_be(dict, Args), must_be(text, Raw),
+    must_be(list, Options),
+    option(freshness(F), Options, 'VOLATILE'),
+    (   option(key(K), Options) -> true ; K = @none ),
+    text_to_string(Raw, RawS),
+    py_api(py_call_plain('ctxrelay.bridge':record_tool_output(Store, Session, Tool, Args, RawS,
+                                                         py{freshness:F, key:K}), Result), session(Session)).
+
+%!  scratch_get(+Store, +Session, +ScratchId, -Entry:dict) is det.
+scratch_get(Store0, Session, Id, Entry) :-
+    store_ref(Store0, Store),
+    must_be(text, Session), must_be(text, Id),
+    py_api(py_call_plain('ctxrelay.bridge':scratch_entry(Store, Session, Id, @false), Entry), session(Session)).
+
+%!  scratch_raw(+Store, +Session, +ScratchId, -Raw:string) is det.
+%
+%   The whole tool output, read from its blob.
+scratch_raw(Store0, Session, Id, Raw) :-
+    store_ref(Store0, Store),
+    must_be(text, Session), must_be(text, Id),
+    py_api(py_call_plain('ctxrelay.bridge':scratch_entry(Store, Session, Id, @true), Entry), session(Session)),
+    get_dict(raw, Entry, Raw).
+
+%!  scratch_pin(+Store, +Session, +ScratchId) is det.
+%
+%   Keep the entry from eviction (and make it a promotion candidate).
+scratch_pin(Store0, Session, Id) :-
+    store_ref(Store0, Store),
+    must_be(text, Session), must_be(text, Id),
+    py_api(py_call('ctxrelay.bridge':scratch_pin(Store, Session, Id), _), session(Session)).
+
+%!  scratch_entries(+Store, +Session, -Entries:list(dict)) is det.
+scratch_entries(Store0, Session, Entries) :-
+    store_ref(Store0, Store),
+    must_be(text, Session),
+    py_api(py_call_plain('ctxrelay.bridge':scratch_list(Store, Session), Entries), session(Session)).
+
+store_ref(default, Store) :- !, default_store(Store).
+store_ref(Store, Store).

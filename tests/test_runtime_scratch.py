@@ -1,0 +1,83 @@
+"""Tool outputs through the runtime: blob on disk, summary in context, freshness gate."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctxrelay import Runtime
+from ctxrelay.errors import UnknownSessionError
+
+
+@pytest.fixture
+def rt(store_dir):
+    with Runtime(store_dir) as runtime:
+        runtime.create_session("s")
+        runtime.append("s", "user", "how many orders failed yesterday?")
+        yield runtime
+
+
+def big_csv(rows: int = 5000) -> str:
+    return "id,status,amount,day\n" + "\n".join(
+        f"{i},{'failed' if i % 7 == 0 else 'ok'},{i * 3 % 1000},2026-11-{1 + i % 28:02d}"
+        for i in range(1, rows + 1))
+
+
+def test_record_tool_output_keeps_the_blob_and_packs_only_the_summary(rt):
+    raw = big_csv()
+    sid = rt.record_tool_output("s", "sql", {"query": "select * from orders"}, raw)
+    turns = rt.history("s")
+    call, result = turns[-2], turns[-1]
+    assert call.role == "assistant" and call.metadata["tool_calls"][0]["name"] == "sql"
+    assert result.role == "tool" and result.tool_call_id == call.metadata["tool_calls"][0]["id"]
+    assert "5000 rows" in result.content and len(result.content) < len(raw) / 20
+    assert rt.scratch("s", sid, raw=True) == raw                 # raw on demand
+    entry = rt.scratch("s", sid)
+    assert entry["scratch_id"] == sid and entry["tool_name"] == "sql"
+    r = rt.assemble("s", "summarise the query result", max_context_tokens=2000,
+                    output_reserve=200, safety_margin=20)
+    visible = json.dumps(r.messages)
+    assert "5000 rows" in visible
+    assert "4999,ok" not in visible                              # the blob never enters context
+    assert any(u.kind == "scratch" for u in r.pack)
+    assert r.ledger.stage("tool_summaries")["charged"] > 0
+
+
+def test_stale_volatile_output_is_not_presented_as_current(rt, monkeypatch):
+    sid = rt.record_tool_output("s", "metrics", {"q": "cpu"}, '{"cpu": 0.93}', freshness="REALTIME")
+    import ctxrelay.scratch as scratch_mod
+    real_time = scratch_mod.time.time
+    monkeypatch.setattr(scratch_mod.time, "time", lambda: real_time() + 3600)
+    r = rt.assemble("s", "what was the cpu reading?", max_context_tokens=2000,
+                    output_reserve=200, safety_margin=20)
+    tool_msgs = [m for m in r.messages if m["role"] == "tool"]
+    assert tool_msgs and all("0.93" not in m["content"] for m in tool_msgs)
+    assert any("stale" in m["content"] for m in tool_msgs)
+    assert rt.scratch("s", sid, raw=True) == '{"cpu": 0.93}'     # kept, just not shown as current
+
+
+def test_pin_and_list(rt):
+    sid = rt.record_tool_output("s", "ls", {}, "a\nb\nc\n")
+    rt.pin("s", sid)
+    [entry] = rt.scratch_entries("s")
+    assert entry["scratch_id"] == sid and entry["pinned"] is True
+
+
+def test_binary_output(rt):
+    sid = rt.record_tool_output("s", "fetch", {"url": "x"}, b"\x89PNG\r\n\x1a\n\x00\x01")
+    assert rt.scratch("s", sid, raw=True) == b"\x89PNG\r\n\x1a\n\x00\x01"
+    assert rt.scratch("s", sid)["kind"] == "binary"
+
+
+def test_unknown_session_writes_nothing(rt, store_dir):
+    with pytest.raises(UnknownSessionError):
+        rt.record_tool_output("nope", "sql", {}, "x")
+    assert rt.scratch_entries("s") == []
+
+
+def test_other_sessions_cannot_read_a_scratch_id(rt):
+    sid = rt.record_tool_output("s", "sql", {}, "secret,1\n")
+    rt.create_session("other")
+    with pytest.raises(Exception) as info:
+        rt.scratch("other", sid, raw=True)
+    assert "secret" not in str(info.value)
