@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["packer_bench.py", "primitives_bench.py", "assembly_bench.py", "locomo.py"]
+BENCHES = ["packer_bench.py", "primitives_bench.py", "intent_bench.py", "assembly_bench.py", "locomo.py"]
 
 
 def main() -> int:

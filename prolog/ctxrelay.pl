@@ -37,6 +37,8 @@ The public predicates are re-exported from one module per concern:
 :- reexport(ctxrelay/warm).
 :- reexport(ctxrelay/scratch).
 :- reexport(ctxrelay/envelope).
+:- reexport(ctxrelay/references).
+:- reexport(ctxrelay/intent).
 :- reexport(ctxrelay/packer).
 :- reexport(ctxrelay/runtime).
 

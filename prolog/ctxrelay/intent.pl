@@ -1,7 +1,7 @@
 :- module(ctxrelay_intent,
           [ classify_intent/4,      % +Text, +Context, -Intent, -Evidence
             intent/1,               % ?Intent
-            intent_blend/2,         % ?Intent, ?Blend
+            evidence_dict/2,        % +Evidence, -Dict
             % extension points (multifile, dynamic)
             clarify_marker/1,       % ?Words
             continue_marker/1,      % ?Words
@@ -44,28 +44,18 @@ lists, `_` for any word, gap(N), `^` and `$` anchors).
 :- dynamic clarify_marker/1, continue_marker/1, topic_shift_marker/1.
 
 :- det(classify_intent/4).
+:- det(evidence_dict/2).
 
 %!  intent(?Intent) is nondet.
 %
-%   The five intents of CRP-SPEC-028 §5.1.
+%   The five intents of CRP-SPEC-028 §5.1.  Their tier blends (§5.3)
+%   are ctxrelay_envelope:intent_blend/2.
 
 intent(explore).
 intent(drill_down).
 intent(clarify).
 intent(continue).
 intent(tool_reference).
-
-%!  intent_blend(?Intent, ?Blend:dict) is nondet.
-%
-%   The tier blend of CRP-SPEC-028 §5.3: Blend is blend{p:P, c:C, e:E,
-%   cdr_novelty:N} with P + C + E = 1.0 and N one of true, false,
-%   partial.
-
-intent_blend(explore,        blend{p:0.70, c:0.25, e:0.05, cdr_novelty:true}).
-intent_blend(drill_down,     blend{p:0.30, c:0.65, e:0.05, cdr_novelty:false}).
-intent_blend(clarify,        blend{p:0.20, c:0.75, e:0.05, cdr_novelty:false}).
-intent_blend(continue,       blend{p:0.50, c:0.40, e:0.10, cdr_novelty:partial}).
-intent_blend(tool_reference, blend{p:0.20, c:0.30, e:0.50, cdr_novelty:false}).
 
 %!  classify_intent(+Text, +Context:dict, -Intent, -Evidence:dict) is det.
 %
@@ -166,6 +156,32 @@ classify_(_Tokens, _Refs, Sim, Thr, _M, Intent, topic_similarity, similarity(Sim
     ).
 
 ref_type(Type, ref(Type, _, _)).
+
+%!  evidence_dict(+Evidence, -Dict) is det.
+%
+%   Evidence of classify_intent/4 in plain types for the janus boundary:
+%   evidence{step, refs, matched} where refs are reference_dict/2 dicts
+%   and matched is one of matched{kind:refs, refs:Dicts},
+%   matched{kind:marker, words:Ws, start:S, end:E},
+%   matched{kind:definition, words:Ws, start:S, end:E},
+%   matched{kind:similarity, similarity:Sim, threshold:T} or
+%   matched{kind:none}.
+
+evidence_dict(Evidence, Dict) :-
+    get_dict(step, Evidence, Step),
+    get_dict(refs, Evidence, Refs),
+    get_dict(matched, Evidence, Matched),
+    maplist(reference_dict, Refs, RefDicts),
+    matched_dict(Matched, MatchedDict),
+    Dict = evidence{step:Step, refs:RefDicts, matched:MatchedDict}.
+
+matched_dict(none, D) => D = matched{kind:none}.
+matched_dict(marker(Ws, S-E), D) => D = matched{kind:marker, words:Ws, start:S, end:E}.
+matched_dict(definition(Ws, S-E), D) => D = matched{kind:definition, words:Ws, start:S, end:E}.
+matched_dict(similarity(Sim, T), D) => D = matched{kind:similarity, similarity:Sim, threshold:T}.
+matched_dict(Refs, D), is_list(Refs) =>
+    maplist(reference_dict, Refs, Dicts),
+    D = matched{kind:refs, refs:Dicts}.
 
 %   An entity reference under a weak determiner ("the") counts only
 %   when a modifier of its noun was mentioned before ("the indices

@@ -1159,15 +1159,28 @@ points_segments([P|Ps], p(C0, U0, _), [Key-seg(DU, DC, I)|Segs0], Segs) :-
 %   knapsack: one class per connected component of the structural
 %   constraints among the undecided groups, whose options are the Pareto
 %   set of the component's admissible selections (a dynamic program over
-%   the component, see component_options/7). Groups that propagation put
+%   the component, see component_options/5). Groups that propagation put
 %   in are classes of their own, groups put out vanish. Classes is a
-%   list of non-empty Pareto lists. Fails when a forced group has no
-%   admissible selection.
+%   list of c(Front, Hull): Front a non-empty Pareto list, Hull its hull
+%   segments; Units lists the units of each class. Fails when a forced
+%   group has no admissible selection.
 
 classes(P, X, St, R, Deadline, Classes) :-
+    classes(P, X, St, R, Deadline, Classes, _).
+
+classes(P, X, St, R, Deadline, Classes, Units) :-
     X = str(G, _, _, _, _, _, _, _),
-    functor(InOpts, in_options, G),
     numlist_(1, G, Gs),
+    classes_of(Gs, P, X, St, R, Deadline, Classes, Units).
+
+%   classes_of(+Gs, +P, +X, +St, +R, +Deadline, -Classes, -Units)
+%
+%   As classes/7 for the groups Gs only; Gs must be closed under the
+%   links among free groups.
+
+classes_of(Gs, P, X, St, R, Deadline, Classes, Units) :-
+    X = str(G, _, GM, _, _, _, _, _),
+    functor(InOpts, in_options, G),
     groups_in_state(Gs, St, in, InGs),
     groups_in_state(Gs, St, free, FreeGs),
     maplist(group_in_options(P, X, R, InOpts), InGs),
@@ -1178,7 +1191,20 @@ classes(P, X, St, R, Deadline, Classes) :-
     components(FreeGs, Links, Components),
     maplist(component_class(Links, InOpts, Deadline), Components, Free),
     append(Forced, Free, Fronts),
-    maplist(make_class, Fronts, Classes).
+    maplist(make_class, Fronts, Classes),
+    maplist([Gi, [Gi]]>>true, InGs, InComps),
+    append(InComps, Components, AllComps),
+    maplist(component_units(GM), AllComps, Units).
+
+component_units(GM, Gs, Units) :-
+    group_units(Gs, GM, Units0),
+    sort(Units0, Units).
+
+group_units([], _, []).
+group_units([Gi|Gs], GM, Units) :-
+    arg(Gi, GM, Ms),
+    append(Ms, Units1, Units),
+    group_units(Gs, GM, Units1).
 
 %   make_class(+Front, -Class): Class is c(Front, Hull), Hull the hull
 %   segments of the Pareto list Front (hull_segments/3), computed once.
@@ -1721,7 +1747,7 @@ chain_search(Lo, Hi, Arr, R, I) :-
 %   plus the LP bound of the classes still to come at the remaining
 %   capacity reaches max(T, Incumbent+1). Completing a state with the
 %   cheapest options of the classes still to come is admissible, so every
-%   stage may raise the incumbent, kept in Box = box(inc(Util, Sels), _, _)
+%   stage may raise the incumbent, kept in Box = box(inc(Util, Sels), ...)
 %   (Sels: a list of Unit-Variant lists).
 
 core_dp(Fixed, Core, Budget, T, Deadline, Box) :-
@@ -1813,7 +1839,7 @@ solve(prep(_, P, X, St0), Restr, Deadline, Result) :-
     duplicate_term(St0, St),
     restrictions_array(Restr, R),
     (   apply_restrictions(1, N, R, X, St)
-    ->  Box = box(none, none, 0/1),
+    ->  Box = box(none, none, 0/1, none),
         catch(( exact(P, X, St, R, Budget, Deadline, Box)
               ->  Done = true
               ;   Done = infeasible
@@ -1856,13 +1882,22 @@ cut_result(P, X, St, R, Budget, Box, Result) :-
     ;   Result = none
     ).
 
-solve_result(P, Box, Status, sol(Key, Cost, Util, Status, Lambda)) :-
+solve_result(P, Box, Status, sol(Key, Cost, Util, Status, Enum)) :-
     arg(1, Box, inc(Util, Sels)),
-    arg(3, Box, Lambda),
     append(Sels, Key0),
     msort(Key0, Key),
     key_cost_util(P, Key, Cost, Util1),
-    assertion(Util1 =:= Util).
+    assertion(Util1 =:= Util),
+    arg(3, Box, PL/QL),
+    arg(4, Box, ClassInfo),
+    (   ClassInfo = ci(Classes, Units)
+    ->  maplist(class_best(PL, QL), Classes, Bests),
+        Enum = enum(PL/QL, Units, Bests)
+    ;   Enum = none
+    ).
+
+class_best(P, Q, c(Front, _), Best) :-
+    class_values(P, Q, c(Front, _), _, Best).
 
 allowed_from(prob(N, _, Us, _, _), R, Allowed) :-
     functor(Allowed, allowed, N),
@@ -1892,7 +1927,8 @@ allowed_variants([V|Vs], O, AVs) :-
 %   cut: a proven optimum is never below it.
 
 exact(P, X, St, R, Budget, Deadline, Box) :-
-    classes(P, X, St, R, Deadline, Classes),
+    classes(P, X, St, R, Deadline, Classes, Units),
+    setarg(4, Box, ci(Classes, Units)),     % no copy; only used when done
     class_greedy(Classes, Budget, CU, Choice),
     option_sels(Choice, Sels),
     nb_setarg(1, Box, inc(CU, Sels)),
@@ -1974,11 +2010,11 @@ deadline(Limit, Deadline) :-
 %   the rest of R is split into disjoint subproblems R_i: the units with
 %   a choice before the i-th one are fixed as in S, the i-th one may
 %   take any of its options but S's. Subproblems wait in a priority
-%   queue under an upper bound (the Lagrangian bound with the multiplier
-%   of their parent, capped by the parent's utility) and are solved only
-%   when they reach the top; solved ones wait under their exact utility.
-%   Each yielded pack costs one exact solve per subproblem that reaches
-%   the top and an O(units) bound per child.
+%   queue under an upper bound (children/5, capped by the parent's
+%   utility) and are solved only when they reach the top; solved ones
+%   wait under their exact utility. Each yielded pack costs one bound per
+%   unit with a choice and one exact solve per subproblem that reaches
+%   the top.
 
 enumerate(Prep, TimeLimit, MaxAlt, Sol0-R0, Sol) :-
     (   MaxAlt == 0
@@ -2021,21 +2057,90 @@ next_solved(H0, Prep, Deadline, Sol, R, H) :-
 
 %   children(+Prep, +Sol, +Restr, +H0, -H)
 %
-%   The Lawler-Murty subproblems of Restr minus Sol's pack.
+%   The Lawler-Murty subproblems of Restr minus Sol's pack. Decisions are
+%   taken class by class (the classes of Sol's solve) and a child is
+%   bounded by the Lagrangian bound at Sol's multiplier: P*Budget, plus
+%   Sol's value in the classes before, the best value of the classes
+%   after, and the best value of its own class under its restrictions
+%   (a small class dynamic program; a child whose class has no admissible
+%   selection is empty and dropped). Units in no class were out by
+%   propagation: no pack differs there.
 
-children(prep(_, P, _, _), sol(Key, _, U, _, PL/QL), Restr, H0, H) :-
+children(prep(_, P, X, St0), sol(Key, _, U, _, Enum), Restr, H0, H) :-
+    Enum = enum(PL/QL, ClassUnits, Bests),
     P = prob(N, _, Us, _, Budget),
     restrictions_array(Restr, R),
+    duplicate_term(St0, St),
+    apply_restrictions(1, N, R, X, St),
     decisions(Key, N, D),
-    numlist_(1, N, Is),
-    with_choice(Is, R, Choice),
-    % Lagrangian bound: P*Budget + sum of the best reduced values
-    unit_bests(Is, Us, R, PL, QL, Best),
-    BestArr =.. [best|Best],
-    sum_list(Best, SumBest),
+    sum_list(Bests, SumBest),
     D0 is PL*Budget + SumBest,
     Restr = restr(Base, Over0),
-    child_heap(Choice, D, R, Us, PL, QL, BestArr, D0, U, Base, Over0, H0, H).
+    Ctx = lm(D, R, Us, PL, QL, U, Base, P, X, St),
+    class_children(ClassUnits, Bests, Ctx, D0, Over0, H0, H).
+
+class_children([], [], _, _, _, H, H).
+class_children([Units|CUs], [Best|Bests], Ctx, D0, Over0, H0, H) :-
+    Ctx = lm(D, R, Us, PL, QL, _, _, _, _, _),
+    with_choice(Units, R, Choice),
+    unit_children(Choice, Units, [], Best, Ctx, D0, Over0, Over, H0, H1),
+    foldl(pack_value(D, Us, PL, QL), Units, 0, VS),
+    D1 is D0 - Best + VS,
+    class_children(CUs, Bests, Ctx, D1, Over, H1, H).
+
+unit_children([], _, _, _, _, _, Over, Over, H, H).
+unit_children([I|Is], Units, Fixed, Best, Ctx, D0, Over0, Over, H0, H) :-
+    Ctx = lm(D, R, _, _, QL, U, Base, _, _, _),
+    arg(I, D, DI),
+    arg(I, R, O),
+    selectchk(DI, O, Others),
+    (   findall(V, child_class_value(Ctx, Units, Fixed, I, Others, V), [V])
+    ->  Bound is (D0 - Best + V) // QL,
+        Key is min(U, Bound),
+        NK is -Key,
+        add_to_heap(H0, p(NK, 1), open(restr(Base, [I-Others|Over0])), H1)
+    ;   H1 = H0                             % empty subproblem
+    ),
+    unit_children(Is, Units, [I-DI|Fixed], Best, Ctx, D0, [I-[DI]|Over0], Over,
+                  H1, H).
+
+%   child_class_value(+Ctx, +Units, +Fixed, +I, +Others, -V) is semidet.
+%
+%   Best Lagrangian value of the class of Units when the units in Fixed
+%   keep their option and unit I takes one of Others. Changes to the
+%   restrictions and states are undone by the caller's findall/3.
+
+child_class_value(lm(_, R, _, PL, QL, _, _, P, X, St), Units, Fixed, I, Others, V) :-
+    restrict_units([I-Others|Fixed], R, X, St),
+    X = str(_, UG, _, _, _, _, _, _),
+    args(Units, UG, Gs0),
+    sort(Gs0, Gs),
+    classes_of(Gs, P, X, St, R, inf, Classes, _),
+    maplist(class_best(PL, QL), Classes, Bs),
+    sum_list(Bs, V).
+
+restrict_units([], _, _, _).
+restrict_units([I-O0|Us], R, X, St) :-
+    (   integer(O0)
+    ->  O = [O0]
+    ;   O = O0
+    ),
+    setarg(I, R, O),
+    X = str(_, UG, _, _, _, _, _, _),
+    arg(I, UG, G),
+    (   O == [0]
+    ->  set_out(G, X, St, _, [])
+    ;   O = [0|_]
+    ->  true
+    ;   set_in(G, X, St, _, [])
+    ),
+    restrict_units(Us, R, X, St).
+
+pack_value(D, Us, PL, QL, I, V0, V) :-
+    arg(I, D, DI),
+    arg(I, Us, u(Vs, _)),
+    option_value(Vs, PL, QL, DI, VI),
+    V is V0+VI.
 
 with_choice([], _, []).
 with_choice([I|Is], R, Choice) :-
@@ -2045,36 +2150,10 @@ with_choice([I|Is], R, Choice) :-
     ),
     with_choice(Is, R, Choice1).
 
-child_heap([], _, _, _, _, _, _, _, _, _, _, H, H).
-child_heap([I|Is], D, R, Us, PL, QL, BestArr, D0, U, Base, Over0, H0, H) :-
-    arg(I, D, DI),
-    arg(I, R, O),
-    arg(I, BestArr, BI),
-    selectchk(DI, O, Others),
-    arg(I, Us, u(Vs, _)),
-    maplist(option_value(Vs, PL, QL), Others, OVs),
-    max_list(OVs, OBest),
-    Bound is (D0 - BI + OBest) // QL,
-    Key is min(U, Bound),
-    NK is -Key,
-    add_to_heap(H0, p(NK, 1), open(restr(Base, [I-Others|Over0])), H1),
-    % the next children fix unit I as in the pack
-    option_value(Vs, PL, QL, DI, VI),
-    D1 is D0 - BI + VI,
-    child_heap(Is, D, R, Us, PL, QL, BestArr, D1, U, Base, [I-[DI]|Over0], H1, H).
-
 decisions(Key, N, D) :-
     functor(D, d, N),
     forall(member(M-K, Key), nb_setarg(M, D, K)),
     forall(between(1, N, I), ( arg(I, D, X), var(X) -> nb_setarg(I, D, 0) ; true )).
-
-unit_bests([], _, _, _, _, []).
-unit_bests([I|Is], Us, R, PL, QL, [Best|Bests]) :-
-    arg(I, R, O),
-    arg(I, Us, u(Vs, _)),
-    maplist(option_value(Vs, PL, QL), O, Vals),
-    max_list(Vals, Best),
-    unit_bests(Is, Us, R, PL, QL, Bests).
 
 option_value(_, _, _, 0, 0) :- !.
 option_value(Vs, PL, QL, K, V) :-

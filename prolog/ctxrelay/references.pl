@@ -5,6 +5,7 @@
             % resolution
             resolve_references/4,   % +Refs, +Turns, +ScratchEntries, -Resolved
             enumerations/2,         % +Text, -Lists
+            reference_dict/2,       % +RefOrResolved, -Dict
             % tokens and markers (shared with ctxrelay_intent)
             text_tokens/2,          % +Text, -Tokens
             text_words/2,           % +Text, -Words
@@ -83,6 +84,7 @@ prior turns (dicts, newest last) and scratch-buffer entries.
 :- det(text_words/2).
 :- det(mention_words/2).
 :- det(enumerations/2).
+:- det(reference_dict/2).
 
 
                  /*******************************
@@ -396,14 +398,23 @@ phrase_words([t(W, K, _, _)|Ts], After, Words) :-
     phrase_words(Ts, After, Ws).
 
 %   longest_marker(:Marker, +Tokens, +Before, -Phrase, -After)
+%
+%   findall/3 collects only the number of tokens each match consumes:
+%   copying the rest of the token list into the bag would make a scan
+%   quadratic.  After is then a suffix of Tokens, shared, not copied.
 longest_marker(Marker, Ts, Before, Phrase, After) :-
     Ts = [t(W, _, _, _)|_],
-    findall(N-(P-A),
+    \+ \+ marker_at(Marker, W, Ts, Before, _, _),    % cheap: most positions fail here
+    findall(N-P,
             ( marker_at(Marker, W, Ts, Before, P, A),
               consumed_count(Ts, A, 0, N0), N is -N0 ),
             Matches),
     Matches \== [],
-    keysort(Matches, [_-(Phrase-After)|_]).
+    keysort(Matches, [Neg-Phrase|_]),
+    Count is -Neg,
+    length(Prefix, Count),
+    append(Prefix, After, Ts),
+    !.
 
 consumed_count(Ts, After, N, N) :-
     Ts == After,
@@ -682,10 +693,11 @@ modifiers([W|Ws], N) -->
     { \+ tool_verb(W), N1 is N - 1 },
     modifiers(Ws, N1).
 
-tool_noun_word(Noun) -->
+tool_noun_word(Noun) -->                   % singular first: logs -> log
     w(W),
-    { (   tool_noun(W) -> Noun = W
-      ;   stem(W, Noun), tool_noun(Noun)
+    { stem(W, S),
+      (   tool_noun(S) -> Noun = S
+      ;   tool_noun(W) -> Noun = W
       )
     }.
 
@@ -1052,6 +1064,41 @@ content_matches(Type, Content) :-
     mentioned_word(T, M),
     !.
 
+%!  reference_dict(+Term, -Dict) is det.
+%
+%   The plain form of a reference or a resolution entry for the janus
+%   boundary (Python cannot take the compound terms):
+%
+%     - ref(Type, Details, S-E) -> reference{type:Type,
+%       details:Details, start:S, end:E}
+%     - resolved(Ref, Target) -> resolution{ref:RefDict,
+%       resolved: @true, target:TargetDict}, TargetDict one of
+%       target{kind:turn, turn_id:Id}, target{kind:item, turn_id:Id,
+%       index:I, text:Text} or target{kind:scratch, scratch_id:Id}
+%     - unresolved(Ref, Reason) -> resolution{ref:RefDict,
+%       resolved: @false, reason:ReasonString}
+%
+%   (@true and @false are janus' Python booleans).
+%
+%   @error domain_error(reference, Term) for anything else
+
+reference_dict(ref(Type, Details, S-E), Dict) =>
+    Dict = reference{type:Type, details:Details, start:S, end:E}.
+reference_dict(resolved(Ref, Target), Dict) =>
+    reference_dict(Ref, RefDict),
+    target_dict(Target, TargetDict),
+    Dict = resolution{ref:RefDict, resolved: @(true), target:TargetDict}.
+reference_dict(unresolved(Ref, Reason), Dict) =>
+    reference_dict(Ref, RefDict),
+    term_string(Reason, ReasonString),
+    Dict = resolution{ref:RefDict, resolved: @(false), reason:ReasonString}.
+reference_dict(Term, _) =>
+    domain_error(reference, Term).
+
+target_dict(turn(Id), D) => D = target{kind:turn, turn_id:Id}.
+target_dict(item(Id, I, Text), D) => D = target{kind:item, turn_id:Id, index:I, text:Text}.
+target_dict(scratch(Id), D) => D = target{kind:scratch, scratch_id:Id}.
+
 %!  enumerations(+Text, -Lists:list(list(string))) is det.
 %
 %   The enumerations in Text, in order, each a list of its item texts
@@ -1345,7 +1392,6 @@ tool_noun(report).
 tool_noun(listing).
 tool_noun(printout).
 tool_noun(stat).
-tool_noun(stats).
 tool_noun(number).
 tool_noun(payload).
 
