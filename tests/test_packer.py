@@ -1,11 +1,15 @@
-"""Property tests of the CLP(FD) packer (prolog/ctxrelay/packer.pl) through janus.
+"""Property tests of the packer (prolog/ctxrelay/packer.pl) through janus.
 
 Small random instances (<= 12 units, <= 3 variants per unit, random
 together / excludes / at_most_one / requires / mandatory) are solved by brute
 force in Python and compared with the packer: the first pack is optimal and
-admissible, enumerating the alternatives yields every admissible selection
-exactly once in non-increasing utility, and infeasible instances fail (pack/5)
-or raise the right ctxrelay error with the right figures (pack_best/5).
+admissible; enumerating the alternatives (<= 7 units, as the number of packs
+explodes) yields every admissible selection exactly once in non-increasing
+utility; labelling the CLP(FD) model of pack_constraints/6 finds the same
+optimum; the greedy pack is admissible and its gap bounds the optimum; a search
+cut by time_limit(0) keeps at least the greedy utility and a true gap; and
+infeasible instances fail (pack/5) or raise the right ctxrelay error with the
+right figures (pack_best/5). Hypothesis is derandomized, 60 examples each.
 
 The plunit suites (tests/plunit/test_packer.pl) are not run from here.
 """
@@ -281,6 +285,28 @@ def test_pack_best_raises_with_the_figures_when_nothing_fits(inst: Instance) -> 
         cheapest = min(cost_util(inst, sel)[0] for sel in structural)
         assert r["D"] == {"mandatory_cost": cheapest, "budget": inst.budget}
         assert cheapest > inst.budget
+
+
+@SETTINGS
+@given(instances())
+def test_a_cut_search_keeps_the_greedy_and_a_true_gap(inst: Instance) -> None:
+    """time_limit(0): whatever is returned beats the greedy pack and its gap
+    really bounds the optimum."""
+    adm = admissible(inst)
+    r = pack_first(inst, [("time_limit", 0)])
+    if not adm:
+        assert r["truth"] is False
+        return
+    check_pack(inst, r)
+    greedy = janus.query_once("pack_greedy(Us, Cs, B, pack(_, _, U, _))",
+                              {"Us": inst.units(), "Cs": inst.constraints(),
+                               "B": inst.budget})
+    best = max(adm.values())
+    assert r["Util"] >= greedy["U"]
+    if r["Status"] == "optimal":
+        assert r["Util"] == best
+    else:
+        assert r["Util"] <= best <= r["Util"] + r["G"]
 
 
 def test_time_limit_keeps_at_least_the_greedy_utility() -> None:

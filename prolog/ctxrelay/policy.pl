@@ -37,6 +37,8 @@ option_default(provider,                "echo", text).
 option_default(provider_options,        _{},    dict).
 option_default(key,                     none,   any).
 option_default(time_limit,              1.0,    positive_number).
+option_default(threads,                 true,   boolean).
+option_default(embedder,                "",     text).
 
 %!  policy_option_names(-Names) is det.
 policy_option_names(Names) :-

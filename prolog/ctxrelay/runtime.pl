@@ -14,6 +14,9 @@
 :- use_module(policy).
 :- use_module(context).
 :- use_module(packer).
+:- use_module(references).
+:- use_module(intent).
+:- use_module(envelope).
 
 /** <module> The managed conversation runtime
 
@@ -126,7 +129,8 @@ assemble_best(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
 
 assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     statistics(cputime, T0),
-    candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands),
+    candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands0),
+    conversation_analysis(Store, Text, Cands0, Cands, Analysis),
     pack_units(Cands, Policy, Units, Constraints),
     Budget is Policy.input_budget - Cands.priming,
     check_mandatory_fits(Units, Constraints, Budget, Policy, Cands),
@@ -141,11 +145,74 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     Ms is round((T1 - T0) * 1000),
     pack_report(Rendered, Units, Report),
     boundary_status(Cands, Selected, Policy, BoundaryStatus),
-    headers(Ledger, BoundaryStatus, Ms, Headers),
+    headers(Ledger, BoundaryStatus, Ms, Analysis, Headers),
     Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
                     pack:Report, utility:Utility,
                     status:status{optimality:Optimality,
-                                  cold_history_boundary:BoundaryStatus}}.
+                                  cold_history_boundary:BoundaryStatus,
+                                  intent:Analysis.intent,
+                                  references:Analysis.references,
+                                  thread:Analysis.thread,
+                                  embedder:Analysis.embedder}}.
+
+		 /*******************************
+		 *   REFERENCES, INTENT, BLEND  *
+		 *******************************/
+
+%   conversation_analysis(+Store, +Text, +Cands0, -Cands, -Analysis)
+%
+%   Detect and resolve the references of the new message (DCGs), bring
+%   the resolved turns in as candidates at full weight, classify the
+%   intent (tool refs, clarify markers, any reference, continue markers,
+%   topic similarity) and look up its blend.
+conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
+    Info = Cands0.info,
+    references(Text, Refs),
+    resolve_references(Refs, Info.recent_turns, Info.scratch_recent, Resolved),
+    resolved_turns(Resolved, Info.recent_turns, TurnIds),
+    (   TurnIds == []
+    ->  Cands1 = Cands0
+    ;   py_api(py_call_plain('ctxrelay.assembly':add_turn_units(Cands0.handle, Store, TurnIds),
+                             Added)),
+        append(Cands0.units, Added, Units1),
+        Cands1 = Cands0.put(units, Units1)
+    ),
+    include(is_resolved, Resolved, Hits),
+    length(Hits, NResolved),
+    recent_mentions(Info.recent_turns, Mentioned),
+    IntentContext = _{topic_similarity:Info.get(topic_similarity, 0.0),
+                      topic_threshold:Info.get(topic_threshold, 0.5),
+                      mentioned:Mentioned},
+    classify_intent(Text, IntentContext, Intent, _Evidence),
+    intent_blend(Intent, Blend),
+    Cands = Cands1.put(_{referenced:TurnIds, intent:Intent, blend:Blend}),
+    Analysis = _{intent:Intent, blend:Blend, references:NResolved,
+                 referenced_turns:TurnIds,
+                 thread:_{id:Info.get(active_thread, ""), label:Info.get(thread_label, ""),
+                          resumed:Info.get(thread_resumed, false)},
+                 embedder:Info.get(embedder, "")}.
+
+is_resolved(resolved(_, _)).
+
+resolved_turns(Resolved, RecentTurns, TurnIds) :-
+    findall(T, ( member(resolved(_, Target), Resolved),
+                 target_turn(Target, RecentTurns, T) ), Ts),
+    sort(Ts, TurnIds).
+
+target_turn(turn(T), _, T).
+target_turn(item(T, _, _), _, T).
+target_turn(scratch(Id), Recent, T) :-
+    member(D, Recent),
+    get_dict(role, D, "tool"),
+    get_dict(turn_id, D, T),
+    get_dict(content, D, C),
+    sub_string(C, _, _, _, Id),
+    !.
+
+recent_mentions(RecentTurns, Words) :-
+    findall(C, ( member(D, RecentTurns), get_dict(content, D, C) ), Cs),
+    atomic_list_concat(Cs, '\n', All),
+    mention_words(All, Words).
 
 message_text(Message, _) :-
     var(Message),
@@ -182,13 +249,14 @@ candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands) :-
     py_bool(Policy.retrieval, Retrieval),
     py_bool(Policy.warm, UseWarm),
     py_bool(Policy.cold_history_boundary, Boundary),
+    py_bool(Policy.threads, Threads),
     PyOptions = _{model:Policy.model, history_end:HistoryEnd,
                   window_tokens:Policy.input_budget,
                   min_recent_turns:Policy.min_recent_turns,
                   max_retrieved:Policy.max_retrieved,
                   retrieval:Retrieval, warm:UseWarm,
                   system:Policy.system,
-                  boundary:Boundary,
+                  boundary:Boundary, threads:Threads, embedder:Policy.embedder,
                   message_turn_id:MessageTurn},
     py_api(py_call_plain('ctxrelay.assembly':candidates(Store, Warm, Session, Text, PyOptions), Cands0), session(Session)),
     Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd}).
@@ -259,6 +327,12 @@ utility(Kind, _, U, Cands, Policy, F) :-
 utility(retrieved, _, U, _, _, F) :-
     !,
     F is 0.05 + 0.6 * U.get(score, 0.0).
+utility(referenced, _, _, _, _, 1.0) :- !.      % resolved references: full weight
+utility(thread, _, U, Cands, Policy, F) :-      % a resumed thread's dormant turns
+    !,
+    U.turn_ids = [T],
+    F is 0.4 + 0.5 * 0.5 ** ((Cands.message_turn - T) / (4 * Policy.half_life)).
+utility(thread_summary, _, _, _, _, 0.9) :- !.
 utility(warm, Variant, U, _, _, F) :-
     !,
     variant_factor(Variant, VF),
@@ -328,6 +402,9 @@ kind_rank(warm, 3).
 kind_rank(turn, 4).
 kind_rank(retrieved, 4).
 kind_rank(scratch, 4).
+kind_rank(referenced, 4).
+kind_rank(thread, 4).
+kind_rank(thread_summary, 3).
 kind_rank(message, 5).
 
 render(Cands, Plan, Rendered) :-
@@ -381,6 +458,9 @@ stage_name(warm, warm).
 stage_name(boundary, boundary).
 stage_name(retrieved, retrieved).
 stage_name(scratch, tool_summaries).
+stage_name(referenced, referenced).
+stage_name(thread, thread).
+stage_name(thread_summary, thread).
 stage_name(message, message).
 
 stage_entry(Units, Stage, stage{name:Stage, observed:Tokens, charged:Tokens,
@@ -432,7 +512,8 @@ report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.token
     ->  Utility is U0 / 1000
     ;   Utility = 0
     ),
-    (   memberchk(kind(K), Props), memberchk(K, [turn, retrieved, instructions, scratch])
+    (   memberchk(kind(K), Props),
+        memberchk(K, [turn, retrieved, instructions, scratch, referenced, thread])
     ->  TurnIds = R.turn_ids
     ;   TurnIds = []
     ).
@@ -456,13 +537,21 @@ boundary_status(Cands, Selected, Policy, Status) :-
     ;   Status = boundary{inserted:false}
     ).
 
-headers(Ledger, Boundary, Ms, Headers) :-
+headers(Ledger, Boundary, Ms, Analysis, Headers) :-
     (   Boundary.inserted == true -> Cold = Boundary.turns_not_shown ; Cold = 0 ),
     (   Ledger.exact == true -> Exactness = "exact" ; Exactness = "estimated" ),
     format(string(Used), "~w/~w", [Ledger.total, Ledger.input_budget]),
+    blend_header(Analysis.blend, Blend),
+    upcase_atom(Analysis.intent, Intent),
+    Thread = Analysis.thread,
+    (   Thread.label == "" -> ActiveThread = "none" ; ActiveThread = Thread.label ),
     Headers = _{'CRP-Context-Tokens-Used':Used,
                 'CRP-Context-Token-Count':Exactness,
                 'CRP-Context-Mode':"conversation",
+                'CRP-Context-Tier-Blend':Blend,
+                'CRP-Context-Turn-Intent':Intent,
+                'CRP-Context-References-Resolved':Analysis.references,
+                'CRP-Context-Active-Thread':ActiveThread,
                 'CRP-Context-Cold-Turns':Cold,
                 'CRP-Context-Assembly-Ms':Ms}.
 
@@ -471,6 +560,6 @@ shown_turn(CandUnits, Id, T) :-
     get_dict(id, C, Id),
     !,
     get_dict(kind, C, Kind),
-    memberchk(Kind, ["turn", "retrieved", "instructions", "scratch"]),
+    memberchk(Kind, ["turn", "retrieved", "instructions", "scratch", "referenced", "thread"]),
     get_dict(turn_ids, C, Ts),
     member(T, Ts).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,9 @@ from .types import Turn
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
+_RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
+_DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
+_THREADS_CONSIDERED = 64      # recent threads a new message may rejoin
 
 
 @dataclass
@@ -215,6 +219,14 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
                                    "omitted_count": count, "omitted_tokens": prefix_tokens}), model)
     info.update(window_start=window_start, tail_first=tail_first,
                 total_turns=history_end)
+    if options.get("threads", True):
+        info.update(_thread_context(store, session_id, message, query_text, window, history_end,
+                                    units, model, options, scratch))
+    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role, "content": t.content}
+                            for t in window[-_RECENT_FOR_REFERENCES:]]
+    info["scratch_recent"] = [] if scratch is None else [
+        {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
+        for e in scratch.list(session_id)[-_RECENT_FOR_REFERENCES:]]
     priming = tok.count_messages([], model).n
     cands = Candidates(session_id, model, units, priming, groups, excludes, info)
     return {"handle": cands, "units": [u.summary() for u in units.values()],
@@ -370,3 +382,90 @@ def host_only_tokens(cands: Candidates, plan: list[list[str]], model: str) -> in
         unit = cands.unit(unit_id)
         meta.append({"id": unit.id, "turn_ids": unit.turn_ids, **unit.features})
     return tok.count(json.dumps(meta, sort_keys=True, default=str), model).n
+
+
+def _thread_context(store: TranscriptStore, session_id: str, message: Any, query_text: str,
+                    window: list[Turn], history_end: int, units: dict[str, Unit], model: str,
+                    options: dict[str, Any], scratch: Any) -> dict[str, Any]:
+    """Topic thread of the new message, its similarity, and a resumed thread's turns.
+
+    The turn log is brought up to date first (only turns added since the last
+    call are embedded).  The new message joins the thread whose latest user
+    turns are most similar above the embedder's ``thread_join`` threshold; if
+    that thread is not the one in the window, its dormant turns come back as
+    candidates (kind ``thread``) and its Active Thread Summary is offered.
+    """
+    import time
+
+    from .embed import get_embedder
+    from .turnlog import TurnLog
+    embedder = get_embedder(options.get("embedder") or None)
+    log = TurnLog.open(Path(store.path) / "turnlog")
+    t0 = time.perf_counter()
+    log.sync(store, session_id, embedder)
+    sync_ms = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    vec = embedder.embed_batch([query_text or ""])[0]
+    embed_ms = (time.perf_counter() - t0) * 1000
+    # Bounded: the most recent threads only, so the cost follows the window,
+    # not the number of topics a very long session has had.
+    threads = log.recent_threads(session_id, _THREADS_CONSIDERED)
+    best, best_sim = None, 0.0
+    for info in threads:
+        vecs = log.vectors(session_id, info.turn_ids[-24:])
+        if not vecs:
+            continue
+        sim = max(float(v @ vec) for v in vecs.values())
+        if sim > best_sim:
+            best, best_sim = info, sim
+    join = float(embedder.thresholds["thread_join"])
+    previous = log.active_thread(session_id)
+    out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": round(embed_ms, 3),
+                           "turnlog_sync_ms": round(sync_ms, 3),
+                           "topic_similarity": round(best_sim, 4),
+                           "topic_threshold": float(embedder.thresholds["topic_same"]),
+                           "active_thread": "", "thread_label": "", "thread_resumed": False}
+    if best is None or best_sim < join:
+        return out
+    out.update(active_thread=best.thread_id, thread_label=best.label)
+    in_window = {t.turn_id for t in window}
+    dormant = [t for t in best.turn_ids if t not in in_window and t <= history_end]
+    resumed = best.thread_id != previous and bool(dormant)
+    out["thread_resumed"] = resumed
+    if resumed:
+        for tid in dormant[-_DORMANT_MAX:]:
+            if f"t{tid}" in units:
+                continue
+            turn = store.turn(session_id, tid)
+            if turn.role == "tool" or _tool_call_ids(turn):
+                continue                      # pairs come back through retrieval, whole
+            _add(units, _turn_unit(turn, "thread", scratch), model)
+        full = log.thread(session_id, best.thread_id, store)
+        text = full.state.summary(full.label)
+        _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
+                         variants={"verbatim": {"role": "system", "content": text}},
+                         features={"thread_id": best.thread_id}), model)
+    return out
+
+
+def add_turn_units(cands: Candidates, store: TranscriptStore, turn_ids: list[int],
+                   kind: str = "referenced") -> list[dict[str, Any]]:
+    """Offer the turns a reference resolved to (and their tool pairs) as candidates."""
+    from .bridge import scratch_store_for
+    scratch = scratch_store_for(store)
+    added: list[dict[str, Any]] = []
+    for tid in sorted({int(t) for t in turn_ids}):
+        if f"t{tid}" in cands.units or not 1 <= tid <= cands.info["history_end"]:
+            continue
+        turn = store.turn(cands.session_id, tid)
+        family = _tool_family(store, cands.session_id, turn)
+        ids = []
+        for member in family:
+            uid = f"t{member.turn_id}"
+            if uid not in cands.units:
+                unit = _add(cands.units, _turn_unit(member, kind, scratch), cands.model)
+                added.append(unit.summary())
+            ids.append(uid)
+        if len(ids) > 1:
+            cands.groups.append(ids)
+    return added

@@ -19,7 +19,7 @@ from .types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnR
 POLICY_KEYS = ("max_context_tokens", "provider_context_tokens", "output_reserve",
                "safety_margin", "min_recent_turns", "cold_history_boundary", "model",
                "half_life", "max_retrieved", "retrieval", "warm", "system", "provider",
-               "provider_options", "time_limit")
+               "provider_options", "time_limit", "threads", "embedder")
 
 
 def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -32,7 +32,8 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 _BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted",
-                        "pinned", "observed_exact", "raw_tokens_exact", "summary_exact"})
+                        "pinned", "observed_exact", "raw_tokens_exact", "summary_exact",
+                        "resumed"})
 
 
 _OPAQUE_KEYS = frozenset({"metadata", "args", "structured", "content", "summary", "raw"})

@@ -342,6 +342,28 @@ class TurnLog(LmdbStore):
         return [self._info(session_id, info, transcript) for info in
                 sorted(raw.values(), key=lambda i: int(i["thread_id"][1:]))]
 
+    def recent_threads(self, session_id: str, n: int) -> list[ThreadInfo]:
+        """The ``n`` most recently started threads, read backwards (bounded work)."""
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            cursor = txn.cursor(db=self.dbs[b"threads"])
+            if not cursor.set_range(skey + b"\xff" * 8):
+                if not cursor.last():
+                    return out
+            elif not cursor.prev():
+                return out
+            while len(out) < n:
+                key = cursor.key()
+                if not key.startswith(skey):
+                    break
+                out.append(json.loads(cursor.value()))
+                if not cursor.prev():
+                    break
+            return out
+        return [self._info(session_id, info, None) for info in self.read(read)]
+
     def thread(self, session_id: str, thread_id: str, transcript: Any = None) -> ThreadInfo:
         for info in self.threads(session_id, transcript):
             if info.thread_id == thread_id:
