@@ -187,3 +187,9 @@ class ArtifactKeyConflictError(KeyConflictError):
     """An idempotency key was reused for a different warm artifact."""
 
     kind = "artifact_key_conflict"
+
+
+class InconsistentConstraintsError(CtxRelayError):
+    """Mandatory units contradict the pack's structural constraints."""
+
+    kind = "inconsistent_constraints"

@@ -1,0 +1,2470 @@
+"""The Contextual Knowledge Fabric (CKF): Tier P, persistent knowledge (CRP-SPEC-009).
+
+A :class:`FactStore` keeps facts (SPEC-009 §2) with their embeddings, a
+similarity-edge graph, Leiden communities and a term index, and retrieves them
+five ways (SPEC-035 §2.1, §2.4):
+
+- :meth:`FactStore.lookup_key` / :meth:`FactStore.fact` -- exact key → fact;
+- :meth:`FactStore.search_terms` -- BM25 over the term → fact index;
+- :meth:`FactStore.search_ann` / :meth:`FactStore.facts` -- hnswlib ANN;
+- :meth:`FactStore.cdr` -- Coverage-Differential Retrieval (SPEC-024, with
+  SPEC-027 §3's recency factor), formulas in :mod:`ctxrelay.cdr`;
+- :meth:`FactStore.cdgr` -- the graph walk for connector facts (SPEC-025).
+
+CRP owns the logic, the operator owns the data (SPEC-038 §1): everything that
+stores is behind :class:`CKFBackend`; :class:`NativeBackend` (LMDB + hnswlib,
+"crp-native") is the default, and a PostgreSQL + pgvector backend would
+implement the same methods.  The facade (:class:`FactStore`) validates input,
+embeds, applies the source-type defaults, chunks documents and computes the
+CDR/CDGR scores and the Leiden communities.
+
+On-disk layout of the native backend under ``<path>`` (e.g. ``<store>/ckf/``)::
+
+    <path>/db/        LMDB environment (the source of truth), named databases:
+      meta            format, config (model id, dim, hnsw parameters), counters
+      ns              namespace name -> JSON: id, generation, saved generation,
+                      state digest, counts, community labels, change counters
+      facts           ns(8) seq(8) -> fact id (36 ASCII) + status (1) + importance,
+                      modified_at, ttl seconds (f64 each; NaN = none) + JSON record
+      ids             fact id -> ns(8) seq(8)
+      vectors         ns seq -> float32 embedding
+      keys            ns(8) key (UTF-8) -> ns seq            (key -> fact, exact)
+      edges           ns(8) a(8) b(8) -> float32 cosine + fact id of b (both ways)
+      hidden          ns seq -> status of a QUARANTINED / DELETED fact
+      ixlog           ns(8) generation(8) -> op ('A' show, 'H' hide) + seq(8)
+      access          ns seq -> access count (u64) + last access (f64)
+      members         ns seq -> community id (u32)
+      sources         ns(8) source id -> JSON source record (SPEC-009 §4.5)
+      terms.post/.docs/.ns   the BM25 term -> fact index (ctxrelay.textindex)
+    <path>/hnsw/ns-<id>.bin   one hnswlib index per namespace (SPEC-009 §9.1)
+
+The hnswlib files are snapshots.  Every change to what an index must hold is
+logged in ``ixlog`` in the same LMDB transaction as the change itself; a file
+is saved (temp file, fsync, ``os.replace``) when the log since the last save
+reaches ``max(1000, 25 % of the index)`` operations, on :meth:`FactStore.flush`
+and on close, and the log up to the saved generation is then dropped.  Opening
+loads the file and replays the rest of the log (its operations are idempotent,
+so replaying more than needed is harmless); a missing or unreadable file is
+rebuilt from the stored vectors.  Another process's changes reach this one the
+same way: each call compares the namespace's generation with the one applied
+in memory and replays the difference.
+
+Rebuild rule (SPEC-009 §3.3): an index is rebuilt from the stored vectors of
+its retrievable facts when the labels hidden or replaced since its last
+rebuild exceed 20 % of the elements it holds (hnswlib only marks deletions, so
+the dead elements would otherwise stay in the graph forever).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+import sys
+import threading
+import time
+import unicodedata
+import uuid
+import warnings
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import cdr as _cdr
+from .ckf_graph import VectorIndex, community_keywords, label_of, leiden
+from .embed import default_name, get_embedder
+from .errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
+                     StoreError)
+from .lmdbenv import LmdbStore
+from .textindex import TextIndex
+
+__all__ = [
+    "FactStore", "CKFBackend", "NativeBackend",
+    "Fact", "ScoredFact", "Hit", "Community", "CoverageEntry", "IngestReport",
+    "SourceRecord", "CKFStats", "Chunk", "chunk_text",
+    "UnknownFactError", "FactKeyExistsError", "InvalidFactError", "StatusTransitionError",
+    "EmbeddingModelMismatchError", "IngestSourceError",
+    "STATUSES", "RETRIEVABLE", "TRANSITIONS", "SOURCE_TYPES", "DEFAULT_NAMESPACE",
+]
+
+# -- constants ----------------------------------------------------------------
+
+STATUSES: tuple[str, ...] = ("ACTIVE", "STALE", "DELETED", "QUARANTINED")
+#: Statuses a retrieval may return (SPEC-009 §2.2); STALE ones are penalised.
+RETRIEVABLE: frozenset[str] = frozenset({"ACTIVE", "STALE"})
+#: Allowed status changes: SPEC-009 §2.2, plus lifting a quarantine after
+#: review (§8.4) and quarantining or deleting from any non-deleted status.
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "ACTIVE": frozenset({"STALE", "DELETED", "QUARANTINED"}),
+    "STALE": frozenset({"ACTIVE", "DELETED", "QUARANTINED"}),
+    "QUARANTINED": frozenset({"ACTIVE", "STALE", "DELETED"}),
+    "DELETED": frozenset(),
+}
+#: source type -> (importance, default TTL): SPEC-009 §4.4 base weights
+#: (version-specific = official + 0.05) and SPEC-027 §3.5 default TTLs; the
+#: types SPEC-027 gives no TTL for (and user-provided facts) never expire.
+SOURCE_TYPES: Mapping[str, tuple[float, str | None]] = {
+    "regulatory": (0.90, "P5Y"),
+    "official": (0.80, "P1Y"),
+    "version_specific": (0.85, "P6M"),
+    "research": (0.75, None),
+    "internal": (0.70, None),
+    "web": (0.50, None),
+    "news": (0.50, "P30D"),
+    "user": (0.60, None),
+}
+DEFAULT_SOURCE_TYPE = "user"
+DEFAULT_NAMESPACE = "default"
+KNN = 20                      # SPEC-009 §5.2: neighbours looked at per fact
+MIN_COMMUNITY_SIZE = 3        # SPEC-009 §5.3
+RECLUSTER_EVERY = 50          # SPEC-009 §5.5: new facts between automatic reclusterings
+REBUILD_FRACTION = 0.20       # SPEC-009 §3.3
+SAVE_EVERY = 1000             # index operations between snapshot saves (at least)
+ADJ_CACHE_ROWS = 200_000      # adjacency rows kept in memory per namespace for graph walks
+DEFAULT_DEPTH = 0.5           # SPEC-024 §3.1: depth weight of a coverage entry not given one
+CHUNK_MAX_TOKENS = 512        # SPEC-009 §4.2
+FACT_MIN_TOKENS = 10          # SPEC-009 §2.1
+FACT_MAX_TOKENS = 2048        # SPEC-009 §2.1
+CHUNK_OVERLAP = 0.10          # SPEC-009 §4.2
+MAX_KEY_CHARS = 128
+MAX_NAMESPACE_CHARS = 100
+INGEST_SUFFIXES = (".md", ".markdown", ".txt")
+
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_ACCESS = struct.Struct(">Qd")
+_HEAD = struct.Struct(">ddd")          # importance, modified_at, ttl seconds (NaN: none)
+_F32 = struct.Struct("<f")
+_STATUS_BYTE = {"ACTIVE": b"A", "STALE": b"S", "DELETED": b"D", "QUARANTINED": b"Q"}
+_BYTE_STATUS = {v: k for k, v in _STATUS_BYTE.items()}
+_ID_LEN = 36
+_JSON_AT = _ID_LEN + 1 + _HEAD.size
+_MOD = 1 << 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+# -- errors -------------------------------------------------------------------
+
+class UnknownFactError(CtxRelayError, KeyError):
+    """No fact with this id or key in the namespace."""
+
+    kind = "unknown_fact"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class FactKeyExistsError(CtxRelayError):
+    """A fact key is already taken in the namespace."""
+
+    kind = "fact_key_exists"
+
+
+class InvalidFactError(InvalidArgumentError):
+    """Fact content, key, importance, source type or status is malformed."""
+
+    kind = "invalid_fact"
+
+
+class StatusTransitionError(InvalidArgumentError):
+    """A status change SPEC-009 §2.2 does not allow (e.g. out of DELETED)."""
+
+    kind = "status_transition"
+
+
+class EmbeddingModelMismatchError(CtxRelayError):
+    """Vectors from another embedding model than the store's (SPEC-024 §2.5)."""
+
+    kind = "embedding_model_mismatch"
+
+
+class IngestSourceError(CtxRelayError):
+    """A file or directory given to ingest cannot be read."""
+
+    kind = "ingest_source"
+
+
+# -- records ------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1 << 16)
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(
+        timespec="microseconds").replace("+00:00", "Z")
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One CKF fact node (SPEC-009 §2); the embedding is kept by the backend.
+
+    Timestamps are ISO 8601 UTC strings; ``ttl`` is an ISO 8601 duration
+    (``None`` = never expires) and ``ttl_seconds`` the same in seconds.
+    A DELETED fact is a tombstone: its content, hash, key and metadata are
+    erased (SPEC-009 §8.3), its id, source and timestamps kept.
+    """
+
+    fact_id: str
+    namespace: str
+    content: str
+    content_hash: str
+    key: str | None
+    source_id: str | None
+    source_location: str | None
+    source_type: str
+    importance: float
+    status: str
+    ttl: str | None
+    ttl_seconds: float | None
+    community: int | None
+    community_label: str | None
+    ingested_at: str
+    modified_at: str
+    access_count: int
+    last_accessed_at: str | None
+    metadata: Mapping[str, Any]
+    model_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["metadata"] = json.loads(json.dumps(dict(self.metadata)))
+        return out
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A fact id with a score (ANN cosine similarity or BM25)."""
+
+    fact_id: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fact_id": self.fact_id, "score": float(self.score)}
+
+
+@dataclass(frozen=True)
+class ScoredFact:
+    """A retrieved fact with the terms of its score.
+
+    ``role`` is ``"match"`` (plain semantic search), ``"anchor"`` (a CDR
+    result, also in CDGR) or ``"connector"`` (CDGR, SPEC-025); for a
+    connector ``bridge`` is its bridge value, ``bridges`` the anchor pairs it
+    links and ``hops`` its distance to the nearest anchor.
+    """
+
+    fact: Fact
+    score: float
+    relevance: float
+    role: str = "match"
+    novelty: float = 1.0
+    recency: float = 1.0
+    coverage: float = 0.0
+    residual_pull: float = 0.0
+    ngram_penalty: float = 0.0
+    bridge: float = 0.0
+    bridges: tuple[tuple[str, str], ...] = ()
+    hops: int = 0
+
+    @property
+    def fact_id(self) -> str:
+        return self.fact.fact_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fact": self.fact.to_dict(), "fact_id": self.fact.fact_id,
+                "score": float(self.score), "relevance": float(self.relevance),
+                "role": self.role, "novelty": float(self.novelty),
+                "recency": float(self.recency), "coverage": float(self.coverage),
+                "residual_pull": float(self.residual_pull),
+                "ngram_penalty": float(self.ngram_penalty), "bridge": float(self.bridge),
+                "bridges": [list(p) for p in self.bridges], "hops": int(self.hops)}
+
+
+@dataclass(frozen=True)
+class Community:
+    """A Leiden community of one namespace (SPEC-009 §5)."""
+
+    community_id: int
+    namespace: str
+    label: str
+    keywords: tuple[str, ...]
+    size: int
+    fact_ids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"community_id": self.community_id, "namespace": self.namespace,
+                "label": self.label, "keywords": list(self.keywords), "size": self.size,
+                "fact_ids": list(self.fact_ids)}
+
+
+@dataclass(frozen=True)
+class CoverageEntry:
+    """A coverage (or residual) set entry (SPEC-024 §2.1).
+
+    Give ``text`` (embedded with the store's embedder) or ``embedding`` with
+    the ``model_id`` it came from; a different model id is refused (§2.5).
+    """
+
+    text: str | None = None
+    depth_weight: float = DEFAULT_DEPTH
+    window_number: int = 0
+    embedding: Any = None
+    model_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        emb = None if self.embedding is None else [float(x) for x in np.ravel(self.embedding)]
+        return {"text": self.text, "depth_weight": float(self.depth_weight),
+                "window_number": int(self.window_number), "embedding": emb,
+                "model_id": self.model_id}
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """An ingested document (SPEC-009 §4.5)."""
+
+    source_id: str
+    namespace: str
+    title: str
+    uri: str
+    document_hash: str
+    ingested_at: str
+    fact_count: int
+    status: str
+    fact_ids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["fact_ids"] = list(self.fact_ids)
+        return out
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What :meth:`FactStore.ingest` did."""
+
+    namespace: str
+    documents: int
+    facts_added: int
+    unchanged: int
+    updated: int
+    stale_marked: int
+    fact_ids: tuple[str, ...]
+    sources: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["fact_ids"], out["sources"] = list(self.fact_ids), list(self.sources)
+        return out
+
+
+@dataclass(frozen=True)
+class CKFStats:
+    """Counts and locations of one store (SPEC-038 §4)."""
+
+    backend: str
+    location: str
+    model_id: str
+    dim: int
+    namespaces: tuple[str, ...]
+    fact_count: int
+    by_status: Mapping[str, int]
+    edges: int
+    communities: int
+    index_elements: int
+    index_hidden: int
+    pending_recluster: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["namespaces"], out["by_status"] = list(self.namespaces), dict(self.by_status)
+        return out
+
+
+# -- the backend interface (SPEC-038 §2.1) --------------------------------------
+
+class CKFBackend(ABC):
+    """Where a CKF keeps its facts, vectors, edges and communities.
+
+    SPEC-038 §2.1 names ``upsert_fact``, ``search``, ``neighbours``, ``delete``
+    and ``stats``; the facade also needs exact key and term lookups, status
+    changes, the state hash and community storage.  Every write method is all
+    or nothing.  Facts are passed as plain records (dicts with the keys of
+    :class:`Fact` that the caller sets) and returned as :class:`Fact`.  Only
+    ACTIVE and STALE facts may come back from ``search``, ``search_terms``,
+    ``lookup_key`` and ``neighbourhood``; ``get`` returns any status.
+    """
+
+    name: ClassVar[str] = "custom"
+    model_id: str
+    dim: int
+
+    @property
+    @abstractmethod
+    def location(self) -> str: ...
+
+    # writing
+    @abstractmethod
+    def add_facts(self, namespace: str, records: Sequence[Mapping[str, Any]],
+                  vectors: np.ndarray, *, knn: int, edge_threshold: float, now: float,
+                  source: Mapping[str, Any] | None = None,
+                  supersede: Sequence[str] = ()) -> list[str]:
+        """Insert facts, link each to its ``knn`` nearest with cosine >=
+        ``edge_threshold``; optionally record ``source`` and mark ``supersede``
+        STALE in the same transaction.  Returns the new fact ids."""
+
+    @abstractmethod
+    def update_fact(self, namespace: str, fact_id: str, changes: Mapping[str, Any],
+                    vector: np.ndarray | None, *, knn: int, edge_threshold: float,
+                    now: float) -> Fact: ...
+
+    @abstractmethod
+    def set_status(self, namespace: str, fact_ids: Sequence[str], status: str, *,
+                   now: float) -> int: ...
+
+    @abstractmethod
+    def delete(self, namespace: str, fact_ids: Sequence[str], *, now: float) -> int: ...
+
+    @abstractmethod
+    def record_access(self, namespace: str, fact_ids: Sequence[str], *, now: float) -> None: ...
+
+    @abstractmethod
+    def save_communities(self, namespace: str, membership: Mapping[str, int],
+                         keywords: Mapping[int, Sequence[str]], *, now: float) -> bool: ...
+
+    # reading
+    @abstractmethod
+    def get(self, namespace: str, fact_ids: Sequence[str]) -> list[Fact | None]: ...
+
+    @abstractmethod
+    def vectors(self, namespace: str, fact_ids: Sequence[str]) -> np.ndarray: ...
+
+    def scoring(self, namespace: str, fact_ids: Sequence[str]) -> list[tuple[str, float, float,
+                                                                          float | None] | None]:
+        """``(status, importance, modified_at epoch, ttl seconds)`` per fact: what a
+        ranking needs, cheaper than :meth:`get` where the store can do better."""
+        return [None if f is None else (f.status, f.importance, _epoch(f.modified_at),
+                                        f.ttl_seconds) for f in self.get(namespace, fact_ids)]
+
+    @abstractmethod
+    def lookup_key(self, namespace: str, key: str, *, any_status: bool = False) -> str | None:
+        """The id of the fact named ``key``: retrievable ones only unless ``any_status``."""
+
+    @abstractmethod
+    def search(self, namespace: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]: ...
+
+    @abstractmethod
+    def search_terms(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]: ...
+
+    @abstractmethod
+    def neighbourhood(self, namespace: str, fact_ids: Sequence[str],
+                      hops: int) -> dict[str, dict[str, float]]:
+        """Adjacency (neighbour -> edge weight) of every retrievable fact
+        within ``hops - 1`` edges of ``fact_ids``: what a walk of ``hops``
+        edges from them reads."""
+
+    @abstractmethod
+    def graph(self, namespace: str) -> tuple[list[str], list[tuple[int, int]], list[float]]:
+        """Retrievable facts (stable order) and their edges as index pairs + weights."""
+
+    @abstractmethod
+    def communities(self, namespace: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]: ...
+
+    @abstractmethod
+    def scan(self, namespace: str) -> Iterable[Fact]: ...
+
+    @abstractmethod
+    def source(self, namespace: str, source_id: str) -> SourceRecord | None: ...
+
+    @abstractmethod
+    def state_hash(self, namespace: str) -> str: ...
+
+    @abstractmethod
+    def namespaces(self) -> list[str]: ...
+
+    @abstractmethod
+    def pending_recluster(self, namespace: str) -> int: ...
+
+    @abstractmethod
+    def stats(self) -> CKFStats: ...
+
+    # maintenance
+    def rebuild_index(self, namespace: str) -> None:
+        """Rebuild the ANN index of ``namespace`` (a no-op where the store does it)."""
+
+    def flush(self) -> None:
+        """Make everything durable (index snapshots included)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+# -- the native backend -----------------------------------------------------------
+
+class _FactDb(LmdbStore):
+    KIND = "fact store"
+    FORMAT = b"ctxrelay.ckf/1"
+    DB_NAMES = (b"meta", b"ns", b"facts", b"ids", b"vectors", b"keys", b"edges", b"hidden",
+                b"ixlog", b"access", b"members", b"sources")
+
+    def text_index(self, prefix: str) -> TextIndex:
+        """The BM25 index kept in this environment (its three databases are created once)."""
+        return self.write(lambda txn: TextIndex(self._env, txn=txn, prefix=prefix))
+
+
+@dataclass
+class _NsMem:
+    """What one process holds in memory for a namespace."""
+
+    name: str
+    nid: int
+    index: VectorIndex
+    applied_gen: int
+    hidden: set[int]
+    ops_since_save: int = 0
+    adj: dict[int, list[tuple[int, str, float]]] = field(default_factory=dict)
+    adj_gen: int = -1
+
+
+def _fkey(nid: int, seq: int) -> bytes:
+    return _U64.pack(nid) + _U64.pack(seq)
+
+
+def _component(fact_id: str, content_hash: str, status: str, modified: float) -> int:
+    text = f"{fact_id}:{content_hash}:{status}:{modified!r}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
+
+
+def _prefix_items(txn: Any, db: Any, prefix: bytes) -> Iterable[tuple[bytes, bytes]]:
+    cursor = txn.cursor(db=db)
+    if not cursor.set_range(prefix):
+        return
+    for key, value in cursor.iternext():
+        if not key.startswith(prefix):
+            return
+        yield key, value
+
+
+class NativeBackend(CKFBackend):
+    """The default ``crp-native`` backend: LMDB + hnswlib (see the module doc)."""
+
+    name = "crp-native"
+
+    def __init__(self, path: str | os.PathLike[str], *, model_id: str | None, dim: int | None,
+                 embedder_name: str | None = None, m: int = 16, ef_construction: int = 200,
+                 ef_search: int = 100, random_seed: int = 100, threads: int = 1,
+                 map_size: int = 1 << 30) -> None:
+        self._root = os.path.abspath(os.fspath(path))
+        if os.path.exists(self._root) and not os.path.isdir(self._root):
+            raise StoreError(f"CKF path {self._root} is a file; pass a directory (created "
+                             "if missing), e.g. <store>/ckf")
+        self._hnsw_dir = os.path.join(self._root, "hnsw")
+        self._db = _FactDb(os.path.join(self._root, "db"), map_size=map_size)
+        self._lock = threading.RLock()
+        self._mems: dict[str, _NsMem] = {}
+        self.threads = max(1, int(threads))
+        try:
+            os.makedirs(self._hnsw_dir, exist_ok=True)
+            self._terms = self._db.text_index("terms")
+            config = {"model_id": model_id, "dim": None if dim is None else int(dim),
+                      "embedder": embedder_name,
+                      "m": int(m), "ef_construction": int(ef_construction),
+                      "random_seed": int(random_seed)}
+            self.config = self._db.write(lambda txn: self._init_config(txn, config))
+        except BaseException:
+            self._db.close()
+            raise
+        self.model_id = self.config["model_id"]
+        self.dim = int(self.config["dim"])
+        self.ef_search = int(ef_search)
+
+    def _init_config(self, txn: Any, config: dict[str, Any]) -> dict[str, Any]:
+        meta = self._db.dbs[b"meta"]
+        raw = txn.get(b"config", db=meta)
+        if raw is None and config["model_id"] is None:
+            raise StoreError(f"no CKF at {self._root} yet; create it with an embedder "
+                             "(FactStore(path, embedder='hashing'))")
+        if raw is None:
+            txn.put(b"config", json.dumps(config).encode(), db=meta)
+            txn.put(b"next_seq", _U64.pack(1), db=meta)
+            txn.put(b"next_ns", _U64.pack(1), db=meta)
+            return config
+        found = json.loads(raw)
+        if config["model_id"] is None:
+            return found
+        if found["model_id"] != config["model_id"] or found["dim"] != config["dim"]:
+            raise EmbeddingModelMismatchError(
+                f"the CKF at {self._root} holds vectors of {found['model_id']!r} "
+                f"(dim {found['dim']}), not {config['model_id']!r} (dim {config['dim']}); "
+                f"open it with embedder={found.get('embedder') or found['model_id']!r}, or "
+                "build a new store and ingest again with the new model (SPEC-009 §3.4)")
+        return found
+
+    @property
+    def location(self) -> str:
+        return self._root
+
+    @staticmethod
+    def exists(path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` already holds a native CKF."""
+        return os.path.exists(os.path.join(os.fspath(path), "db", "data.mdb"))
+
+    # -- namespaces and the in-memory index ----------------------------------------
+
+    def _info(self, txn: Any, namespace: str) -> dict[str, Any] | None:
+        raw = txn.get(namespace.encode(), db=self._db.dbs[b"ns"])
+        return None if raw is None else json.loads(raw)
+
+    def _put_info(self, txn: Any, namespace: str, info: dict[str, Any]) -> None:
+        txn.put(namespace.encode(), json.dumps(info).encode(), db=self._db.dbs[b"ns"])
+
+    def _info_for_write(self, txn: Any, namespace: str) -> dict[str, Any]:
+        info = self._info(txn, namespace)
+        if info is not None:
+            return info
+        meta = self._db.dbs[b"meta"]
+        nid = _U64.unpack(txn.get(b"next_ns", db=meta))[0]
+        txn.put(b"next_ns", _U64.pack(nid + 1), db=meta)
+        info = {"id": nid, "gen": 0, "saved_gen": 0, "changed": 0, "adds": 0,
+                "digest": "0", "cdigest": "", "labels": {}, "edges": 0, "last_mod": 0.0,
+                "counts": {s: 0 for s in STATUSES}}
+        self._put_info(txn, namespace, info)
+        return info
+
+    def _index_path(self, nid: int) -> str:
+        return os.path.join(self._hnsw_dir, f"ns-{nid}.bin")
+
+    def _new_index(self, capacity: int = 1024) -> VectorIndex:
+        c = self.config
+        return VectorIndex(self.dim, m=c["m"], ef_construction=c["ef_construction"],
+                           ef_search=self.ef_search, random_seed=c["random_seed"],
+                           capacity=capacity, threads=self.threads)
+
+    def _mem(self, txn: Any, namespace: str, info: dict[str, Any] | None = None) -> _NsMem | None:
+        """The namespace's in-memory state, loaded and brought up to date."""
+        if info is None:
+            info = self._info(txn, namespace)
+            if info is None:
+                return None
+        mem = self._mems.get(namespace)
+        if mem is None or info["saved_gen"] > mem.applied_gen:
+            mem = self._load(txn, namespace, info)
+            self._mems[namespace] = mem
+        if info["gen"] > mem.applied_gen:
+            self._replay(txn, mem, info["gen"])
+        return mem
+
+    def _load(self, txn: Any, namespace: str, info: dict[str, Any]) -> _NsMem:
+        nid = info["id"]
+        hidden = {_U64.unpack(k[8:])[0] for k, _ in
+                  _prefix_items(txn, self._db.dbs[b"hidden"], _U64.pack(nid))}
+        path = self._index_path(nid)
+        index = None
+        if os.path.exists(path):
+            try:
+                index = VectorIndex.load(path, self.dim, ef_search=self.ef_search,
+                                         threads=self.threads, hidden=hidden)
+            except StoreError as exc:
+                warnings.warn(f"{exc}; rebuilding it", RuntimeWarning, stacklevel=4)
+        if index is None:
+            mem = _NsMem(namespace, nid, self._new_index(), 0, hidden)
+            self._fill(txn, mem)
+            mem.applied_gen = info["gen"]
+            mem.ops_since_save = info["gen"] - info["saved_gen"] + 1
+            return mem
+        mem = _NsMem(namespace, nid, index, info["saved_gen"], hidden)
+        return mem
+
+    def _fill(self, txn: Any, mem: _NsMem, chunk: int = 4096) -> None:
+        """Add every stored vector of a retrievable fact of the namespace, in seq order."""
+        labels: list[int] = []
+        rows: list[bytes] = []
+        for key, value in _prefix_items(txn, self._db.dbs[b"vectors"], _U64.pack(mem.nid)):
+            seq = _U64.unpack(key[8:])[0]
+            if seq in mem.hidden:
+                continue
+            labels.append(seq)
+            rows.append(value)
+            if len(labels) >= chunk:
+                self._add_rows(mem.index, labels, rows)
+                labels, rows = [], []
+        if labels:
+            self._add_rows(mem.index, labels, rows)
+
+    def _add_rows(self, index: VectorIndex, labels: list[int], rows: list[bytes]) -> None:
+        vecs = np.frombuffer(b"".join(rows), dtype=np.float32).reshape(len(rows), self.dim)
+        index.add(labels, vecs)
+
+    def _replay(self, txn: Any, mem: _NsMem, upto: int) -> None:
+        start = _U64.pack(mem.nid) + _U64.pack(mem.applied_gen + 1)
+        cursor = txn.cursor(db=self._db.dbs[b"ixlog"])
+        prefix = _U64.pack(mem.nid)
+        if cursor.set_range(start):
+            for key, value in cursor.iternext():
+                if not key.startswith(prefix):
+                    break
+                gen = _U64.unpack(key[8:])[0]
+                if gen > upto:
+                    break
+                self._apply(txn, mem, value[:1], _U64.unpack(value[1:9])[0])
+                mem.ops_since_save += 1
+        mem.applied_gen = upto
+
+    def _apply(self, txn: Any, mem: _NsMem, op: bytes, seq: int) -> None:
+        if op == b"H":
+            mem.hidden.add(seq)
+            mem.index.hide(seq)
+            return
+        mem.hidden.discard(seq)
+        if not mem.index.unhide(seq):
+            raw = txn.get(_fkey(mem.nid, seq), db=self._db.dbs[b"vectors"])
+            if raw is not None:
+                mem.index.add([seq], np.frombuffer(raw, dtype=np.float32)[None, :])
+
+    def _log(self, txn: Any, info: dict[str, Any], op: bytes, seq: int) -> None:
+        info["gen"] += 1
+        txn.put(_U64.pack(info["id"]) + _U64.pack(info["gen"]), op + _U64.pack(seq),
+                db=self._db.dbs[b"ixlog"])
+
+    def _after_write(self, namespace: str) -> None:
+        """Rebuild (SPEC-009 §3.3) or snapshot the index when due."""
+        mem = self._mems.get(namespace)
+        if mem is None:
+            return
+        info = self._db.read(lambda txn: self._info(txn, namespace))
+        if info["changed"] > REBUILD_FRACTION * max(1, len(mem.index)):
+            self.rebuild_index(namespace)
+        elif mem.ops_since_save >= max(SAVE_EVERY, len(mem.index) // 4):
+            self._save(namespace)
+
+    def _save(self, namespace: str) -> None:
+        def fn(txn: Any) -> None:
+            mem = self._mem(txn, namespace)
+            if mem is None:
+                return
+            info = self._info(txn, namespace)
+            mem.index.save(self._index_path(mem.nid))
+            self._prune(txn, info, mem.applied_gen)
+            info["saved_gen"] = mem.applied_gen
+            self._put_info(txn, namespace, info)
+            mem.ops_since_save = 0
+        with self._lock:
+            self._db.write(fn)
+
+    def _prune(self, txn: Any, info: dict[str, Any], upto: int) -> None:
+        prefix = _U64.pack(info["id"])
+        cursor = txn.cursor(db=self._db.dbs[b"ixlog"])
+        if cursor.set_range(prefix):
+            while cursor.key().startswith(prefix) and _U64.unpack(cursor.key()[8:])[0] <= upto:
+                if not cursor.delete():
+                    break
+
+    def rebuild_index(self, namespace: str) -> None:
+        def fn(txn: Any) -> None:
+            info = self._info(txn, namespace)
+            if info is None:
+                return
+            old = self._mem(txn, namespace, info)
+            mem = _NsMem(namespace, info["id"], self._new_index(max(1024, old.index.visible + 1024)),
+                         info["gen"], set(old.hidden))
+            self._fill(txn, mem)
+            mem.index.save(self._index_path(mem.nid))
+            self._prune(txn, info, info["gen"])
+            info["saved_gen"] = info["gen"]
+            info["changed"] = 0
+            self._put_info(txn, namespace, info)
+            self._mems[namespace] = mem
+        with self._lock:
+            self._db.write(fn)
+
+    # -- shared write steps ----------------------------------------------------------------
+
+    def _record(self, txn: Any, fkey: bytes) -> tuple[str, str, dict[str, Any]] | None:
+        raw = txn.get(fkey, db=self._db.dbs[b"facts"])
+        if raw is None:
+            return None
+        return raw[:_ID_LEN].decode(), _BYTE_STATUS[raw[_ID_LEN:_ID_LEN + 1]], \
+            json.loads(raw[_JSON_AT:])
+
+    def _put_record(self, txn: Any, fkey: bytes, fact_id: str, rec: dict[str, Any]) -> None:
+        ttl = rec.get("ttl_seconds")
+        head = _HEAD.pack(rec["importance"], rec["modified_at"], math.nan if ttl is None else ttl)
+        txn.put(fkey, fact_id.encode() + _STATUS_BYTE[rec["status"]] + head +
+                json.dumps(rec).encode(), db=self._db.dbs[b"facts"])
+
+    def _locate(self, txn: Any, info: dict[str, Any], fact_id: str) -> bytes:
+        raw = txn.get(fact_id.encode(), db=self._db.dbs[b"ids"]) if isinstance(fact_id, str) else None
+        if raw is None or _U64.unpack(raw[:8])[0] != info["id"]:
+            raise UnknownFactError(f"no fact {fact_id!r} in this namespace; check the id "
+                                   "(fact ids are UUIDs) and the namespace")
+        return raw
+
+    def _tick(self, info: dict[str, Any], now: float) -> float:
+        """A modification time strictly after the namespace's last one."""
+        t = max(float(now), info["last_mod"] + 1e-6)
+        info["last_mod"] = t
+        return t
+
+    def _redigest(self, info: dict[str, Any], old: int | None, new: int | None) -> None:
+        d = int(info["digest"], 16)
+        if old is not None:
+            d -= old
+        if new is not None:
+            d += new
+        info["digest"] = format(d % _MOD, "x")
+
+    def _link(self, txn: Any, info: dict[str, Any], mem: _NsMem, seqs: Sequence[int],
+              ids: Sequence[str], vectors: np.ndarray, knn: int, threshold: float) -> None:
+        """Similarity edges (SPEC-009 §5.2) of newly indexed ``seqs``, both directions."""
+        if not len(seqs) or knn <= 0:
+            return
+        labels, sims = mem.index.search(vectors, knn + 1, threads=self.threads)
+        edges_db = self._db.dbs[b"edges"]
+        nsb = _U64.pack(info["id"])
+        id_of = dict(zip(seqs, ids))
+        for row, seq in enumerate(seqs):
+            for label, sim in zip(labels[row], sims[row]):
+                other = int(label)
+                if other == seq or sim < threshold:
+                    continue
+                other_id = id_of.get(other)
+                if other_id is None:
+                    other_id = txn.get(_fkey(info["id"], other),
+                                       db=self._db.dbs[b"facts"])[:_ID_LEN].decode()
+                w = _F32.pack(float(sim))
+                if txn.put(nsb + _U64.pack(seq) + _U64.pack(other), w + other_id.encode(),
+                           db=edges_db, overwrite=False):
+                    info["edges"] += 1
+                txn.put(nsb + _U64.pack(other) + _U64.pack(seq), w + id_of[seq].encode(),
+                        db=edges_db, overwrite=False)
+
+    def _unlink(self, txn: Any, info: dict[str, Any], seq: int) -> None:
+        edges_db = self._db.dbs[b"edges"]
+        nsb = _U64.pack(info["id"])
+        prefix = nsb + _U64.pack(seq)
+        others = [key[16:24] for key, _ in _prefix_items(txn, edges_db, prefix)]
+        for other in others:
+            txn.delete(prefix + other, db=edges_db)
+            txn.delete(nsb + other + _U64.pack(seq), db=edges_db)
+        info["edges"] -= len(others)
+
+    def _status_change(self, txn: Any, info: dict[str, Any], fkey: bytes, status: str,
+                       now: float) -> bool:
+        fact_id, old, rec = self._record(txn, fkey)
+        if old == status:
+            return False
+        if status not in TRANSITIONS[old]:
+            raise StatusTransitionError(
+                f"fact {fact_id} is {old}; it cannot become {status} (SPEC-009 §2.2). "
+                + ("A DELETED fact is erased for good; add it again as a new fact"
+                   if old == "DELETED" else
+                   f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
+        seq = _U64.unpack(fkey[8:])[0]
+        old_c = _component(fact_id, rec["content_hash"], old, rec["modified_at"])
+        rec["status"] = status
+        rec["modified_at"] = self._tick(info, now)
+        if status == "DELETED":
+            self._erase(txn, info, fkey, rec)
+        self._put_record(txn, fkey, fact_id, rec)
+        self._redigest(info, old_c, _component(fact_id, rec["content_hash"], status,
+                                               rec["modified_at"]))
+        info["counts"][old] -= 1
+        info["counts"][status] += 1
+        if old in RETRIEVABLE and status not in RETRIEVABLE:
+            txn.put(fkey, _STATUS_BYTE[status], db=self._db.dbs[b"hidden"])
+            self._log(txn, info, b"H", seq)
+            info["changed"] += 1
+        elif old not in RETRIEVABLE and status in RETRIEVABLE:
+            txn.delete(fkey, db=self._db.dbs[b"hidden"])
+            self._log(txn, info, b"A", seq)
+        elif status not in RETRIEVABLE:
+            txn.put(fkey, _STATUS_BYTE[status], db=self._db.dbs[b"hidden"])
+            self._log(txn, info, b"H", seq)      # idempotent; tells caches the edges went
+        return True
+
+    def _erase(self, txn: Any, info: dict[str, Any], fkey: bytes, rec: dict[str, Any]) -> None:
+        """Erasure (SPEC-009 §8.3): content, vector, key, terms, edges go; a tombstone stays."""
+        seq = _U64.unpack(fkey[8:])[0]
+        self._terms.remove(txn, info["id"], seq, rec["content"])
+        if rec.get("key"):
+            txn.delete(_U64.pack(info["id"]) + rec["key"].encode(), db=self._db.dbs[b"keys"])
+        txn.delete(fkey, db=self._db.dbs[b"vectors"])
+        txn.delete(fkey, db=self._db.dbs[b"members"])
+        txn.delete(fkey, db=self._db.dbs[b"access"])
+        self._unlink(txn, info, seq)
+        rec.update(content="", content_hash="", key=None, metadata={}, source_location=None)
+
+    def _write(self, namespace: str, fn: Callable[[Any, dict[str, Any], _NsMem], Any],
+               undo: Callable[[], None] | None = None) -> Any:
+        """Run ``fn(txn, info, mem)`` in one write transaction; ``info`` is saved after it.
+
+        In-memory index changes made by ``fn`` itself are kept when the
+        transaction commits (``undo`` reverts them when it does not); the log
+        entries it wrote are marked applied.  Index operations it only logged
+        are applied afterwards by replay.
+        """
+        state: dict[str, Any] = {}
+
+        def run(txn: Any) -> Any:
+            info = self._info_for_write(txn, namespace)
+            mem = self._mem(txn, namespace, info)
+            state["before"] = info["gen"]
+            result = fn(txn, info, mem)
+            self._put_info(txn, namespace, info)
+            state["mem"], state["after"], state["direct"] = mem, info["gen"], result
+            return result
+
+        with self._lock:
+            try:
+                result = self._db.write(run)
+            except BaseException:
+                if undo is not None:
+                    undo()
+                raise
+            mem = state["mem"]
+            if isinstance(result, _Applied):
+                mem.applied_gen = state["after"]
+                mem.ops_since_save += state["after"] - state["before"]
+                result = result.value
+            else:
+                self._db.read(lambda txn: self._mem(txn, namespace))
+            self._after_write(namespace)
+            return result
+
+    # -- writing ---------------------------------------------------------------------
+
+    def add_facts(self, namespace: str, records: Sequence[Mapping[str, Any]],
+                  vectors: np.ndarray, *, knn: int, edge_threshold: float, now: float,
+                  source: Mapping[str, Any] | None = None,
+                  supersede: Sequence[str] = ()) -> list[str]:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(records), self.dim)
+        added: list[int] = []
+        mems: list[_NsMem] = []
+
+        def fn(txn: Any, info: dict[str, Any], mem: _NsMem) -> _Applied:
+            mems.append(mem)
+            nid = info["id"]
+            nsb = _U64.pack(nid)
+            keys_db = self._db.dbs[b"keys"]
+            taken: set[str] = set()
+            for rec in records:
+                key = rec.get("key")
+                if key is None:
+                    continue
+                if key in taken or txn.get(nsb + key.encode(), db=keys_db) is not None:
+                    raise FactKeyExistsError(
+                        f"key {key!r} is already taken in namespace {namespace!r}; change its "
+                        "fact with update_fact(key, content=...), or delete it first")
+                taken.add(key)
+            supersede_keys = [self._locate(txn, info, fid) for fid in supersede]
+            meta = self._db.dbs[b"meta"]
+            first = _U64.unpack(txn.get(b"next_seq", db=meta))[0]
+            seqs = list(range(first, first + len(records)))
+            txn.put(b"next_seq", _U64.pack(first + len(records)), db=meta)
+            ids = [str(uuid.uuid4()) for _ in records]
+            added[:] = seqs
+            mem.index.add(seqs, vectors)
+            self._link(txn, info, mem, seqs, ids, vectors, knn, edge_threshold)
+            for seq, fact_id, rec0, vec in zip(seqs, ids, records, vectors):
+                fkey = _fkey(nid, seq)
+                t = self._tick(info, now)
+                rec = dict(rec0, status="ACTIVE", ingested_at=t, modified_at=t)
+                self._put_record(txn, fkey, fact_id, rec)
+                txn.put(fact_id.encode(), fkey, db=self._db.dbs[b"ids"])
+                txn.put(fkey, vec.tobytes(), db=self._db.dbs[b"vectors"])
+                if rec.get("key") is not None:
+                    txn.put(nsb + rec["key"].encode(), fkey, db=keys_db)
+                self._terms.add(txn, nid, seq, rec["content"])
+                self._log(txn, info, b"A", seq)
+                self._redigest(info, None, _component(fact_id, rec["content_hash"], "ACTIVE", t))
+            info["counts"]["ACTIVE"] += len(records)
+            info["adds"] += len(records)
+            for fkey in supersede_keys:
+                if self._record(txn, fkey)[1] == "ACTIVE":
+                    self._status_change(txn, info, fkey, "STALE", now)
+            if source is not None:
+                src = dict(source, fact_ids=list(ids), fact_count=len(ids), ingested_at=now)
+                txn.put(nsb + src["source_id"].encode(), json.dumps(src).encode(),
+                        db=self._db.dbs[b"sources"])
+            return _Applied(ids)
+
+        def undo() -> None:
+            for mem in mems[-1:]:
+                for seq in added:
+                    mem.index.hide(seq)
+
+        return self._write(namespace, fn, undo)
+
+    def update_fact(self, namespace: str, fact_id: str, changes: Mapping[str, Any],
+                    vector: np.ndarray | None, *, knn: int, edge_threshold: float,
+                    now: float) -> Fact:
+        saved: dict[str, Any] = {}
+
+        def fn(txn: Any, info: dict[str, Any], mem: _NsMem) -> _Applied:
+            fkey = self._locate(txn, info, fact_id)
+            _, status, rec = self._record(txn, fkey)
+            if status == "DELETED":
+                raise StatusTransitionError(
+                    f"fact {fact_id} is DELETED (erased); add its content again as a new fact")
+            seq = _U64.unpack(fkey[8:])[0]
+            nid = info["id"]
+            nsb = _U64.pack(nid)
+            keys_db = self._db.dbs[b"keys"]
+            if "key" in changes and changes["key"] != rec.get("key"):
+                new_key = changes["key"]
+                if new_key is not None and txn.get(nsb + new_key.encode(), db=keys_db) is not None:
+                    raise FactKeyExistsError(
+                        f"key {new_key!r} is already taken in namespace {namespace!r}; "
+                        "pick another or delete that fact first")
+                if rec.get("key") is not None:
+                    txn.delete(nsb + rec["key"].encode(), db=keys_db)
+                if new_key is not None:
+                    txn.put(nsb + new_key.encode(), fkey, db=keys_db)
+            old_c = _component(fact_id, rec["content_hash"], status, rec["modified_at"])
+            if vector is not None:
+                self._terms.remove(txn, nid, seq, rec["content"])
+                self._terms.add(txn, nid, seq, changes["content"])
+                old_vec = txn.get(fkey, db=self._db.dbs[b"vectors"])
+                saved.update(mem=mem, seq=seq, vec=old_vec, hidden=status not in RETRIEVABLE)
+                vec = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self.dim)
+                txn.put(fkey, vec.tobytes(), db=self._db.dbs[b"vectors"])
+                self._unlink(txn, info, seq)
+                mem.index.add([seq], vec)
+                if status not in RETRIEVABLE:
+                    mem.index.hide(seq)
+                self._link(txn, info, mem, [seq], [fact_id], vec, knn, edge_threshold)
+                self._log(txn, info, b"A" if status in RETRIEVABLE else b"H", seq)
+                info["changed"] += 1
+                if status == "STALE":   # re-ingested: current again (SPEC-009 §2.2)
+                    info["counts"]["STALE"] -= 1
+                    info["counts"]["ACTIVE"] += 1
+                    status = rec["status"] = "ACTIVE"
+            rec.update({k: v for k, v in changes.items()})
+            rec["modified_at"] = self._tick(info, now)
+            self._put_record(txn, fkey, fact_id, rec)
+            self._redigest(info, old_c, _component(fact_id, rec["content_hash"], status,
+                                                   rec["modified_at"]))
+            return _Applied(fkey)
+
+        def undo() -> None:
+            if saved.get("vec") is not None:
+                mem = saved["mem"]
+                mem.index.add([saved["seq"]], np.frombuffer(saved["vec"], dtype=np.float32)[None, :])
+                if saved["hidden"]:
+                    mem.index.hide(saved["seq"])
+
+        self._write(namespace, fn, undo)
+        return self.get(namespace, [fact_id])[0]
+
+    def set_status(self, namespace: str, fact_ids: Sequence[str], status: str, *,
+                   now: float) -> int:
+        def fn(txn: Any, info: dict[str, Any], mem: _NsMem) -> int:
+            fkeys = [self._locate(txn, info, fid) for fid in fact_ids]
+            return sum(self._status_change(txn, info, fkey, status, now) for fkey in fkeys)
+        with self._lock:
+            if not self._exists(namespace):
+                if fact_ids:
+                    raise UnknownFactError(f"no fact {fact_ids[0]!r} in namespace {namespace!r}")
+                return 0
+            return self._write(namespace, fn)
+
+    def delete(self, namespace: str, fact_ids: Sequence[str], *, now: float) -> int:
+        return self.set_status(namespace, fact_ids, "DELETED", now=now)
+
+    def _exists(self, namespace: str) -> bool:
+        return self._db.read(lambda txn: self._info(txn, namespace)) is not None
+
+    def record_access(self, namespace: str, fact_ids: Sequence[str], *, now: float) -> None:
+        def fn(txn: Any) -> None:
+            info = self._info(txn, namespace)
+            if info is None:
+                raise UnknownFactError(f"namespace {namespace!r} has no facts")
+            for fid in fact_ids:
+                fkey = self._locate(txn, info, fid)
+                raw = txn.get(fkey, db=self._db.dbs[b"access"])
+                count = _ACCESS.unpack(raw)[0] if raw else 0
+                txn.put(fkey, _ACCESS.pack(count + 1, float(now)), db=self._db.dbs[b"access"])
+        with self._lock:
+            self._db.write(fn)
+
+    def save_communities(self, namespace: str, membership: Mapping[str, int],
+                         keywords: Mapping[int, Sequence[str]], *, now: float) -> bool:
+        payload = json.dumps([sorted(membership.items()),
+                              sorted((int(c), list(k)) for c, k in keywords.items())])
+        digest = hashlib.sha256(payload.encode()).hexdigest()
+
+        def fn(txn: Any, info: dict[str, Any], mem: _NsMem) -> bool:
+            info["adds"] = 0
+            if info["cdigest"] == digest:
+                return False
+            members = self._db.dbs[b"members"]
+            nsb = _U64.pack(info["id"])
+            for key in [k for k, _ in _prefix_items(txn, members, nsb)]:
+                txn.delete(key, db=members)
+            for fid, cid in membership.items():
+                txn.put(self._locate(txn, info, fid), _U32.pack(int(cid)), db=members)
+            info["labels"] = {str(c): list(k) for c, k in keywords.items()}
+            info["cdigest"] = digest
+            self._tick(info, now)
+            return True
+
+        return self._write(namespace, fn)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _fact(self, txn: Any, info: dict[str, Any], fkey: bytes, namespace: str) -> Fact:
+        fact_id, status, rec = self._record(txn, fkey)
+        raw = txn.get(fkey, db=self._db.dbs[b"access"])
+        count, last = _ACCESS.unpack(raw) if raw else (0, None)
+        raw = txn.get(fkey, db=self._db.dbs[b"members"])
+        community = _U32.unpack(raw)[0] if raw else None
+        label = None
+        if community is not None:
+            kws = info["labels"].get(str(community))
+            label = label_of(kws) if kws is not None else None
+        return Fact(fact_id=fact_id, namespace=namespace, content=rec["content"],
+                    content_hash=rec["content_hash"], key=rec.get("key"),
+                    source_id=rec.get("source_id"), source_location=rec.get("source_location"),
+                    source_type=rec["source_type"], importance=rec["importance"], status=status,
+                    ttl=rec.get("ttl"), ttl_seconds=rec.get("ttl_seconds"), community=community,
+                    community_label=label, ingested_at=_iso(rec["ingested_at"]),
+                    modified_at=_iso(rec["modified_at"]), access_count=int(count),
+                    last_accessed_at=_iso(last), metadata=rec.get("metadata") or {},
+                    model_id=self.model_id)
+
+    def get(self, namespace: str, fact_ids: Sequence[str]) -> list[Fact | None]:
+        def fn(txn: Any) -> list[Fact | None]:
+            info = self._info(txn, namespace)
+            out: list[Fact | None] = []
+            for fid in fact_ids:
+                raw = txn.get(fid.encode(), db=self._db.dbs[b"ids"]) if info else None
+                ok = raw is not None and _U64.unpack(raw[:8])[0] == info["id"]
+                out.append(self._fact(txn, info, raw, namespace) if ok else None)
+            return out
+        return self._db.read(fn)
+
+    def scoring(self, namespace: str, fact_ids: Sequence[str]) -> list[tuple[str, float, float,
+                                                                          float | None] | None]:
+        def fn(txn: Any) -> list[Any]:
+            info = self._info(txn, namespace)
+            facts = self._db.dbs[b"facts"]
+            out: list[Any] = []
+            for fid in fact_ids:
+                fkey = txn.get(fid.encode(), db=self._db.dbs[b"ids"]) if info else None
+                if fkey is None or _U64.unpack(fkey[:8])[0] != info["id"]:
+                    out.append(None)
+                    continue
+                raw = txn.get(fkey, db=facts)
+                imp, mod, ttl = _HEAD.unpack(raw[_ID_LEN + 1:_JSON_AT])
+                out.append((_BYTE_STATUS[raw[_ID_LEN:_ID_LEN + 1]], imp, mod,
+                            None if math.isnan(ttl) else ttl))
+            return out
+        return self._db.read(fn)
+
+    def vectors(self, namespace: str, fact_ids: Sequence[str]) -> np.ndarray:
+        def fn(txn: Any) -> np.ndarray:
+            info = self._info(txn, namespace)
+            out = np.zeros((len(fact_ids), self.dim), dtype=np.float32)
+            for i, fid in enumerate(fact_ids):
+                fkey = self._locate(txn, info, fid) if info else None
+                raw = txn.get(fkey, db=self._db.dbs[b"vectors"]) if fkey else None
+                if raw is not None:
+                    out[i] = np.frombuffer(raw, dtype=np.float32)
+            return out
+        return self._db.read(fn)
+
+    def lookup_key(self, namespace: str, key: str, *, any_status: bool = False) -> str | None:
+        def fn(txn: Any) -> str | None:
+            info = self._info(txn, namespace)
+            if info is None:
+                return None
+            fkey = txn.get(_U64.pack(info["id"]) + key.encode(), db=self._db.dbs[b"keys"])
+            if fkey is None:
+                return None
+            raw = txn.get(fkey, db=self._db.dbs[b"facts"])
+            if not any_status and _BYTE_STATUS[raw[_ID_LEN:_ID_LEN + 1]] not in RETRIEVABLE:
+                return None
+            return raw[:_ID_LEN].decode()
+        return self._db.read(fn)
+
+    def search(self, namespace: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        def fn(txn: Any) -> list[tuple[str, float]]:
+            mem = self._mem(txn, namespace)
+            if mem is None:
+                return []
+            labels, sims = mem.index.search(vector, k)
+            facts = self._db.dbs[b"facts"]
+            nsb = _U64.pack(mem.nid)
+            return [(txn.get(nsb + _U64.pack(int(l)), db=facts)[:_ID_LEN].decode(), float(s))
+                    for l, s in zip(labels[0], sims[0])]
+        with self._lock:
+            return self._db.read(fn)
+
+    def search_terms(self, namespace: str, query: str, k: int) -> list[tuple[str, float]]:
+        def fn(txn: Any) -> list[tuple[str, float]]:
+            info = self._info(txn, namespace)
+            if info is None:
+                return []
+            facts = self._db.dbs[b"facts"]
+            nsb = _U64.pack(info["id"])
+            names: dict[int, str] = {}
+
+            def accept(seq: int) -> bool:
+                raw = txn.get(nsb + _U64.pack(seq), db=facts)
+                if raw is None or _BYTE_STATUS[raw[_ID_LEN:_ID_LEN + 1]] not in RETRIEVABLE:
+                    return False
+                names[seq] = raw[:_ID_LEN].decode()
+                return True
+            hits = self._terms.search(txn, info["id"], query, k=k, accept=accept)
+            return [(names[seq], float(score)) for seq, score in hits]
+        return self._db.read(fn)
+
+    def neighbourhood(self, namespace: str, fact_ids: Sequence[str],
+                      hops: int) -> dict[str, dict[str, float]]:
+        def fn(txn: Any) -> dict[str, dict[str, float]]:
+            mem = self._mem(txn, namespace)
+            if mem is None:
+                return {}
+            if mem.adj_gen != mem.applied_gen or len(mem.adj) > ADJ_CACHE_ROWS:
+                mem.adj.clear()         # edges change only with logged operations
+                mem.adj_gen = mem.applied_gen
+            info = self._info(txn, namespace)
+            cache = mem.adj
+            hidden = mem.hidden
+            nsb = _U64.pack(mem.nid)
+            cursor = None
+            frontier: list[tuple[int, str]] = []
+            for fid in fact_ids:
+                fkey = self._locate(txn, info, fid)
+                frontier.append((_U64.unpack(fkey[8:])[0], fid))
+            adj: dict[str, dict[str, float]] = {}
+            seen: set[int] = set()
+            for _ in range(max(0, hops)):
+                nxt: list[tuple[int, str]] = []
+                for seq, fid in frontier:
+                    if seq in seen or seq in hidden:
+                        continue
+                    seen.add(seq)
+                    row = cache.get(seq)
+                    if row is None:
+                        if cursor is None:
+                            cursor = txn.cursor(db=self._db.dbs[b"edges"])
+                        row = []
+                        prefix = nsb + _U64.pack(seq)
+                        if cursor.set_range(prefix):
+                            for key, value in cursor.iternext():
+                                if key[:16] != prefix:
+                                    break
+                                row.append((_U64.unpack(key[16:])[0], value[4:].decode(),
+                                            _F32.unpack(value[:4])[0]))
+                        cache[seq] = row
+                    out: dict[str, float] = {}
+                    for other, oid, w in row:
+                        if other in hidden:
+                            continue
+                        out[oid] = w
+                        if other not in seen:
+                            nxt.append((other, oid))
+                    adj[fid] = out
+                frontier = nxt
+            return adj
+        with self._lock:
+            return self._db.read(fn)
+
+    def graph(self, namespace: str) -> tuple[list[str], list[tuple[int, int]], list[float]]:
+        def fn(txn: Any) -> tuple[list[str], list[tuple[int, int]], list[float]]:
+            mem = self._mem(txn, namespace)
+            if mem is None:
+                return [], [], []
+            nsb = _U64.pack(mem.nid)
+            ids: list[str] = []
+            pos: dict[int, int] = {}
+            for key, value in _prefix_items(txn, self._db.dbs[b"facts"], nsb):
+                if _BYTE_STATUS[value[_ID_LEN:_ID_LEN + 1]] in RETRIEVABLE:
+                    pos[_U64.unpack(key[8:])[0]] = len(ids)
+                    ids.append(value[:_ID_LEN].decode())
+            edges: list[tuple[int, int]] = []
+            weights: list[float] = []
+            for key, value in _prefix_items(txn, self._db.dbs[b"edges"], nsb):
+                a, b = _U64.unpack(key[8:16])[0], _U64.unpack(key[16:24])[0]
+                if a < b and a in pos and b in pos:
+                    edges.append((pos[a], pos[b]))
+                    weights.append(_F32.unpack(value[:4])[0])
+            return ids, edges, weights
+        with self._lock:
+            return self._db.read(fn)
+
+    def communities(self, namespace: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
+        def fn(txn: Any) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
+            info = self._info(txn, namespace)
+            if info is None:
+                return {}, {}
+            facts = self._db.dbs[b"facts"]
+            membership = {}
+            for key, value in _prefix_items(txn, self._db.dbs[b"members"], _U64.pack(info["id"])):
+                raw = txn.get(key, db=facts)
+                if _BYTE_STATUS[raw[_ID_LEN:_ID_LEN + 1]] in RETRIEVABLE:
+                    membership[raw[:_ID_LEN].decode()] = _U32.unpack(value)[0]
+            return membership, {int(c): tuple(k) for c, k in info["labels"].items()}
+        return self._db.read(fn)
+
+    def scan(self, namespace: str) -> Iterable[Fact]:
+        def fn(txn: Any) -> list[Fact]:
+            info = self._info(txn, namespace)
+            if info is None:
+                return []
+            return [self._fact(txn, info, key, namespace) for key, _ in
+                    _prefix_items(txn, self._db.dbs[b"facts"], _U64.pack(info["id"]))]
+        return self._db.read(fn)
+
+    def source(self, namespace: str, source_id: str) -> SourceRecord | None:
+        def fn(txn: Any) -> SourceRecord | None:
+            info = self._info(txn, namespace)
+            raw = txn.get(_U64.pack(info["id"]) + source_id.encode(),
+                          db=self._db.dbs[b"sources"]) if info else None
+            if raw is None:
+                return None
+            src = json.loads(raw)
+            return SourceRecord(source_id=src["source_id"], namespace=namespace,
+                                title=src["title"], uri=src["uri"],
+                                document_hash=src["document_hash"],
+                                ingested_at=_iso(src["ingested_at"]),
+                                fact_count=src["fact_count"], status=src["status"],
+                                fact_ids=tuple(src["fact_ids"]))
+        return self._db.read(fn)
+
+    def state_hash(self, namespace: str) -> str:
+        info = self._db.read(lambda txn: self._info(txn, namespace))
+        digest, cdigest = (info["digest"], info["cdigest"]) if info else ("0", "")
+        text = f"crp-ckf-state/1|{self.model_id}|{namespace}|{digest}|{cdigest}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def namespaces(self) -> list[str]:
+        return self._db.read(lambda txn: sorted(
+            k.decode() for k, _ in txn.cursor(db=self._db.dbs[b"ns"])))
+
+    def pending_recluster(self, namespace: str) -> int:
+        info = self._db.read(lambda txn: self._info(txn, namespace))
+        return 0 if info is None else int(info["adds"])
+
+    def stats(self) -> CKFStats:
+        def fn(txn: Any) -> CKFStats:
+            names = sorted(k.decode() for k, _ in txn.cursor(db=self._db.dbs[b"ns"]))
+            counts = {s: 0 for s in STATUSES}
+            edges = communities = elements = hidden = pending = 0
+            for name in names:
+                info = self._info(txn, name)
+                for s in STATUSES:
+                    counts[s] += info["counts"][s]
+                edges += info["edges"]
+                communities += len(info["labels"])
+                pending += info["adds"]
+                mem = self._mems.get(name)
+                if mem is not None:
+                    elements += len(mem.index)
+                    hidden += len(mem.index.hidden)
+            return CKFStats(backend=self.name, location=f"file://{self._root}",
+                            model_id=self.model_id, dim=self.dim, namespaces=tuple(names),
+                            fact_count=sum(counts.values()) - counts["DELETED"],
+                            by_status=counts, edges=edges, communities=communities,
+                            index_elements=elements, index_hidden=hidden,
+                            pending_recluster=pending)
+        with self._lock:
+            return self._db.read(fn)
+
+    def set_ef_search(self, ef_search: int) -> None:
+        """Change ``ef_search`` of every index (loaded now or later) in this process."""
+        with self._lock:
+            self.ef_search = max(1, int(ef_search))
+            for mem in self._mems.values():
+                mem.index.set_ef(self.ef_search)
+
+    def flush(self) -> None:
+        with self._lock:
+            for name, mem in list(self._mems.items()):
+                if mem.ops_since_save:
+                    self._save(name)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db.closed:
+                return
+            try:
+                self.flush()
+            finally:
+                self._mems.clear()
+                self._db.close()
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """A write result whose index operations ``fn`` already applied in memory."""
+
+    value: Any
+
+
+# -- chunking (SPEC-009 §4.2) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of a document: its text and where it came from."""
+
+    text: str
+    paragraph: int
+    page: int
+    section: str | None
+    part: int = 0
+
+    @property
+    def location(self) -> str:
+        where = f"paragraph {self.paragraph}" + (f" part {self.part + 1}" if self.part else "")
+        return (f"page {self.page}, " if self.page > 1 else "") + where
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "paragraph": self.paragraph, "page": self.page,
+                "section": self.section, "part": self.part, "location": self.location}
+
+
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_BLANK_LINES = re.compile(r"\n[ \t]*\n+")
+_SENTENCE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[*`-])")
+
+
+def _count_tokens(text: str) -> int:
+    from .tokens import count
+    return count(text, "cl100k_base").n
+
+
+def chunk_text(text: str, *, max_tokens: int = CHUNK_MAX_TOKENS,
+               min_tokens: int = FACT_MIN_TOKENS, overlap: float = CHUNK_OVERLAP,
+               count_tokens: Callable[[str], int] | None = None) -> list[Chunk]:
+    """Split a document into fact-sized chunks (SPEC-009 §4.2).
+
+    1. Paragraphs are blocks separated by blank lines; form feeds start pages.
+       A Markdown ATX heading (``# ...``) names the section of the paragraphs
+       after it and is not a chunk itself.
+    2. A paragraph over ``max_tokens`` is split at sentence ends (and a
+       sentence over ``max_tokens`` at word boundaries) into parts of at most
+       ``max_tokens``.
+    3. Adjacent parts of one paragraph overlap: each part after the first
+       starts with the last ``overlap`` (10 %) of the previous part's words.
+       Paragraphs themselves are natural boundaries and do not overlap.
+    4. A paragraph under ``min_tokens`` (SPEC-009 §2.1's minimum of 10) is
+       joined to the next paragraph of its section, or to the previous one
+       at the end of a section; a section with one short paragraph keeps it.
+    """
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"chunk_text takes a str, not {type(text).__name__}")
+    counter = count_tokens or _count_tokens
+    pieces: list[tuple[str, int, int, str | None]] = []   # text, paragraph, page, section
+    paragraph = 0
+    section: str | None = None
+    for page_no, page in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\f"), 1):
+        for block in _BLANK_LINES.split(page):
+            lines = [ln for ln in block.split("\n")]
+            while lines and _HEADING.match(lines[0]):
+                section = _HEADING.match(lines[0]).group(2) or section
+                lines = lines[1:]
+            body = "\n".join(lines).strip()
+            if not body:
+                continue
+            paragraph += 1
+            pieces.append((body, paragraph, page_no, section))
+    merged: list[list[Any]] = []          # [text, paragraph, page, section, tokens]
+    pending: list[Any] | None = None      # a short paragraph waiting for the next one
+
+    def same_place(a: list[Any], b: list[Any]) -> bool:
+        return a[2] == b[2] and a[3] == b[3]
+
+    def settle(item: list[Any]) -> None:
+        """A short paragraph with no follower in its section joins the previous one."""
+        last = merged[-1] if merged else None
+        if last is not None and same_place(last, item) and last[4] + item[4] <= max_tokens:
+            last[0] += "\n\n" + item[0]
+            last[4] += item[4]
+        else:
+            merged.append(item)
+
+    for body, para, page_no, section in pieces:
+        item = [body, para, page_no, section, 0]
+        if pending is not None and same_place(pending, item):
+            item[0], item[1] = pending[0] + "\n\n" + body, pending[1]
+        elif pending is not None:
+            settle(pending)
+        pending = None
+        item[4] = counter(item[0])
+        if item[4] < min_tokens:
+            pending = item
+        else:
+            merged.append(item)
+    if pending is not None:
+        settle(pending)
+    out: list[Chunk] = []
+    for body, para, page_no, section, n in merged:
+        if n <= max_tokens:
+            out.append(Chunk(body, para, page_no, section))
+            continue
+        for part, piece in enumerate(_split_long(body, n, max_tokens, overlap, counter)):
+            out.append(Chunk(piece, para, page_no, section, part))
+    return out
+
+
+def _split_long(body: str, n_tokens: int, max_tokens: int, overlap: float,
+                counter: Callable[[str], int]) -> list[str]:
+    units: list[str] = []
+    for sentence in _SENTENCE.split(body):
+        sentence = sentence.strip()
+        if not sentence:
+            continue
+        if counter(sentence) <= max_tokens:
+            units.append(sentence)
+            continue
+        words = sentence.split()
+        step = max(1, int(len(words) * max_tokens / max(1, counter(sentence)) * 0.9))
+        units.extend(" ".join(words[i:i + step]) for i in range(0, len(words), step))
+    parts: list[str] = []
+    current: list[tuple[str, int]] = []
+    size = 0
+    for unit in units:
+        n = counter(unit)
+        if current and size + n > max_tokens:
+            parts.append(" ".join(u for u, _ in current))
+            current, size = _overlap(current, size, overlap, max_tokens - n, counter)
+        current.append((unit, n))
+        size += n
+    if current:
+        parts.append(" ".join(u for u, _ in current))
+    return parts
+
+
+def _overlap(units: list[tuple[str, int]], size: int, overlap: float, room: int,
+             counter: Callable[[str], int]) -> tuple[list[tuple[str, int]], int]:
+    """The tail of a finished part that starts the next one: whole trailing
+    sentences worth at most ``overlap`` of its tokens, else its last words."""
+    budget = min(int(overlap * size), room)
+    if budget <= 0:
+        return [], 0
+    tail: list[tuple[str, int]] = []
+    used = 0
+    for unit, n in reversed(units):
+        if used + n > budget:
+            break
+        tail.insert(0, (unit, n))
+        used += n
+    if tail:
+        return tail, used
+    words = units[-1][0].split()
+    keep = max(1, int(len(words) * budget / max(1, units[-1][1])))
+    text = " ".join(words[-keep:])
+    n = counter(text)
+    return ([(text, n)], n) if n <= budget else ([], 0)
+
+
+# -- input checks ----------------------------------------------------------------------
+
+def _check_namespace(namespace: Any) -> str:
+    if namespace is None:
+        return DEFAULT_NAMESPACE
+    if not isinstance(namespace, str) or not namespace.strip() or namespace != namespace.strip() \
+            or len(namespace) > MAX_NAMESPACE_CHARS or _CONTROL.search(namespace):
+        raise InvalidArgumentError(
+            f"namespace must be a non-empty str of at most {MAX_NAMESPACE_CHARS} characters "
+            f"without surrounding blanks or control characters (a tenant name), not {namespace!r}")
+    return namespace
+
+
+def _check_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or key != key.strip() or len(key) > MAX_KEY_CHARS \
+            or _CONTROL.search(key):
+        raise InvalidFactError(
+            f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters without "
+            f"surrounding blanks or control characters (e.g. 'budget_q3'), not {key!r}")
+    if _UUID.match(key.lower()):
+        raise InvalidFactError(
+            f"key {key!r} looks like a fact id (a UUID), so fact(key) would be ambiguous; "
+            "pick a name such as 'budget_q3'")
+    return key
+
+
+def _check_content(content: Any) -> str:
+    if not isinstance(content, str):
+        raise InvalidFactError(
+            f"fact content must be a str, not {type(content).__name__}; convert it first")
+    text = unicodedata.normalize("NFC", content).strip()
+    if not text:
+        raise InvalidFactError("fact content is empty; pass the text of the fact")
+    return text
+
+
+def _check_importance(value: Any, source_type: str) -> float:
+    if value is None:
+        return SOURCE_TYPES[source_type][0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InvalidFactError(
+            f"importance must be a number in [0, 1] (SPEC-009 §2), not {value!r}; or leave "
+            f"it out for the source type's default ({SOURCE_TYPES[source_type][0]})")
+    return float(value)
+
+
+def _check_source_type(value: Any) -> str:
+    if value is None:
+        return DEFAULT_SOURCE_TYPE
+    if value not in SOURCE_TYPES:
+        raise InvalidFactError(
+            f"source_type must be one of {', '.join(SOURCE_TYPES)}, not {value!r}")
+    return str(value)
+
+
+def _check_metadata(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidMetadataError(
+            f"metadata must be a dict with str keys, not {type(value).__name__}")
+    try:
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidMetadataError(
+            f"metadata must be JSON-serialisable ({exc}); convert values to str, numbers, "
+            "lists or dicts") from None
+
+
+def _check_count(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo \
+            or (hi is not None and value > hi):
+        span = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise InvalidArgumentError(f"{name} must be an int {span}, not {value!r}")
+    return value
+
+
+def _check_fraction(name: str, value: Any, lo: float = 0.0, hi: float = 1.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidArgumentError(f"{name} must be a number in [{lo}, {hi}], not {value!r}")
+    return float(value)
+
+
+def _check_status(value: Any) -> str:
+    if value not in STATUSES:
+        raise InvalidFactError(f"status must be one of {', '.join(STATUSES)}, not {value!r}")
+    return str(value)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# -- the store -----------------------------------------------------------------------
+
+_stores: dict[str, "FactStore"] = {}
+_stores_lock = threading.RLock()
+
+
+class FactStore:
+    """The CKF of one directory; see the module doc.
+
+    ``embedder`` is a name for :func:`ctxrelay.embed.get_embedder` or an
+    embedder object; by default the one the store was built with (a new store
+    takes :func:`ctxrelay.embed.default_name`).  ``edge_threshold`` defaults
+    to the embedder's ``thresholds["edge"]``.  SPEC-024's relevance gate
+    (0.55) and SPEC-025's connector relevance floor (0.30) are written for
+    sentence embeddings whose edge threshold is SPEC-009's 0.60; by default
+    both are scaled by ``edge_threshold / 0.60`` so they keep their meaning
+    under the embedder's calibration (hashing: 0.275 and 0.15).  ``clock``
+    returns the current time in epoch seconds (tests inject one).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, embedder: Any = None,
+                 backend: CKFBackend | None = None, knn: int = KNN,
+                 edge_threshold: float | None = None, min_relevance: float | None = None,
+                 min_connector_relevance: float | None = None,
+                 recluster_every: int | None = RECLUSTER_EVERY, resolution: float = 1.0,
+                 leiden_iterations: int = 10, seed: int = 42,
+                 min_community_size: int = MIN_COMMUNITY_SIZE, m: int = 16,
+                 ef_construction: int = 200, ef_search: int = 100, random_seed: int = 100,
+                 threads: int = 1, clock: Callable[[], float] = time.time) -> None:
+        self._path = os.path.abspath(os.fspath(path))
+        self._key = os.path.realpath(self._path)
+        self._clock = clock
+        self.knn = _check_count("knn", knn, 0, 1000)
+        self.recluster_every = None if recluster_every is None else \
+            _check_count("recluster_every", recluster_every, 1)
+        self.resolution = float(resolution)
+        self.leiden_iterations = _check_count("leiden_iterations", leiden_iterations, -1)
+        self.seed = int(seed)
+        self.min_community_size = _check_count("min_community_size", min_community_size, 1)
+        with _stores_lock:
+            found = _stores.get(self._key)
+            if found is not None and not found.closed:
+                raise StoreError(f"the CKF at {self._path} is already open in this process; "
+                                 "use FactStore.open(path) to share it")
+            if backend is None:
+                backend, self.embedder = self._open_native(
+                    embedder, m=m, ef_construction=ef_construction, ef_search=ef_search,
+                    random_seed=random_seed, threads=threads)
+            else:
+                self.embedder = get_embedder(embedder) if embedder is None or \
+                    isinstance(embedder, str) else embedder
+                if backend.model_id != self.embedder.model_id:
+                    raise EmbeddingModelMismatchError(
+                        f"backend holds vectors of {backend.model_id!r}, the embedder is "
+                        f"{self.embedder.model_id!r}; pass the embedder the backend was "
+                        "built with")
+            self.backend = backend
+            _stores[self._key] = self
+        edge = self.embedder.thresholds["edge"] if edge_threshold is None else edge_threshold
+        self.edge_threshold = _check_fraction("edge_threshold", edge, -1.0, 1.0)
+        scale = self.edge_threshold / _cdr.SPEC_EDGE_THRESHOLD
+        self.min_relevance = _check_fraction(
+            "min_relevance", _cdr.CDR_MIN_RELEVANCE * scale if min_relevance is None
+            else min_relevance, -1.0, 1.0)
+        self.min_connector_relevance = _check_fraction(
+            "min_connector_relevance", _cdr.MIN_CONNECTOR_RELEVANCE * scale
+            if min_connector_relevance is None else min_connector_relevance, 0.0, 1.0)
+
+    def _open_native(self, embedder: Any, **kw: Any) -> tuple[NativeBackend, Any]:
+        """Open (or create) the native backend and the embedder that goes with it."""
+        if embedder is None and NativeBackend.exists(self._path):
+            backend = NativeBackend(self._path, model_id=None, dim=None, **kw)
+            try:
+                name = backend.config.get("embedder")
+                if not name:
+                    raise EmbeddingModelMismatchError(
+                        f"the CKF at {self._path} was built with a custom embedder "
+                        f"({backend.model_id!r}); pass it: FactStore(path, embedder=...)")
+                emb = get_embedder(name)
+                if emb.model_id != backend.model_id:
+                    raise EmbeddingModelMismatchError(
+                        f"the CKF at {self._path} holds vectors of {backend.model_id!r} but "
+                        f"the embedder {name!r} now is {emb.model_id!r}; pass an embedder "
+                        f"with model id {backend.model_id!r}, or re-ingest into a new store")
+            except BaseException:
+                backend.close()
+                raise
+            return backend, emb
+        if embedder is None or isinstance(embedder, str):
+            name = embedder or default_name()
+            emb = get_embedder(name)
+        else:
+            name, emb = None, embedder
+        return NativeBackend(self._path, model_id=emb.model_id, dim=int(emb.dim),
+                             embedder_name=name, **kw), emb
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], **kw: Any) -> "FactStore":
+        """The one shared store of ``path`` in this process (opened if needed)."""
+        key = os.path.realpath(os.path.abspath(os.fspath(path)))
+        with _stores_lock:
+            found = _stores.get(key)
+            if found is not None and not found.closed:
+                return found
+            return cls(path, **kw)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_closed", False)
+
+    def close(self) -> None:
+        """Save the index snapshots and close (idempotent)."""
+        with _stores_lock:
+            if self.closed:
+                return
+            try:
+                self.backend.close()
+            finally:
+                self._closed = True
+                if _stores.get(self._key) is self:
+                    del _stores[self._key]
+
+    def flush(self) -> None:
+        """Save every changed index snapshot now."""
+        self.backend.flush()
+
+    def __enter__(self) -> "FactStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FactStore({self._path!r}, model_id={self.embedder.model_id!r})"
+
+    def _live(self) -> None:
+        if self.closed:
+            raise StoreError(f"the CKF at {self._path} is closed; open it again")
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        vecs = np.asarray(self.embedder.embed_batch(list(texts)), dtype=np.float32)
+        if vecs.shape != (len(texts), self.backend.dim):
+            raise EmbeddingModelMismatchError(
+                f"the embedder returned shape {vecs.shape} for {len(texts)} texts; the store "
+                f"holds {self.backend.dim}-dimensional vectors")
+        return vecs
+
+    def _query_vector(self, query: Any) -> np.ndarray:
+        if isinstance(query, str):
+            return self._embed([query])[0]
+        vec = np.asarray(query, dtype=np.float32).reshape(-1)
+        if vec.shape != (self.backend.dim,) or not np.isfinite(vec).all():
+            raise InvalidArgumentError(
+                f"query must be a str or a finite vector of dimension {self.backend.dim} from "
+                f"{self.embedder.model_id!r}, not shape {vec.shape}")
+        return vec
+
+    # -- writing ----------------------------------------------------------------------
+
+    def _record(self, content: Any, *, key: Any = None, source: Any = None,
+                source_location: Any = None, source_type: Any = None, importance: Any = None,
+                ttl: Any = None, metadata: Any = None) -> dict[str, Any]:
+        text = _check_content(content)
+        stype = _check_source_type(source_type)
+        if ttl is None:
+            ttl = SOURCE_TYPES[stype][1]
+        ttl_text, ttl_s = _cdr.parse_ttl(ttl)
+        if source is not None and not isinstance(source, str):
+            raise InvalidFactError(f"source must be a str (a source id or URI), not {source!r}")
+        return {"content": text, "content_hash": _sha256(text), "key": _check_key(key),
+                "source_id": source, "source_location": source_location,
+                "source_type": stype, "importance": _check_importance(importance, stype),
+                "ttl": ttl_text, "ttl_seconds": ttl_s, "metadata": _check_metadata(metadata)}
+
+    def add_fact(self, content: str, *, key: str | None = None, source: str | None = None,
+                 importance: float | None = None, ttl: Any = None,
+                 namespace: str | None = None, metadata: Mapping[str, Any] | None = None,
+                 source_type: str | None = None) -> str:
+        """Store one fact; returns its id (a UUID).
+
+        ``key`` names it for :meth:`lookup_key` (unique per namespace).
+        ``importance`` and ``ttl`` default by ``source_type`` (default
+        ``"user"``: 0.60, never expires); ``ttl`` is an ISO 8601 duration
+        (``"P90D"``), seconds, or ``"none"`` for timeless.
+        @raise FactKeyExistsError if ``key`` is taken in the namespace.
+        """
+        return self.add_facts([{"content": content, "key": key, "source": source,
+                                "importance": importance, "ttl": ttl, "metadata": metadata,
+                                "source_type": source_type}], namespace=namespace)[0]
+
+    def add_facts(self, items: Iterable[str | Mapping[str, Any]], *,
+                  namespace: str | None = None, vectors: np.ndarray | None = None,
+                  batch_size: int = 1024, progress: bool | None = None) -> list[str]:
+        """Store many facts, ``batch_size`` per transaction; returns their ids.
+
+        Each item is a str (the content) or a dict with the keyword arguments
+        of :meth:`add_fact` (``content`` required).  ``vectors`` skips the
+        embedder: one row per item, from this store's embedder (same model).
+        Each batch is all or nothing; a bad item fails the call before any
+        batch is written.
+        """
+        self._live()
+        ns = _check_namespace(namespace)
+        allowed = {"content", "key", "source", "source_location", "source_type",
+                   "importance", "ttl", "metadata"}
+        records = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                item = {"content": item}
+            if not isinstance(item, Mapping) or "content" not in item \
+                    or set(item) - allowed:
+                raise InvalidFactError(
+                    f"item {i} must be a str or a dict with 'content' and optionally "
+                    f"{', '.join(sorted(allowed - {'content'}))}; got {item!r}"[:300])
+            records.append(self._record(**item))
+        keys = [r["key"] for r in records if r["key"] is not None]
+        if len(keys) != len(set(keys)):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise FactKeyExistsError(f"key {dup!r} is given to two facts; keys are unique "
+                                     "per namespace")
+        if vectors is not None:
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.shape != (len(records), self.backend.dim) or not np.isfinite(vectors).all():
+                raise InvalidArgumentError(
+                    f"vectors must be a finite ({len(records)}, {self.backend.dim}) array, "
+                    f"one row per item, not shape {vectors.shape}")
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            vectors = vectors / norms
+        batch_size = _check_count("batch_size", batch_size, 1)
+        bar = _bar(len(records), progress, "adding facts", "fact")
+        ids: list[str] = []
+        try:
+            for lo in range(0, len(records), batch_size):
+                chunk = records[lo:lo + batch_size]
+                vecs = vectors[lo:lo + batch_size] if vectors is not None else \
+                    self._embed([r["content"] for r in chunk])
+                ids += self.backend.add_facts(ns, chunk, vecs, knn=self.knn,
+                                              edge_threshold=self.edge_threshold,
+                                              now=self._clock())
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+        self._maybe_recluster(ns)
+        return ids
+
+    def update_fact(self, key_or_id: str, *, content: str | None = None,
+                    importance: float | None = None, ttl: Any = None,
+                    metadata: Mapping[str, Any] | None = None, key: Any = ...,
+                    namespace: str | None = None) -> Fact:
+        """Change a fact in place (same id).  New content is re-embedded and
+        re-linked (SPEC-009 §3.3) and makes a STALE fact ACTIVE again."""
+        self._live()
+        ns = _check_namespace(namespace)
+        fact = self.fact(key_or_id, namespace=ns)
+        changes: dict[str, Any] = {}
+        vector = None
+        if content is not None:
+            text = _check_content(content)
+            if text != fact.content:
+                changes.update(content=text, content_hash=_sha256(text))
+                vector = self._embed([text])[0]
+        if importance is not None:
+            changes["importance"] = _check_importance(importance, fact.source_type)
+        if ttl is not None:
+            changes["ttl"], changes["ttl_seconds"] = _cdr.parse_ttl(ttl)
+        if metadata is not None:
+            changes["metadata"] = _check_metadata(metadata)
+        if key is not ...:
+            changes["key"] = _check_key(key)
+        if not changes:
+            return fact
+        return self.backend.update_fact(ns, fact.fact_id, changes, vector, knn=self.knn,
+                                        edge_threshold=self.edge_threshold, now=self._clock())
+
+    def set_status(self, key_or_id: str | Sequence[str], status: str, *,
+                   namespace: str | None = None) -> int:
+        """Change the status of one fact (id or key) or of a list of ids; returns how
+        many changed.  DELETED erases the content (same as :meth:`delete`).
+        @raise StatusTransitionError for a change SPEC-009 §2.2 forbids."""
+        self._live()
+        ns = _check_namespace(namespace)
+        status = _check_status(status)
+        ids = [self._resolve_id(x, ns) for x in
+               ([key_or_id] if isinstance(key_or_id, str) else list(key_or_id))]
+        return self.backend.set_status(ns, ids, status, now=self._clock())
+
+    def delete(self, key_or_id: str | Sequence[str], *, namespace: str | None = None) -> int:
+        """Erase facts (GDPR, SPEC-009 §8.3): never retrieved again, content gone."""
+        return self.set_status(key_or_id, "DELETED", namespace=namespace)
+
+    def expire(self, *, namespace: str | None = None) -> int:
+        """Mark ACTIVE facts whose ``ingested_at + ttl`` has passed STALE (SPEC-009 §8.1)."""
+        self._live()
+        ns = _check_namespace(namespace)
+        now = self._clock()
+        due = [f.fact_id for f in self.backend.scan(ns) if f.status == "ACTIVE"
+               and f.ttl_seconds is not None and now > _epoch(f.ingested_at) + f.ttl_seconds]
+        return self.backend.set_status(ns, due, "STALE", now=now) if due else 0
+
+    def record_access(self, fact_ids: Sequence[str], *, namespace: str | None = None) -> None:
+        """Count an envelope inclusion of each fact (does not change the ETag)."""
+        self._live()
+        ids = [fact_ids] if isinstance(fact_ids, str) else list(fact_ids)
+        self.backend.record_access(_check_namespace(namespace), ids, now=self._clock())
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _resolve_id(self, key_or_id: Any, ns: str) -> str:
+        if not isinstance(key_or_id, str) or not key_or_id:
+            raise InvalidArgumentError(
+                f"pass a fact id (UUID) or key (str), not {key_or_id!r}")
+        if _UUID.match(key_or_id):
+            return key_or_id
+        fid = self.backend.lookup_key(ns, key_or_id, any_status=True)
+        if fid is None:
+            raise UnknownFactError(f"no fact with key {key_or_id!r} in namespace {ns!r}; "
+                                   "check the key and the namespace")
+        return fid
+
+    def fact(self, key_or_id: str, *, namespace: str | None = None) -> Fact:
+        """The fact with this id or key, whatever its status (inspection; retrieval
+        methods return ACTIVE and STALE facts only).
+        @raise UnknownFactError if the namespace has none."""
+        self._live()
+        ns = _check_namespace(namespace)
+        found = self.backend.get(ns, [self._resolve_id(key_or_id, ns)])[0]
+        if found is None:
+            raise UnknownFactError(f"no fact {key_or_id!r} in namespace {ns!r}; check the id "
+                                   "and the namespace")
+        return found
+
+    def lookup_key(self, key: str, *, namespace: str | None = None) -> Fact | None:
+        """The retrievable fact named ``key`` (exact match), or None (SPEC-035 §2.4)."""
+        self._live()
+        ns = _check_namespace(namespace)
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"key must be a str, not {type(key).__name__}")
+        fid = self.backend.lookup_key(ns, key)
+        return None if fid is None else self.backend.get(ns, [fid])[0]
+
+    def search_ann(self, query: Any, *, k: int = 10, namespace: str | None = None) -> list[Hit]:
+        """The ``k`` nearest retrievable facts by cosine similarity (hnswlib).
+        ``query`` is a text or a vector from the store's embedder."""
+        self._live()
+        k = _check_count("k", k, 0)
+        ns = _check_namespace(namespace)
+        vec = self._query_vector(query)
+        return [Hit(fid, sim) for fid, sim in self.backend.search(ns, vec, k)]
+
+    def search_terms(self, query: str, *, k: int = 10,
+                     namespace: str | None = None) -> list[Hit]:
+        """BM25 over the term index (exact word forms; see ctxrelay.textindex)."""
+        self._live()
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}")
+        k = _check_count("k", k, 0)
+        return [Hit(fid, s) for fid, s in
+                self.backend.search_terms(_check_namespace(namespace), query, k)]
+
+    def facts(self, query: Any, *, k: int = 10,
+              namespace: str | None = None) -> list[ScoredFact]:
+        """Semantic search: the ``k`` most similar retrievable facts, score = cosine."""
+        ns = _check_namespace(namespace)
+        hits = self.search_ann(query, k=k, namespace=ns)
+        facts = self.backend.get(ns, [h.fact_id for h in hits])
+        return [ScoredFact(f, h.score, h.score) for h, f in zip(hits, facts) if f is not None]
+
+    # -- CDR (SPEC-024 + SPEC-027 §3) ----------------------------------------------------
+
+    def _entries(self, items: Any, what: str) -> tuple[list[str], list[np.ndarray | None],
+                                                         list[float]]:
+        if isinstance(items, (str, CoverageEntry, Mapping)):
+            items = [items]
+        texts: list[str] = []
+        vecs: list[np.ndarray | None] = []
+        weights: list[float] = []
+        for i, item in enumerate(items or ()):
+            if isinstance(item, str):
+                item = CoverageEntry(text=item)
+            elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+                item = CoverageEntry(text=item[0], depth_weight=item[1])
+            elif isinstance(item, Mapping):
+                try:
+                    item = CoverageEntry(**item)
+                except TypeError:
+                    item = None
+            if not isinstance(item, CoverageEntry) or (item.text is None) == (item.embedding is None):
+                raise InvalidArgumentError(
+                    f"{what} entry {i} must be a str, a (text, depth_weight) pair, or a "
+                    "CoverageEntry/dict with exactly one of text or embedding")
+            w = _check_fraction(f"{what} entry {i} depth_weight", item.depth_weight)
+            if item.embedding is not None:
+                if item.model_id != self.embedder.model_id:
+                    raise EmbeddingModelMismatchError(
+                        f"{what} entry {i} was embedded with {item.model_id!r}, the CKF with "
+                        f"{self.embedder.model_id!r}; embed it with the CKF's model or pass "
+                        "its text (SPEC-024 §2.5)")
+                texts.append("")
+                vecs.append(self._query_vector(item.embedding))
+            else:
+                if not isinstance(item.text, str):
+                    raise InvalidArgumentError(f"{what} entry {i} text must be a str")
+                texts.append(item.text)
+                vecs.append(None)
+            weights.append(w)
+        return texts, vecs, weights
+
+    def _score(self, ns: str, ids: Sequence[str], rows: Sequence[tuple[str, float, float, Any]],
+               relevance: np.ndarray, coverage: Any, residual: Any, recent_outputs: Any,
+               novelty: str, now: float | None) -> dict[str, np.ndarray]:
+        """The CDR terms of facts given their :meth:`CKFBackend.scoring` rows; vectors
+        are read only for a coverage or residual set, contents only for the n-gram guard."""
+        _cdr.check_novelty_mode(novelty)
+        ctexts, cvecs, cw = self._entries(coverage, "coverage")
+        rtexts, rvecs, _ = self._entries(residual, "residual")
+        pending = [t for t, v in zip(ctexts + rtexts, cvecs + rvecs) if v is None]
+        embedded = iter(self._embed(pending)) if pending else iter(())
+        dim = self.backend.dim
+        cov = np.array([v if v is not None else next(embedded) for v in cvecs],
+                       dtype=np.float32).reshape(-1, dim)
+        res = np.array([v if v is not None else next(embedded) for v in rvecs],
+                       dtype=np.float32).reshape(-1, dim)
+        if isinstance(recent_outputs, str):
+            recent_outputs = [recent_outputs]
+        blacklist = _cdr.ngram_blacklist(recent_outputs or ())
+        now = self._clock() if now is None else float(now)
+        n = len(ids)
+        if len(cov) or len(res):
+            vecs = self.backend.vectors(ns, ids)
+            coverage_s = _cdr.coverage_scores(vecs, cov, np.asarray(cw))
+            pull = _cdr.residual_pulls(vecs, res)
+        else:
+            coverage_s, pull = np.zeros(n), np.zeros(n)
+        if blacklist:
+            ngp = np.array([_cdr.ngram_penalty(_cdr.ngram_overlap(f.content, blacklist))
+                            for f in self.backend.get(ns, ids)], dtype=np.float64)
+        else:
+            ngp = np.zeros(n)
+        return {"relevance": np.asarray(relevance, dtype=np.float64), "coverage": coverage_s,
+                "pull": pull, "novelty": _cdr.novelty(coverage_s, novelty),
+                "recency": np.array([self._recency(r[0], r[2], r[3], now) for r in rows],
+                                    dtype=np.float64),
+                "ngram": ngp, "importance": np.array([r[1] for r in rows], dtype=np.float64)}
+
+    @staticmethod
+    def _recency(status: str, modified: float, ttl: float | None, now: float) -> float:
+        r = _cdr.recency_factor(now - modified, ttl)
+        # SPEC-009 §2.2: a STALE fact is penalised like one past its TTL.
+        return min(r, _cdr.STALE_FLOOR) if status == "STALE" else r
+
+    def cdr(self, query: Any, *, coverage: Any = (), residual: Any = (),
+            recent_outputs: Any = (), k: int = 10, novelty: str = "on",
+            namespace: str | None = None, min_relevance: float | None = None,
+            candidates: int | None = None, now: float | None = None) -> list[ScoredFact]:
+        """Coverage-Differential Retrieval (SPEC-024 §7.1 with SPEC-027 §3.3).
+
+        ``coverage``: what prior windows addressed -- texts, ``(text,
+        depth_weight)`` pairs or :class:`CoverageEntry`; ``residual``: what
+        is still to be addressed; ``recent_outputs``: prior window outputs for
+        the 6-gram guard (§5).  ``novelty``: ``"on"`` (SPEC-024), ``"off"``
+        (relevance only) or ``"partial"`` (half the coverage penalty).
+        Candidates are the ``candidates`` (default ``max(4k, 50)``) nearest
+        facts; those below ``min_relevance`` are dropped before scoring (§2.6).
+        """
+        self._live()
+        k = _check_count("k", k, 0)
+        ns = _check_namespace(namespace)
+        q = self._query_vector(query)
+        return self._rank(q, ns, coverage, residual, recent_outputs, k, novelty,
+                         min_relevance, candidates, now)
+
+    def _rank(self, q: np.ndarray, ns: str, coverage: Any, residual: Any, recent: Any, k: int,
+             novelty: str, min_relevance: float | None, candidates: int | None,
+             now: float | None, role: str = "anchor") -> list[ScoredFact]:
+        _cdr.check_novelty_mode(novelty)
+        gate = self.min_relevance if min_relevance is None else \
+            _check_fraction("min_relevance", min_relevance, -1.0, 1.0)
+        pool = max(4 * k, 50) if candidates is None else _check_count("candidates", candidates, 1)
+        if k == 0:
+            return []
+        hits = [(fid, sim) for fid, sim in self.backend.search(ns, q, max(pool, k))
+                if sim >= gate]
+        if not hits:
+            return []
+        ids = [fid for fid, _ in hits]
+        rows = self.backend.scoring(ns, ids)
+        keep = [i for i, r in enumerate(rows) if r is not None and r[0] in RETRIEVABLE]
+        relevance = np.array([hits[i][1] for i in keep])
+        ids = [ids[i] for i in keep]
+        rows = [rows[i] for i in keep]
+        t = self._score(ns, ids, rows, relevance, coverage, residual, recent, novelty, now)
+        scores = _cdr.cdr_scores(t["importance"], t["relevance"], t["pull"], t["novelty"],
+                                 t["recency"], t["ngram"])
+        order = sorted(range(len(ids)), key=lambda i: (-scores[i], -t["relevance"][i], ids[i]))
+        order = order[:k]
+        facts = dict(zip([ids[i] for i in order], self.backend.get(ns, [ids[i] for i in order])))
+        return [ScoredFact(facts[ids[i]], float(scores[i]), float(t["relevance"][i]), role=role,
+                           novelty=float(t["novelty"][i]), recency=float(t["recency"][i]),
+                           coverage=float(t["coverage"][i]),
+                           residual_pull=float(t["pull"][i]),
+                           ngram_penalty=float(t["ngram"][i])) for i in order]
+
+    # -- CDGR (SPEC-025) ------------------------------------------------------------------
+
+    def cdgr(self, query: Any, *, k: int = 10, hops: int = _cdr.DEFAULT_MAX_HOPS,
+             connector_budget: float = _cdr.DEFAULT_CONNECTOR_BUDGET, coverage: Any = (),
+             residual: Any = (), recent_outputs: Any = (), novelty: str = "on",
+             namespace: str | None = None, min_relevance: float | None = None,
+             now: float | None = None) -> list[ScoredFact]:
+        """Coverage-Differential Graph Retrieval (SPEC-025), in reading order.
+
+        Anchors: the top ``⌊(1 - connector_budget)·k⌋`` CDR facts.  Connectors:
+        facts within ``hops`` edges of at least two anchors, scored
+        ``bridge_value · novelty · recency · max(relevance,
+        min_connector_relevance)`` (§2.5, SPEC-027 §3.3); the best
+        ``k - anchors`` with a positive score are placed next to an anchor
+        they bridge (§2.6, :func:`ctxrelay.cdr.assemble_order`).  Without
+        edges this is CDR (§6).
+        """
+        self._live()
+        k = _check_count("k", k, 0)
+        hops = _check_count("hops", hops, 0, 3)
+        budget = _check_fraction("connector_budget", connector_budget, 0.0, 0.5)
+        ns = _check_namespace(namespace)
+        q = self._query_vector(query)
+        if k == 0:
+            return []
+        n_anchor, n_conn = _cdr.split_budget(k, budget)
+        anchors = self._rank(q, ns, coverage, residual, recent_outputs, n_anchor, novelty,
+                            min_relevance, None, now)
+        if len(anchors) < 2 or n_conn == 0 or hops == 0:
+            return anchors
+        anchor_ids = [a.fact_id for a in anchors]
+        adj = self.backend.neighbourhood(ns, anchor_ids, hops)
+        empty: dict[str, float] = {}
+        neighbours = lambda node: adj.get(node, empty)
+        anchor_set = set(anchor_ids)
+        layers = [(a, *_cdr.reach_layers(a, neighbours, hops)) for a in anchor_ids]
+        reached = Counter()
+        for _, hops_of, _ in layers:
+            reached.update(hops_of)
+        touched: dict[str, dict[str, _cdr.Reach]] = {}
+        for node, n in reached.items():          # only facts reaching 2+ anchors can bridge
+            if n >= 2 and node not in anchor_set:
+                touched[node] = {a: _cdr.Reach(h[node], p[node] ** (1.0 / h[node]))
+                                 for a, h, p in layers if node in h}
+        multi = list(touched)
+        multi.sort(key=lambda n: (-len(touched[n]),
+                                  -max(r.strength for r in touched[n].values()), n))
+        multi = multi[:_cdr.MAX_CONNECTOR_CANDIDATES]
+        linked = {(a, b) for a in anchor_ids for b in adj.get(a, empty) if b in anchor_set}
+        has_edge = lambda x, y: (x, y) in linked or (y, x) in linked
+        bridged: dict[str, tuple[float, list[tuple[str, str]]]] = {}
+        for node in multi:
+            value, pairs = _cdr.bridge_value(touched[node], has_edge, ordered=True)
+            if value > 0:
+                bridged[node] = (value, pairs)
+        if not bridged:
+            return anchors
+        ids = sorted(bridged)
+        relevance = self.backend.vectors(ns, ids) @ q
+        rows = self.backend.scoring(ns, ids)
+        t = self._score(ns, ids, rows, relevance, coverage, residual, recent_outputs,
+                        novelty, now)
+        scored = []
+        for i, node in enumerate(ids):
+            value = bridged[node][0]
+            score = float(value * t["novelty"][i] * t["recency"][i] * max(
+                t["relevance"][i], self.min_connector_relevance))
+            if score > 0:
+                scored.append((score, node, i))
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        chosen = scored[:n_conn]
+        facts = dict(zip([c[1] for c in chosen], self.backend.get(ns, [c[1] for c in chosen])))
+        rank = {a: i for i, a in enumerate(anchor_ids)}
+        by_id = {a.fact_id: a for a in anchors}
+        placed: list[tuple[str, tuple[str, str]]] = []
+        for score, node, i in chosen:
+            pairs = bridged[node][1]
+            best = min(pairs, key=lambda p: (max(rank[p[0]], rank[p[1]]),
+                                             min(rank[p[0]], rank[p[1]])))
+            placed.append((node, best))
+            by_id[node] = ScoredFact(
+                facts[node], score, float(t["relevance"][i]), role="connector",
+                novelty=float(t["novelty"][i]), recency=float(t["recency"][i]),
+                coverage=float(t["coverage"][i]), residual_pull=float(t["pull"][i]),
+                ngram_penalty=float(t["ngram"][i]), bridge=bridged[node][0],
+                bridges=tuple(tuple(p) for p in pairs),
+                hops=min(r.hops for r in touched[node].values()))
+        order = _cdr.assemble_order(
+            anchor_ids, placed, distance=lambda c, a: touched[c][a].hops if a in touched[c] else 99)
+        return [by_id[x] for x in order]
+
+    # -- communities (SPEC-009 §5) ----------------------------------------------------------
+
+    def _maybe_recluster(self, ns: str) -> None:
+        if self.recluster_every is not None and \
+                self.backend.pending_recluster(ns) >= self.recluster_every:
+            self.recluster(namespace=ns)
+
+    def recluster(self, *, namespace: str | None = None) -> list[Community]:
+        """Run Leiden (seeded) on the namespace's similarity graph and relabel.
+
+        Communities smaller than ``min_community_size`` (3) are dissolved:
+        their facts have no community.  Ids are 0, 1, ... by size (largest
+        first), ties by the earliest fact.  Changes the ETag when the
+        partition or the labels change (SPEC-009 §5.5).
+        """
+        self._live()
+        ns = _check_namespace(namespace)
+        ids, edges, weights = self.backend.graph(ns)
+        membership = leiden(len(ids), edges, weights, resolution=self.resolution,
+                            n_iterations=self.leiden_iterations, seed=self.seed)
+        groups: dict[int, list[int]] = {}
+        for i, c in enumerate(membership):
+            groups.setdefault(c, []).append(i)
+        kept = sorted((g for g in groups.values() if len(g) >= self.min_community_size),
+                      key=lambda g: (-len(g), g[0]))
+        assign = {ids[i]: cid for cid, g in enumerate(kept) for i in g}
+        facts = {f.fact_id: f for f in self.backend.get(ns, list(assign)) if f is not None}
+        members: dict[int, list[tuple[str, float]]] = {}
+        for fid, cid in assign.items():
+            members.setdefault(cid, []).append((facts[fid].content, facts[fid].importance))
+        keywords = community_keywords(members) if members else {}
+        self.backend.save_communities(ns, assign, keywords, now=self._clock())
+        return self.communities(namespace=ns)
+
+    def communities(self, *, namespace: str | None = None) -> list[Community]:
+        """The namespace's communities as of the last :meth:`recluster`."""
+        self._live()
+        ns = _check_namespace(namespace)
+        membership, keywords = self.backend.communities(ns)
+        groups: dict[int, list[str]] = {}
+        for fid, cid in membership.items():
+            groups.setdefault(cid, []).append(fid)
+        return [Community(cid, ns, label_of(keywords.get(cid, ())), tuple(keywords.get(cid, ())),
+                          len(groups[cid]), tuple(sorted(groups[cid])))
+                for cid in sorted(groups)]
+
+    # -- state, stats -------------------------------------------------------------------------
+
+    def etag(self, *, namespace: str | None = None) -> str:
+        """The namespace's CKF state hash (SPEC-009 §6), the source of the ETag.
+
+        SHA-256 over the embedding model id, the namespace, a digest of every
+        fact's ``fact_id:content_hash:status:modified_at`` (a sum of SHA-256s
+        mod 2^256, kept up to date by each write) and a digest of the
+        communities.  Every mutation changes it (each one advances the fact's
+        ``modified_at``); reads and access counts do not.
+        """
+        self._live()
+        return self.backend.state_hash(_check_namespace(namespace))
+
+    def namespaces(self) -> list[str]:
+        self._live()
+        return self.backend.namespaces()
+
+    def stats(self) -> CKFStats:
+        self._live()
+        return self.backend.stats()
+
+    def source(self, source_id: str, *, namespace: str | None = None) -> SourceRecord | None:
+        """The source registry record of an ingested document (SPEC-009 §4.5)."""
+        self._live()
+        return self.backend.source(_check_namespace(namespace), source_id)
+
+    def rebuild_index(self, *, namespace: str | None = None) -> None:
+        """Rebuild the namespace's ANN index now (it also happens by the 20 % rule)."""
+        self._live()
+        self.backend.rebuild_index(_check_namespace(namespace))
+
+    # -- ingestion (SPEC-009 §4) ----------------------------------------------------------------
+
+    def ingest(self, items: Any, *, namespace: str | None = None,
+               source_type: str | None = None, importance: float | None = None,
+               ttl: Any = None, progress: bool | None = None) -> IngestReport:
+        """Chunk documents into facts (:func:`chunk_text`) and store them.
+
+        ``items``: one item or a list of them; a ``pathlib.Path`` (a file, or a
+        directory searched recursively for .md/.markdown/.txt files, sorted)
+        or ``{"path": ...}``; a str is a document's text, ``{"text": ...,
+        "title": ..., "uri": ...}`` the same with a name.  Each document is a
+        source (SPEC-009 §4.5) whose id derives from its URI (a file's path,
+        or a text's SHA-256): ingesting an unchanged document again does
+        nothing; a changed one adds the new facts and marks the old ones
+        STALE in the same transaction.  A progress bar shows on a terminal.
+        """
+        self._live()
+        ns = _check_namespace(namespace)
+        stype = _check_source_type(source_type)
+        _check_importance(importance, stype)
+        if ttl is not None:
+            _cdr.parse_ttl(ttl)
+        docs = list(_documents(items))
+        bar = _bar(len(docs), progress, "ingesting", "doc")
+        added: list[str] = []
+        sources: list[str] = []
+        unchanged = updated = stale = 0
+        try:
+            for doc in docs:
+                doc_hash = _sha256(doc["text"])
+                sid = str(uuid.uuid5(uuid.NAMESPACE_URL, doc["uri"]))
+                sources.append(sid)
+                old = self.backend.source(ns, sid)
+                if old is not None and old.document_hash == doc_hash:
+                    unchanged += 1
+                else:
+                    chunks = chunk_text(doc["text"])
+                    records = [self._record(
+                        c.text, source=sid, source_location=c.location, source_type=stype,
+                        importance=importance, ttl=ttl,
+                        metadata={"section": c.section, "page": c.page,
+                                  "paragraph": c.paragraph, "part": c.part,
+                                  "title": doc["title"]}) for c in chunks]
+                    supersede = [] if old is None else [
+                        f.fact_id for f in self.backend.get(ns, list(old.fact_ids))
+                        if f is not None and f.status == "ACTIVE"]
+                    src = {"source_id": sid, "title": doc["title"], "uri": doc["uri"],
+                           "document_hash": doc_hash,
+                           "status": "ACTIVE" if old is None else "UPDATED"}
+                    vecs = self._embed([r["content"] for r in records]) if records else \
+                        np.zeros((0, self.backend.dim), dtype=np.float32)
+                    added += self.backend.add_facts(
+                        ns, records, vecs, knn=self.knn, edge_threshold=self.edge_threshold,
+                        now=self._clock(), source=src, supersede=supersede)
+                    updated += old is not None
+                    stale += len(supersede)
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        self._maybe_recluster(ns)
+        return IngestReport(ns, len(docs), len(added), unchanged, updated, stale,
+                            tuple(added), tuple(sources))
+
+
+def _bar(total: int, wanted: bool | None, desc: str, unit: str) -> Any:
+    if wanted is False or (wanted is None and not _is_tty()) or total <= 0:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit)
+
+
+def _documents(items: Any) -> Iterable[dict[str, str]]:
+    if isinstance(items, (str, os.PathLike, Mapping)):
+        items = [items]
+    for item in items:
+        if isinstance(item, Mapping) and "path" in item:
+            item = Path(item["path"])
+        if isinstance(item, os.PathLike):
+            yield from _path_documents(Path(item))
+        elif isinstance(item, str):
+            yield {"text": item, "title": item.strip().split("\n", 1)[0][:80],
+                   "uri": f"text:sha256:{_sha256(item)}"}
+        elif isinstance(item, Mapping) and isinstance(item.get("text"), str):
+            text = item["text"]
+            yield {"text": text, "title": str(item.get("title") or text.strip()[:80]),
+                   "uri": str(item.get("uri") or f"text:sha256:{_sha256(text)}")}
+        else:
+            raise InvalidArgumentError(
+                f"ingest takes texts (str), paths (pathlib.Path or {{'path': p}}) or "
+                f"{{'text': ..., 'title': ...}} dicts, not {type(item).__name__}")
+
+
+def _path_documents(path: Path) -> Iterable[dict[str, str]]:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file()
+                       and p.suffix.lower() in INGEST_SUFFIXES
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    elif path.is_file():
+        files = [path]
+    else:
+        raise IngestSourceError(f"{path} does not exist; pass an existing file or directory "
+                                "(for a text, pass the str itself)")
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise IngestSourceError(f"{f} is not UTF-8 text; convert it (iconv -t utf-8) or "
+                                    "leave it out") from None
+        except OSError as exc:
+            raise IngestSourceError(f"cannot read {f} ({exc.strerror}); check its "
+                                    "permissions") from None
+        yield {"text": text, "title": f.name, "uri": f.resolve().as_uri()}
