@@ -50,7 +50,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=40)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    policy = dict(max_context_tokens=4096, output_reserve=512, safety_margin=64, min_recent_turns=4)
+    # hashing: deriving the turn log of 100k turns with MiniLM would take the
+    # bench an hour of set-up; the per-assembly work is the same either way.
+    policy = dict(max_context_tokens=4096, output_reserve=512, safety_margin=64, min_recent_turns=4,
+                  embedder="hashing")
     questions = ["what did we decide about the etcd quota?", "remind me of the restic backup item",
                  "go on", "and the TLS certificates?"]
     results = {}

@@ -27,7 +27,8 @@ _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 _RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
-_THREADS_CONSIDERED = 64      # recent threads a new message may rejoin
+_THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
+_NEIGHBOURS = 12              # a thread is compared through its latest user turns
 
 
 @dataclass
@@ -412,7 +413,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     threads = log.recent_threads(session_id, _THREADS_CONSIDERED)
     best, best_sim = None, 0.0
     for info in threads:
-        vecs = log.vectors(session_id, info.turn_ids[-24:])
+        vecs = log.vectors(session_id, info.user_turns or info.turn_ids[-_NEIGHBOURS:])
         if not vecs:
             continue
         sim = max(float(v @ vec) for v in vecs.values())

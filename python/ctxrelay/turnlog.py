@@ -45,6 +45,7 @@ _SYNC_CHUNK = 128
 # (so "1.28 GiB" and "v3.5" stay whole).
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
 _NEIGHBOURS = 12            # a thread is compared through its latest user turns
+_KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
 _CONSTRAINT = re.compile(
     r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
     r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
@@ -87,13 +88,16 @@ class ThreadState:
 class ThreadInfo:
     thread_id: str
     label: str
-    turn_ids: list[int]
+    turn_ids: list[int]            # the latest members (at most _KEPT_MEMBERS)
     last_active_turn: int
     state: ThreadState
+    user_turns: list[int] = field(default_factory=list)   # latest user turns
+    turn_count: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "label": self.label, "turn_ids": list(self.turn_ids),
-                "last_active_turn": self.last_active_turn, "state": self.state.to_dict()}
+                "last_active_turn": self.last_active_turn, "state": self.state.to_dict(),
+                "user_turns": list(self.user_turns), "turn_count": self.turn_count}
 
 
 @dataclass(frozen=True)
@@ -255,8 +259,13 @@ class TurnLog(LmdbStore):
             thread_id = self._assign(turn, vec, threads, recent, join, previous_thread, prog)
             info = threads[thread_id]
             info["turn_ids"].append(turn.turn_id)
+            info["turn_count"] = info.get("turn_count", 0) + 1
+            # Bounded records: a thread keeps its latest members here (the
+            # per-turn thread id in `derived` stays complete).
+            del info["turn_ids"][:-_KEPT_MEMBERS]
             if turn.role == "user":
                 info.setdefault("user_turns", []).append(turn.turn_id)
+                del info["user_turns"][:-_NEIGHBOURS]
                 recent.setdefault(thread_id, []).append(vec)
                 recent[thread_id] = recent[thread_id][-_NEIGHBOURS:]
             info["last_active_turn"] = turn.turn_id
@@ -382,7 +391,8 @@ class TurnLog(LmdbStore):
         else:
             state = ThreadState(info["thread_id"], last_active_turn=info["last_active_turn"])
         return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
-                          info["last_active_turn"], state)
+                          info["last_active_turn"], state, list(info.get("user_turns", [])),
+                          info.get("turn_count", len(info["turn_ids"])))
 
     def set_thread_state(self, session_id: str, thread_id: str, *, established: list[str] | None = None,
                          open_questions: list[str] | None = None,
