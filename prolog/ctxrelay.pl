@@ -36,6 +36,7 @@ The public predicates are re-exported from one module per concern:
 :- reexport(ctxrelay/context).
 :- reexport(ctxrelay/warm).
 :- reexport(ctxrelay/scratch).
+:- reexport(ctxrelay/knowledge).
 :- reexport(ctxrelay/envelope).
 :- reexport(ctxrelay/references).
 :- reexport(ctxrelay/intent).

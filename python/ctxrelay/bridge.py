@@ -203,3 +203,38 @@ def scratch_pin(st: TranscriptStore, session_id: str, scratch_id: str) -> dict:
 def scratch_list(st: TranscriptStore, session_id: str) -> list[dict]:
     scratch = scratch_store_for(st)
     return [] if scratch is None else [e.to_dict() for e in scratch.list(session_id)]
+
+
+# -- knowledge (Tier P, the CKF) --------------------------------------------------
+
+def fact_store_for(st: TranscriptStore) -> Any:
+    """The knowledge store beside the transcript (``<store>/ckf``), opened on demand."""
+    from .ckf import FactStore
+    return FactStore.open(Path(st.path) / "ckf")
+
+
+def add_fact(st: TranscriptStore, content: str, options: dict) -> str:
+    opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
+    return fact_store_for(st).add_fact(
+        content, key=opts.get("key"), source=opts.get("source"),
+        importance=opts.get("importance"), ttl=opts.get("ttl"),
+        namespace=opts.get("namespace"), metadata=opts.get("metadata"))
+
+
+def facts(st: TranscriptStore, query: str, k: int, namespace: Any) -> list[dict]:
+    return [f.to_dict() for f in fact_store_for(st).facts(query, k=int(k),
+                                                          namespace=_none_if_unset(namespace))]
+
+
+def fact(st: TranscriptStore, key_or_id: str, namespace: Any) -> dict:
+    return fact_store_for(st).fact(key_or_id, namespace=_none_if_unset(namespace)).to_dict()
+
+
+def ingest(st: TranscriptStore, items: list, options: dict) -> dict:
+    """Ingest texts and files; ``items`` are dicts {"text": ...} or {"path": ...}."""
+    opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
+    sources: list[Any] = [Path(i["path"]) if "path" in i else i["text"] for i in items]
+    report = fact_store_for(st).ingest(sources, namespace=opts.get("namespace"),
+                                       source_type=opts.get("source_type"),
+                                       progress=opts.get("progress"))
+    return report.to_dict()

@@ -312,3 +312,44 @@ class Runtime:
 
     def scratch_entries(self, session_id: str) -> list[dict[str, Any]]:
         return _plain(self._call("ctxrelay:scratch_entries(St, S, L)", S=session_id)["L"])
+
+    # -- knowledge (CKF) ------------------------------------------------------
+    def add_fact(self, content: str, *, key: str | None = None, source: str | None = None,
+                 importance: float | None = None, ttl: str | None = None,
+                 namespace: str | None = None, metadata: dict[str, Any] | None = None) -> str:
+        """Store a fact in the knowledge fabric; returns its id."""
+        opts = [(k, v) for k, v in (("key", key), ("source", source), ("importance", importance),
+                                    ("ttl", ttl), ("namespace", namespace),
+                                    ("metadata", metadata)) if v is not None]
+        return self._call("ctxrelay:fact_add(St, C, Id, _Opts)", opts=opts, C=content)["Id"]
+
+    def facts(self, query: str, *, k: int = 10, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The ``k`` facts most similar to ``query`` (cosine), best first."""
+        opts = [("k", k)] + ([("namespace", namespace)] if namespace is not None else [])
+        hits = _plain(self._call("ctxrelay:facts_search(St, Q, L, _Opts)", opts=opts,
+                                 Q=query)["L"])
+        # A fact's fields with its score beside them (the score's terms under "scoring").
+        return [{**h["fact"], "score": h["score"],
+                 "scoring": {k: v for k, v in h.items() if k not in ("fact", "fact_id", "score")}}
+                for h in hits]
+
+    def fact(self, key_or_id: str, *, namespace: str | None = None) -> dict[str, Any]:
+        """One fact by id or key (any status)."""
+        opts = [("namespace", namespace)] if namespace is not None else []
+        return _plain(self._call("ctxrelay:fact_get(St, K, F, _Opts)", opts=opts,
+                                 K=key_or_id)["F"])
+
+    def ingest(self, paths_or_texts: Any, *, namespace: str | None = None,
+               source_type: str | None = None, progress: bool | None = None) -> dict[str, Any]:
+        """Chunk documents (paths, directories or texts) into facts; a progress bar on a TTY."""
+        items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) else list(paths_or_texts)
+        sources = [{"path": os.fspath(i)} if isinstance(i, os.PathLike) else {"text": str(i)}
+                   for i in items]
+        opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
+                                    ("progress", progress)) if v is not None]
+        goal = ("ctxrelay:py_options(OptPairs, _Opts), "
+                "maplist([_D, _T]>>( get_dict(path, _D, _P) -> _T = file(_P)"
+                " ; get_dict(text, _D, _X), _T = text(_X) ), Items, _Srcs),"
+                " ctxrelay:knowledge_ingest(St, _Srcs, R, _Opts)")
+        return _plain(_prolog.once(goal, {"St": self._store, "Items": sources,
+                                          "OptPairs": [[k, v] for k, v in opts]})["R"])

@@ -1,0 +1,86 @@
+:- module(ctxrelay_knowledge,
+          [ fact_add/4,             % +Store, +Content, -FactId, +Options
+            facts_search/4,         % +Store, +Query, -Facts, +Options
+            fact_get/4,             % +Store, +KeyOrId, -Fact, +Options
+            knowledge_ingest/4      % +Store, +Sources, -Report, +Options
+          ]).
+:- use_module(library(janus)).
+:- use_module(library(error)).
+:- use_module(library(option)).
+:- use_module(library(apply)).
+:- use_module(errors).
+:- use_module(store).
+
+/** <module> Persistent knowledge (Tier P): the Contextual Knowledge Fabric
+
+Facts live in the CKF beside the transcript (<store>/ckf): LMDB records,
+an HNSW index per namespace, similarity edges and Leiden communities.
+These predicates are the Prolog face of ctxrelay.ckf.FactStore.
+*/
+
+:- predicate_options(fact_add/4, 4,
+                     [key(text), source(text), importance(number), ttl(text),
+                      namespace(text), metadata(any)]).
+:- predicate_options(facts_search/4, 4, [k(positive_integer), namespace(text)]).
+:- predicate_options(fact_get/4, 4, [namespace(text)]).
+:- predicate_options(knowledge_ingest/4, 4,
+                     [namespace(text), source_type(text), progress(boolean)]).
+
+%!  fact_add(+Store, +Content, -FactId, +Options) is det.
+%
+%   Store a fact.  Options: key(Name) (exact lookup later), source(S),
+%   importance(0..1), ttl(ISO8601 duration), namespace(NS), metadata(Dict).
+fact_add(Store0, Content, Id, Options) :-
+    store_ref(Store0, Store),
+    must_be(text, Content),
+    text_to_string(Content, C),
+    option_dict(Options, [key, source, importance, ttl, namespace, metadata], Opts),
+    py_api(py_call_plain('ctxrelay.bridge':add_fact(Store, C, Opts), Id)).
+
+%!  facts_search(+Store, +Query, -Facts:list(dict), +Options) is det.
+%
+%   The K facts most similar to Query (k(K), default 10; namespace(NS)).
+facts_search(Store0, Query, Facts, Options) :-
+    store_ref(Store0, Store),
+    must_be(text, Query),
+    option(k(K), Options, 10),
+    must_be(positive_integer, K),
+    namespace(Options, NS),
+    text_to_string(Query, Q),
+    py_api(py_call_plain('ctxrelay.bridge':facts(Store, Q, K, NS), Facts)).
+
+%!  fact_get(+Store, +KeyOrId, -Fact:dict, +Options) is det.
+%
+%   @error ctxrelay(unknown_fact, Msg)
+fact_get(Store0, KeyOrId, Fact, Options) :-
+    store_ref(Store0, Store),
+    must_be(text, KeyOrId),
+    namespace(Options, NS),
+    text_to_string(KeyOrId, K),
+    py_api(py_call_plain('ctxrelay.bridge':fact(Store, K, NS), Fact)).
+
+%!  knowledge_ingest(+Store, +Sources:list, -Report:dict, +Options) is det.
+%
+%   Sources are text(T) or file(Path) terms (a directory is read
+%   recursively); paragraphs become facts.
+knowledge_ingest(Store0, Sources, Report, Options) :-
+    store_ref(Store0, Store),
+    must_be(list, Sources),
+    maplist(source_dict, Sources, Items),
+    option_dict(Options, [namespace, source_type, progress], Opts),
+    py_api(py_call_plain('ctxrelay.bridge':ingest(Store, Items, Opts), Report)).
+
+source_dict(text(T), py{text:S}) :- !, must_be(text, T), text_to_string(T, S).
+source_dict(file(P), py{path:S}) :- !, must_be(text, P), text_to_string(P, S).
+source_dict(X, _) :- domain_error(knowledge_source, X).
+
+namespace(Options, NS) :-
+    (   option(namespace(NS0), Options) -> text_to_string(NS0, NS) ; NS = @none ).
+
+option_dict(Options, Names, Dict) :-
+    must_be(list, Options),
+    findall(N-V, ( member(N, Names), Opt =.. [N, V], option(Opt, Options) ), Pairs),
+    dict_pairs(Dict, py, Pairs).
+
+store_ref(default, Store) :- !, default_store(Store).
+store_ref(Store, Store).
