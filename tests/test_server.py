@@ -1,0 +1,568 @@
+"""The OpenAI-compatible relay (ctxrelay.server), driven by the official openai client.
+
+The real server runs under uvicorn in a background thread on 127.0.0.1; its
+upstream is a fake OpenAI API (http.server, also on 127.0.0.1) that records
+every request, so the tests see exactly what the relay forwarded.  Transcripts
+are read through the relay's own Prolog worker (Relay.call_sync).
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the server extra is needed: pip install -e '.[server]'")
+pytest.importorskip("uvicorn", reason="the server extra is needed: pip install -e '.[server]'")
+httpx = pytest.importorskip("httpx", reason="the server extra is needed: pip install -e '.[server]'")
+openai = pytest.importorskip("openai", reason="the tests drive the relay with openai: pip install openai")
+import uvicorn  # noqa: E402
+
+from ctxrelay.server import Relay, ServerConfig, _parser, config_from_args, create_app  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+
+POLICY = {"max_context_tokens": 4096, "output_reserve": 256, "safety_margin": 32,
+          "min_recent_turns": 4}
+UPSTREAM_TIMEOUT = 1.0
+
+
+# ------------------------------------------------------------------------ fake upstream
+
+
+class FakeUpstream:
+    """An OpenAI-compatible API on 127.0.0.1 that records what it is sent.
+
+    The reply to a request is ``upstream reply N`` (N counts the requests).  The
+    last user message steers it: ``[slow]`` answers after 2.5 s (past the relay's
+    timeout), ``[slow-stream]`` streams a chunk every 0.3 s, ``[stream-error]`` sends an
+    error event after two chunks, ``[wait-b]`` waits (at most 3 s) until a message with ``[b]``
+    arrives.  ``fail_next`` answers that many requests with HTTP 500.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.fail_next = 0
+        self.stream_parts = ["Hel", "lo ", "wor", "ld"]
+        self.b_arrived = threading.Event()
+        self.slow_stream = False
+        self.stream_error = False
+        self.aborted = 0
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                fake._record(self, None)
+                self._json(200, {"object": "list", "data": [
+                    {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                n = fake._record(self, body)
+                last = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+                try:
+                    if fake._take_failure():
+                        self._json(500, {"error": {"message": "the model crashed",
+                                                   "type": "server_error", "code": None}})
+                        return
+                    if "[slow]" in last:
+                        time.sleep(2.5)
+                    fake.slow_stream = "[slow-stream]" in last
+                    fake.stream_error = "[stream-error]" in last
+                    if "[b]" in last:
+                        fake.b_arrived.set()
+                    if "[wait-b]" in last:
+                        saw_b = fake.b_arrived.wait(timeout=3)
+                        self._reply(body, f"upstream reply {n}; saw b: {saw_b}")
+                        return
+                    self._reply(body, f"upstream reply {n}")
+                except (BrokenPipeError, ConnectionResetError):
+                    fake.aborted += 1          # the relay hung up on us
+
+            def _reply(self, body: dict[str, Any], text: str) -> None:
+                if body.get("stream"):
+                    self._stream()
+                    return
+                self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion",
+                                 "created": 1, "model": body["model"],
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": text}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                           "total_tokens": 2}})
+
+            def _stream(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+                         "model": "fake-model"}
+                deltas = [{"role": "assistant", "content": ""}] + \
+                    [{"content": p} for p in fake.stream_parts]
+                for i, delta in enumerate(deltas):
+                    event = {**chunk, "choices": [{"index": 0, "delta": delta,
+                                                   "finish_reason": None}]}
+                    if fake.stream_error and i == 2:
+                        event = {"error": {"message": "overloaded", "type": "server_error"}}
+                    self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                    self.wfile.flush()
+                    if fake.stream_error and i == 2:
+                        self.close_connection = True
+                        return
+                    time.sleep(0.3 if fake.slow_stream else 0.01)
+                final = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _json(self, status: int, data: dict[str, Any]) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _record(self, handler: BaseHTTPRequestHandler, body: Any) -> int:
+        with self._lock:
+            self.requests.append({"path": handler.path, "headers": dict(handler.headers),
+                                  "body": body})
+            return len(self.requests)
+
+    def _take_failure(self) -> bool:
+        with self._lock:
+            if self.fail_next > 0:
+                self.fail_next -= 1
+                return True
+            return False
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# ------------------------------------------------------------------------ the relay
+
+
+@dataclass
+class RunningRelay:
+    url: str
+    relay: Relay
+
+    def client(self, timeout: float = 30) -> Any:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="x", max_retries=0,
+                             timeout=timeout)
+
+    def transcript(self, session_id: str) -> list[tuple[str, str]]:
+        return self.relay.call_sync(
+            lambda rt: [(t.role, t.content) for t in rt.history(session_id)])
+
+
+@pytest.fixture(scope="module")
+def run_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(**config: Any) -> RunningRelay:
+        store = tmp_path_factory.mktemp("relay") / "store"
+        app = create_app(ServerConfig(store=store, **config))
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        deadline = time.monotonic() + 120          # start-up loads the embedder
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the relay did not start"
+            time.sleep(0.05)
+        return RunningRelay(f"http://127.0.0.1:{sock.getsockname()[1]}", app.state.relay)
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    fake = FakeUpstream()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(scope="module")
+def relayed(run_relay: Any, upstream: FakeUpstream) -> RunningRelay:
+    return run_relay(upstream=upstream.base_url, model="fake-model", api_key="upstream-secret",
+                     timeout=UPSTREAM_TIMEOUT, policy=POLICY)
+
+
+@pytest.fixture(scope="module")
+def echoed(run_relay: Any) -> RunningRelay:
+    return run_relay(upstream="echo", policy=POLICY)
+
+
+def say(client: Any, session: str, text: str, **kw: Any) -> Any:
+    return client.chat.completions.create(
+        model="client-model", messages=[{"role": "user", "content": text}],
+        extra_headers={"CRP-Session-Id": session}, **kw)
+
+
+def error_of(excinfo: pytest.ExceptionInfo[Any]) -> dict[str, Any]:
+    body = excinfo.value.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+# ------------------------------------------------------------------------ tests
+
+
+def test_the_server_sends_the_history_when_the_client_sends_only_the_new_message(relayed, upstream):
+    client = relayed.client()
+    first = say(client, "conv", "our etcd quota is 8 GiB", temperature=0.3)
+    n_before = len(upstream.requests)
+    second = say(client, "conv", "what was the quota again?")
+
+    sent = upstream.requests[n_before]
+    assert len(upstream.requests) == n_before + 1
+    assert [(m["role"], m["content"]) for m in sent["body"]["messages"]] == [
+        ("user", "our etcd quota is 8 GiB"),
+        ("assistant", first.choices[0].message.content),
+        ("user", "what was the quota again?")]
+    assert second.choices[0].message.content == f"upstream reply {n_before + 1}"
+    assert relayed.transcript("conv") == [
+        ("user", "our etcd quota is 8 GiB"), ("assistant", first.choices[0].message.content),
+        ("user", "what was the quota again?"), ("assistant", second.choices[0].message.content)]
+    # --model pins the upstream model; the relay's own key goes upstream, not the client's.
+    assert sent["body"]["model"] == "fake-model"
+    assert sent["headers"]["Authorization"] == "Bearer upstream-secret"
+    assert sent["path"] == "/v1/chat/completions"
+    assert upstream.requests[n_before - 1]["body"]["temperature"] == 0.3
+
+
+def test_responses_carry_every_crp_header_of_the_pack(relayed):
+    client = relayed.client()
+    say(client, "headers", "first message about etcd")
+    expected = relayed.relay.call_sync(
+        lambda rt: rt.assemble("headers", "second message", **POLICY, model="fake-model").headers)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "second message"}],
+        extra_headers={"CRP-Session-Id": "headers"})
+    completion = raw.parse()
+
+    names = {k.lower() for k in raw.headers.keys()}
+    assert {k.lower() for k in expected} <= names
+    used, budget = map(int, re.fullmatch(r"(\d+)/(\d+)",
+                                         raw.headers["CRP-Context-Tokens-Used"]).groups())
+    assert 0 < used <= budget == POLICY["max_context_tokens"] - POLICY["output_reserve"] \
+        - POLICY["safety_margin"]
+    assert raw.headers["CRP-Context-Mode"] == expected["CRP-Context-Mode"]
+    assert raw.headers["CRP-Session-Id"] == "headers"
+    assert (int(raw.headers["CRP-User-Turn"]), int(raw.headers["CRP-Assistant-Turn"])) == (3, 4)
+    assert relayed.transcript("headers")[3] == ("assistant", completion.choices[0].message.content)
+
+
+def test_sessions_are_isolated_and_the_header_wins_over_the_body(relayed, upstream):
+    client = relayed.client()
+    say(client, "iso-a", "alpha secret is 1234")
+    say(client, "iso-b", "beta note")
+    n_before = len(upstream.requests)
+    say(client, "iso-b", "what did I say?")
+    seen = json.dumps(upstream.requests[n_before]["body"]["messages"])
+    assert "beta note" in seen and "alpha secret" not in seen
+
+    # Header CRP-Session-Id > body session_id > body user.
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "h"}],
+                                   extra_headers={"CRP-Session-Id": "iso-header"},
+                                   extra_body={"session_id": "iso-body"}, user="iso-user")
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}],
+                                   extra_body={"session_id": "iso-body"}, user="iso-user")
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "u"}],
+                                   user="iso-user")
+    assert [t[1] for t in relayed.transcript("iso-header")][::2] == ["h"]
+    assert [t[1] for t in relayed.transcript("iso-body")][::2] == ["b"]
+    assert [t[1] for t in relayed.transcript("iso-user")][::2] == ["u"]
+    assert "session_id" not in upstream.requests[-2]["body"]     # relay-only field
+    assert upstream.requests[-1]["body"]["user"] == "iso-user"   # an OpenAI field: forwarded
+
+
+def test_sessions_wait_for_their_own_upstream_call_only(relayed, upstream):
+    """A slow upstream call holds its session, not the relay: b is answered meanwhile."""
+    upstream.b_arrived.clear()
+    client = relayed.client()
+    replies: dict[str, str] = {}
+    slow = threading.Thread(target=lambda: replies.__setitem__(
+        "a", say(client, "conc-a", "[wait-b] long question").choices[0].message.content))
+    slow.start()
+    deadline = time.monotonic() + 5
+    while not any("[wait-b]" in json.dumps(r["body"]) for r in upstream.requests[-3:]):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    replies["b"] = say(client, "conc-b", "[b] quick question").choices[0].message.content
+    slow.join(timeout=10)
+    assert replies["a"].endswith("saw b: True")
+
+
+def test_streaming_passes_the_chunks_through_and_stores_the_whole_reply(relayed, upstream):
+    client = relayed.client()
+    say(client, "stream", "hello")
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "stream it"}],
+        extra_headers={"CRP-Session-Id": "stream"}, stream=True)
+    deltas = [c.choices[0].delta.content for c in raw.parse() if c.choices]
+
+    assert [d for d in deltas if d] == upstream.stream_parts
+    assert upstream.requests[-1]["body"]["stream"] is True
+    assert raw.headers["content-type"].startswith("text/event-stream")
+    assert re.fullmatch(r"\d+/\d+", raw.headers["CRP-Context-Tokens-Used"])
+    assert relayed.transcript("stream")[-2:] == [("user", "stream it"),
+                                                ("assistant", "".join(upstream.stream_parts))]
+
+
+def test_an_error_event_in_the_stream_reaches_the_client_and_stores_no_reply(relayed):
+    with pytest.raises(openai.APIError, match="overloaded"):
+        for _ in say(relayed.client(), "stream-err", "[stream-error] go", stream=True):
+            pass
+    assert relayed.transcript("stream-err") == [("user", "[stream-error] go")]
+
+
+def test_a_client_leaving_mid_stream_frees_the_session_and_stores_no_reply(relayed, upstream):
+    aborted = upstream.aborted
+    with httpx.stream("POST", f"{relayed.url}/v1/chat/completions",
+                      headers={"CRP-Session-Id": "gone"},
+                      json={"model": "m", "stream": True,
+                            "messages": [{"role": "user", "content": "[slow-stream] go"}]}) as r:
+        assert next(r.iter_lines()).startswith("data: ")
+    # The session's lock is free again at once (not after the upstream's 1.5 s stream).
+    say(relayed.client(timeout=1.0), "gone", "next")
+    assert [role for role, _ in relayed.transcript("gone")] == ["user", "user", "assistant"]
+    deadline = time.monotonic() + 3          # and the upstream stream was closed, not drained
+    while upstream.aborted == aborted:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_upstream_500_is_502_and_keeps_the_user_turn_without_a_reply(relayed, upstream):
+    client = relayed.client()
+    say(client, "fail", "before")
+    upstream.fail_next = 1
+    with pytest.raises(openai.APIStatusError) as excinfo:
+        say(client, "fail", "this one fails")
+    assert excinfo.value.status_code == 502
+    error = error_of(excinfo)
+    assert error["type"] == "upstream_error" and "HTTP 500" in error["message"]
+    assert "the model crashed" in error["message"]
+    assert excinfo.value.response.headers["x-should-retry"] == "false"
+    assert relayed.transcript("fail")[-2:] == [("assistant", "upstream reply %d" % (
+        len(upstream.requests) - 1)), ("user", "this one fails")]
+    # The next turn sees the stored user turn; no reply was made up for it.
+    say(client, "fail", "after")
+    roles = [t[0] for t in relayed.transcript("fail")]
+    assert roles == ["user", "assistant", "user", "user", "assistant"]
+
+
+def test_upstream_timeout_is_504(relayed):
+    client = relayed.client()
+    with pytest.raises(openai.APIStatusError) as excinfo:
+        say(client, "slow", "[slow] take your time")
+    assert excinfo.value.status_code == 504
+    assert error_of(excinfo)["code"] == "upstream_timeout"
+    assert relayed.transcript("slow") == [("user", "[slow] take your time")]
+
+
+def test_an_idempotent_retry_finishes_the_turn_exactly_once(relayed, upstream):
+    client = relayed.client()
+    key = {"CRP-Session-Id": "idem", "Idempotency-Key": "req-1"}
+    msg = [{"role": "user", "content": "remember 42"}]
+    say(client, "idem", "hi")
+    upstream.fail_next = 2
+    for _ in range(2):        # the relay's own call, then the resume through managed_turn
+        with pytest.raises(openai.APIStatusError) as excinfo:
+            client.chat.completions.create(model="m", messages=msg, extra_headers=key)
+        assert excinfo.value.status_code == 502
+    first_attempt = upstream.requests[-2]["body"]["messages"]
+    done = client.chat.completions.create(model="m", messages=msg, extra_headers=key)
+    # The resumed turn is assembled as the first attempt was: the stored user turn is
+    # the new message, not history (it is sent once).
+    assert upstream.requests[-1]["body"]["messages"] == first_attempt
+    assert [m["content"] for m in first_attempt].count("remember 42") == 1
+    calls = len(upstream.requests)
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=msg,
+                                                           extra_headers=key)
+    assert len(upstream.requests) == calls                  # replayed from the transcript
+    assert raw.headers["CRP-Idempotent-Replay"] == "true"
+    assert raw.parse().choices[0].message.content == done.choices[0].message.content
+    assert relayed.transcript("idem")[2:] == [("user", "remember 42"),
+                                              ("assistant", done.choices[0].message.content)]
+
+    # A key that succeeded at once replays the id and the pack headers of its answer.
+    key2 = {"CRP-Session-Id": "idem", "Idempotency-Key": "req-2"}
+    msg2 = [{"role": "user", "content": "and 43"}]
+    first = client.chat.completions.with_raw_response.create(model="m", messages=msg2,
+                                                             extra_headers=key2)
+    again = client.chat.completions.with_raw_response.create(model="m", messages=msg2,
+                                                             extra_headers=key2)
+    assert again.parse().id == first.parse().id == "chatcmpl-fake"
+    for name in ("CRP-Context-Tokens-Used", "CRP-Context-Mode", "CRP-User-Turn",
+                 "CRP-Assistant-Turn"):
+        assert again.headers[name] == first.headers[name]
+    assert len(relayed.transcript("idem")) == 6
+
+    with pytest.raises(openai.APIStatusError) as excinfo:      # same key, other message
+        client.chat.completions.create(model="m", extra_headers=key,
+                                       messages=[{"role": "user", "content": "other"}])
+    assert excinfo.value.status_code == 409
+    assert error_of(excinfo)["code"] == "idempotency_key_conflict"
+
+
+def test_system_messages_are_instructions_and_earlier_messages_are_stored(relayed, upstream):
+    client = relayed.client()
+    client.chat.completions.create(
+        model="m", extra_headers={"CRP-Session-Id": "multi"},
+        messages=[{"role": "system", "content": "answer in French"},
+                  {"role": "user", "content": "first"},
+                  {"role": "assistant", "content": "premier"},
+                  {"role": "user", "content": [{"type": "text", "text": "second"}]}])
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert sent[0] == {"role": "system", "content": "answer in French"}
+    assert [m["content"] for m in sent[1:]] == ["first", "premier", "second"]
+    assert relayed.transcript("multi") == [("user", "first"), ("assistant", "premier"),
+                                           ("user", "second"),
+                                           ("assistant", f"upstream reply {len(upstream.requests)}")]
+
+
+def test_a_request_over_the_window_is_400_context_length_exceeded_and_not_stored(relayed, upstream):
+    client = relayed.client()
+    say(client, "big", "small talk")
+    calls = len(upstream.requests)
+    with pytest.raises(openai.BadRequestError) as excinfo:
+        say(client, "big", "etcd " * 6000)
+    error = error_of(excinfo)
+    assert error["code"] == "context_length_exceeded"
+    assert "input_budget" in error["message"] and "mandatory_tokens" in error["message"]
+    # A max_tokens the window cannot reserve is the same error, naming the field.
+    with pytest.raises(openai.BadRequestError) as excinfo:
+        say(client, "big", "short", max_tokens=10 ** 6)
+    assert (error_of(excinfo)["code"], error_of(excinfo)["param"]) == \
+        ("context_length_exceeded", "max_tokens")
+    assert len(upstream.requests) == calls
+    assert [t[1] for t in relayed.transcript("big")] == ["small talk",
+                                                         f"upstream reply {calls}"]
+
+
+def test_bad_requests_get_openai_style_errors(relayed, upstream):
+    url = f"{relayed.url}/v1/chat/completions"
+    session = {"CRP-Session-Id": "bad"}
+    cases = [
+        (dict(content=b"{not json", headers=session), 400, None),
+        (dict(json={"model": "m"}, headers=session), 400, "messages"),
+        (dict(json={"model": "m", "messages": []}, headers=session), 400, "messages"),
+        (dict(json={"model": "m", "messages": [{"role": "user", "content": "x"}]}), 400,
+         "session_id"),
+        (dict(json={"model": "m", "messages": [{"role": "assistant", "content": "x"}]},
+              headers=session), 400, "messages[0].role"),
+        (dict(json={"model": "m", "messages": [{"role": "user", "content": 3}]},
+              headers=session), 400, "messages[0].content"),
+    ]
+    calls = len(upstream.requests)
+    for kwargs, status, param in cases:
+        r = httpx.post(url, **kwargs)
+        assert r.status_code == status, r.text
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert r.json()["error"]["type"] == "invalid_request_error"
+        assert r.json()["error"]["param"] == param
+    assert len(upstream.requests) == calls
+    r = httpx.get(f"{relayed.url}/v1/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_url"
+    # Fields the relay does not know are not an error; they go to the upstream.
+    r = httpx.post(url, headers=session, json={"model": "m", "frobnicate": 1,
+                                               "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 200 and upstream.requests[-1]["body"]["frobnicate"] == 1
+
+
+def test_models_and_health(relayed, echoed):
+    assert [m.id for m in relayed.client().models.list()] == ["fake-model"]
+    assert [m.id for m in echoed.client().models.list()] == ["echo"]
+    r = httpx.get(f"{relayed.url}/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert r.json()["upstream"].startswith("http://127.0.0.1:")
+
+
+def test_without_model_the_clients_model_goes_upstream_and_models_are_proxied(run_relay,
+                                                                             upstream):
+    relay = run_relay(upstream=upstream.base_url, timeout=UPSTREAM_TIMEOUT, warmup=False)
+    client = relay.client()
+    assert [m.id for m in client.models.list()] == ["fake-model"]
+    assert upstream.requests[-1]["path"] == "/v1/models"
+    client.chat.completions.create(model="client-model", extra_body={"session_id": "own"},
+                                   messages=[{"role": "user", "content": "hi"}])
+    assert upstream.requests[-1]["body"]["model"] == "client-model"
+    assert "Authorization" not in upstream.requests[-1]["headers"]      # no --api-key
+
+
+def test_the_echo_upstream_answers_and_streams_in_openai_format(echoed):
+    client = echoed.client()
+    first = say(client, "echo", "our etcd quota is 8 GiB")
+    second = say(client, "echo", "what was the quota?")
+    assert first.choices[0].message.content.startswith("echo: 1 messages, roles=user,")
+    assert second.choices[0].message.content.startswith(
+        "echo: 3 messages, roles=user,assistant,user,")
+
+    chunks = list(say(client, "echo", "stream please", stream=True,
+                      stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
+    assert text.startswith("echo: 5 messages,") and text.endswith("last user: stream please")
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    assert echoed.transcript("echo")[-1] == ("assistant", text)
+
+    with httpx.stream("POST", f"{echoed.url}/v1/chat/completions",
+                      headers={"CRP-Session-Id": "echo-raw"},
+                      json={"model": "echo", "stream": True,
+                            "messages": [{"role": "user", "content": "hi"}]}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    assert all(line.startswith("data: ") for line in lines)
+
+
+def test_command_line_flags_become_the_config(tmp_path):
+    args = _parser().parse_args(["--store", str(tmp_path), "--port", "9", "--upstream",
+                                 "http://127.0.0.1:1/v1/", "--model", "m", "--api-key", "k",
+                                 "--max-context-tokens", "2048", "--min-recent-turns", "2"])
+    config = config_from_args(args)
+    assert config.upstream == "http://127.0.0.1:1/v1"
+    assert dict(config.policy) == {"max_context_tokens": 2048, "min_recent_turns": 2}
+    assert (config.model, config.api_key) == ("m", "k")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--store", str(tmp_path), "--upstream", "echo",
+                              "--output-reserve", "-1"])
+    with pytest.raises(ValueError, match="echo"):
+        config_from_args(_parser().parse_args(["--store", str(tmp_path), "--upstream", "ftp://x"]))
+
+
+def test_the_relay_client_example_runs_as_written():
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "relay_client.py")],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "roles=user,assistant,user" in done.stdout
+    assert re.search(r"(?i)crp-context-tokens-used: \d+/\d+", done.stdout)
