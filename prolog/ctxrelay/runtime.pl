@@ -137,7 +137,7 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     TimeLimit = Policy.time_limit,
     pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
     Pack = pack(Selected, Cost, Utility, Optimality),
-    order_pack(Selected, Cands, Plan),
+    order_pack(Selected, Units, Cands, Plan),
     render(Cands, Plan, Rendered),
     ledger(Rendered, Cands, Plan, Policy, Cost, Ledger),
     fail_closed(Ledger, Policy),
@@ -370,18 +370,63 @@ mandatory_cost(unit(_, Variants, Props), C0, C) :-
 		 *       ORDER AND RENDER       *
 		 *******************************/
 
-%   order_pack(+Selected, +Cands, -Plan)
+%   order_pack(+Selected, +Units, +Cands, -Plan)
 %
-%   Instructions first, then the cold-history boundary and warm
-%   artifacts, then the conversation in chronological order (hot and
-%   retrieved turns interleaved by turn id), then the new message.
-order_pack(Selected, Cands, Plan) :-
+%   Instructions first; then the context units (boundary, warm
+%   artifacts, thread summary) in the primacy-recency sandwich of
+%   CRP-SPEC-003 §7.4 (sandwich/2: mandatory ones count as critical,
+%   the others by their utility relative to the best); then the
+%   conversation in chronological order (hot, retrieved, referenced and
+%   thread turns interleaved by turn id); the new message last.
+order_pack(Selected, Units, Cands, Plan) :-
     maplist(unit_by_id(Cands), Selected, Entries),
+    include(entry_section(head), Entries, Head0),
+    include(entry_section(context), Entries, Context),
+    include(entry_section(conversation), Entries, Conversation0),
+    include(entry_section(tail), Entries, Tail),
+    sort_entries(Head0, Head),
+    sort_entries(Conversation0, Conversation),
+    context_scores(Context, Units, Scored),
+    sandwich(Scored, ContextOrdered),
+    append([Head, ContextOrdered, Conversation, Tail], Ordered),
+    maplist(entry_step, Ordered, Plan).
+
+entry_step(e(Id, Var, _)-_, [Id, Var]).
+
+entry_section(Section, e(_, _, U)-_) :-
+    atom_string(Kind, U.kind),
+    kind_rank(Kind, Rank),
+    rank_section(Rank, S),
+    S == Section.
+
+rank_section(R, head) :- R =< 1, !.
+rank_section(R, context) :- R =< 3, !.
+rank_section(4, conversation) :- !.
+rank_section(_, tail).
+
+sort_entries(Entries, Sorted) :-
     map_list_to_pairs(order_key, Entries, Keyed),
-    keysort(Keyed, Sorted),
-    pairs_values(Sorted, Ordered),
-    maplist([e(Id, Var, _)-_, [Id, Var]]>>true, Ordered, Plan0),
-    Plan = Plan0.
+    keysort(Keyed, KS),
+    pairs_values(KS, Sorted).
+
+context_scores(Context, Units, Scored) :-
+    maplist(entry_utility(Units), Context, Utilities),
+    max_list([1|Utilities], Max),
+    maplist(context_score(Units, Max), Context, Utilities, Scored).
+
+entry_utility(Units, e(Id, Var, _)-_, U) :-
+    atom_string(VarA, Var),
+    (   member(unit(Id, Vs, _), Units), memberchk(variant(VarA, _, U0), Vs)
+    ->  U = U0
+    ;   U = 0
+    ).
+
+context_score(Units, Max, Entry, Utility, Score-Entry) :-
+    Entry = e(Id, _, _)-_,
+    (   member(unit(Id, _, Props), Units), memberchk(mandatory(true), Props)
+    ->  Score = 1.0
+    ;   Score is Utility / Max
+    ).
 
 unit_by_id(Cands, Id-Variant, e(Id, VarS, U)-U) :-
     atom_string(Variant, VarS),

@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 def _require_hnswlib() -> Any:
     if hnswlib is None:
         raise InvalidArgumentError(
-            "the CKF needs hnswlib: pip install 'ctxrelay[graph]' (hnswlib, leidenalg, igraph)")
+            "the CKF needs hnswlib: reinstall ctxrelay (pip install -e .; hnswlib, leidenalg and igraph are its dependencies)")
     return hnswlib
 
 
