@@ -250,8 +250,8 @@ def leiden(n_vertices: int, edges: Sequence[tuple[int, int]], weights: Sequence[
         import leidenalg
     except ImportError:
         raise InvalidArgumentError(
-            "community detection needs leidenalg and igraph: pip install "
-            "'ctxrelay[graph]'") from None
+            "community detection needs leidenalg and igraph, dependencies of ctxrelay: "
+            "reinstall it (pip install -e .)") from None
     if n_vertices == 0:
         return []
     graph = igraph.Graph(n=n_vertices, edges=list(edges), directed=False)
