@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY    := .venv/bin/python
 
-.PHONY: setup demo test test-python test-prolog bench clean
+.PHONY: setup demo test bench clean install check
 
 setup:
 	@bash scripts/setup.sh
@@ -18,3 +18,9 @@ bench: setup
 
 clean:
 	rm -rf .venv .deps .pytest_cache bench/results/*.tmp
+
+# SWI-Prolog's pack_install runs `make`, `make check` and `make install` in a pack
+# that has a Makefile; the pack itself is pure Prolog (prolog/), so these do nothing
+# and `make` alone (the first target below setup) is not what a pack install wants.
+install check:
+	@true

@@ -67,7 +67,13 @@ knowledge_ingest(Store0, Sources, Report, Options) :-
     store_ref(Store0, Store),
     must_be(list, Sources),
     maplist(source_dict, Sources, Items),
-    option_dict(Options, [namespace, source_type, progress], Opts),
+    option_dict(Options, [namespace, source_type], Opts0),
+    (   option(progress(P), Options)
+    ->  must_be(boolean, P),
+        ( P == true -> PyP = @true ; PyP = @false ),
+        Opts = Opts0.put(progress, PyP)
+    ;   Opts = Opts0
+    ),
     py_api(py_call_plain('ctxrelay.bridge':ingest(Store, Items, Opts), Report)).
 
 source_dict(text(T), py{text:S}) :- !, must_be(text, T), text_to_string(T, S).

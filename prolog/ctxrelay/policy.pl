@@ -29,7 +29,7 @@ option_default(min_recent_turns,        4,      nonneg).
 option_default(cold_history_boundary,   true,   boolean).
 option_default(model,                   "gpt-4", text).
 option_default(half_life,               6,      positive_number).
-option_default(max_retrieved,           8,      nonneg).
+option_default(max_retrieved,           24,     nonneg).
 option_default(retrieval,               true,   boolean).
 option_default(warm,                    true,   boolean).
 option_default(system,                  "",     text).

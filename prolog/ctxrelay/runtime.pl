@@ -323,10 +323,12 @@ utility(Kind, _, U, Cands, Policy, F) :-
     memberchk(Kind, [turn, scratch]),
     !,
     U.turn_ids = [T],
-    F is 0.5 ** ((Cands.message_turn - T) / Policy.half_life) + 0.001.
-utility(retrieved, _, U, _, _, F) :-
+    intent_weights_c(Cands, WRecent, _),
+    F is WRecent * 0.5 ** ((Cands.message_turn - T) / Policy.half_life) + 0.001.
+utility(retrieved, _, U, Cands, _, F) :-
     !,
-    F is 0.05 + 0.6 * U.get(score, 0.0).
+    intent_weights_c(Cands, _, WRetrieved),
+    F is WRetrieved * (0.1 + 0.9 * U.get(score, 0.0)).
 utility(referenced, _, _, _, _, 1.0) :- !.      % resolved references: full weight
 utility(thread, _, U, Cands, Policy, F) :-      % a resumed thread's dormant turns
     !,
@@ -339,6 +341,24 @@ utility(warm, Variant, U, _, _, F) :-
     Span is U.get(end, 0) - U.get(start, 0) + 1,
     F is VF * (0.1 + 0.8 * U.get(relevance, 0.0) + 0.015 * min(Span, 40)).
 utility(_, _, _, _, _, 0.01).
+
+%   intent_weights_c(+Cands, -Recent, -Retrieved)
+%
+%   Within the conversation tier, the intent decides how much recency
+%   and indexed recall weigh: a continuation lives in the recent turns,
+%   a new question (explore) or a drill-down into earlier ground in what
+%   the index finds.
+intent_weights_c(Cands, Recent, Retrieved) :-
+    (   get_dict(intent, Cands, Intent), recall_weights(Intent, Recent, Retrieved)
+    ->  true
+    ;   Recent = 1.0, Retrieved = 0.7
+    ).
+
+recall_weights(continue,       1.0,  0.6).
+recall_weights(clarify,        1.0,  0.8).
+recall_weights(drill_down,     0.7,  1.0).
+recall_weights(tool_reference, 0.7,  0.6).
+recall_weights(explore,        0.35, 1.0).
 
 variant_factor(verbatim,   1.0).
 variant_factor(detailed,   0.85).

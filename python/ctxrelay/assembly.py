@@ -28,6 +28,7 @@ _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 _RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 _THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
+_RRF_K = 60                   # reciprocal-rank fusion constant (Cormack et al.)
 _NEIGHBOURS = 12              # a thread is compared through its latest user turns
 
 
@@ -201,9 +202,14 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         _add(units, _turn_unit(turn, kind, scratch), model)
     _tool_groups(window, call_owner, groups)
 
+    thread_info: dict[str, Any] = {}
+    dense: Any = None
+    if options.get("threads", True):
+        thread_info, dense = _thread_context(store, session_id, message, query_text, window,
+                                             history_end, units, model, options, scratch)
     if options.get("retrieval", True) and query_text and window_start > 1:
         _retrieve(store, session_id, query_text, window_start, int(options.get("max_retrieved", 8)),
-                  units, groups, model, scratch)
+                  units, groups, model, scratch, dense)
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, model)
@@ -220,9 +226,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
                                    "omitted_count": count, "omitted_tokens": prefix_tokens}), model)
     info.update(window_start=window_start, tail_first=tail_first,
                 total_turns=history_end)
-    if options.get("threads", True):
-        info.update(_thread_context(store, session_id, message, query_text, window, history_end,
-                                    units, model, options, scratch))
+    info.update(thread_info)
     info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role, "content": t.content}
                             for t in window[-_RECENT_FOR_REFERENCES:]]
     info["scratch_recent"] = [] if scratch is None else [
@@ -280,16 +284,27 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
 
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
               max_retrieved: int, units: dict[str, Unit], groups: list[list[str]], model: str,
-              scratch: Any = None) -> None:
+              scratch: Any = None, dense: Any = None) -> None:
+    """Cold turns for the query: BM25 through the inverted index, fused by
+    reciprocal rank with dense similarity over the turn log when available."""
     if max_retrieved <= 0:
         return
-    hits = store.search(session_id, query, k=max_retrieved * 3)
-    hits = [h for h in hits if h.turn_id < window_start][:max_retrieved]
-    if not hits:
+    hits = [h for h in store.search(session_id, query, k=max_retrieved * 3)
+            if h.turn_id < window_start]
+    fused: dict[int, float] = {}
+    for rank, hit in enumerate(hits):
+        fused[hit.turn_id] = fused.get(hit.turn_id, 0.0) + 1.0 / (_RRF_K + rank)
+    if dense is not None:
+        log, vec = dense
+        for rank, (tid, _sim) in enumerate(log.nearest(session_id, vec, k=max_retrieved * 3,
+                                                       before=window_start)):
+            fused[tid] = fused.get(tid, 0.0) + 1.0 / (_RRF_K + rank)
+    ranked = sorted(fused.items(), key=lambda kv: (-kv[1], -kv[0]))[:max_retrieved]
+    if not ranked:
         return
-    top = max(h.score for h in hits) or 1.0
-    for hit in hits:
-        turn = store.turn(session_id, hit.turn_id)
+    top = ranked[0][1]
+    for turn_id, value in ranked:
+        turn = store.turn(session_id, turn_id)
         if turn.role == "system" or f"t{turn.turn_id}" in units:
             continue
         family = _tool_family(store, session_id, turn)
@@ -297,7 +312,7 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
         for member in family:
             uid = f"t{member.turn_id}"
             if uid not in units:
-                score = hit.score / top if member.turn_id == turn.turn_id else 0.0
+                score = value / top if member.turn_id == turn.turn_id else 0.0
                 _add(units, _turn_unit(member, "retrieved", scratch, score=score), model)
             ids.append(uid)
         if len(ids) > 1:
@@ -387,7 +402,7 @@ def host_only_tokens(cands: Candidates, plan: list[list[str]], model: str) -> in
 
 def _thread_context(store: TranscriptStore, session_id: str, message: Any, query_text: str,
                     window: list[Turn], history_end: int, units: dict[str, Unit], model: str,
-                    options: dict[str, Any], scratch: Any) -> dict[str, Any]:
+                    options: dict[str, Any], scratch: Any) -> tuple[dict[str, Any], Any]:
     """Topic thread of the new message, its similarity, and a resumed thread's turns.
 
     The turn log is brought up to date first (only turns added since the last
@@ -427,7 +442,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
                            "topic_threshold": float(embedder.thresholds["topic_same"]),
                            "active_thread": "", "thread_label": "", "thread_resumed": False}
     if best is None or best_sim < join:
-        return out
+        return out, (log, vec)
     out.update(active_thread=best.thread_id, thread_label=best.label)
     in_window = {t.turn_id for t in window}
     dormant = [t for t in best.turn_ids if t not in in_window and t <= history_end]
@@ -446,7 +461,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
         _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
                          variants={"verbatim": {"role": "system", "content": text}},
                          features={"thread_id": best.thread_id}), model)
-    return out
+    return out, (log, vec)
 
 
 def add_turn_units(cands: Candidates, store: TranscriptStore, turn_ids: list[int],

@@ -46,6 +46,7 @@ _SYNC_CHUNK = 128
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
 _NEIGHBOURS = 12            # a thread is compared through its latest user turns
 _KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
+_DENSE_WINDOW = 20000       # turns a dense recall scans (the latest)
 _CONSTRAINT = re.compile(
     r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
     r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
@@ -341,6 +342,45 @@ class TurnLog(LmdbStore):
                     out[int(tid)] = np.frombuffer(raw, dtype=np.float32)
             return out
         return self.read(read)
+
+    def nearest(self, session_id: str, vec: np.ndarray, *, k: int,
+                before: int) -> list[tuple[int, float]]:
+        """The ``k`` turns before ``before`` most similar to ``vec`` (dot product).
+
+        Scans the latest ``_DENSE_WINDOW`` turns' vectors, kept in a per-process
+        matrix that grows with new turns (bounded work per call).
+        """
+        ids, matrix = self._matrix(session_id)
+        if not len(ids):
+            return []
+        mask = ids < before
+        if not mask.any():
+            return []
+        sims = matrix[mask] @ vec.astype(np.float32)
+        cand = ids[mask]
+        k = min(k, len(cand))
+        top = np.argpartition(-sims, k - 1)[:k]
+        order = top[np.argsort(-sims[top], kind="stable")]
+        return [(int(cand[i]), float(sims[i])) for i in order]
+
+    def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
+        prog = self._progress(session_id) or {}
+        upto = int(prog.get("derived_upto", 0))
+        cache = self.__dict__.setdefault("_dense_cache", {})
+        ids, rows, have = cache.get(session_id, (np.zeros(0, dtype=np.int64), None, 0))
+        if have < upto:
+            lo = max(have + 1, upto - _DENSE_WINDOW + 1)
+            new = self.vectors(session_id, range(lo, upto + 1))
+            if new:
+                new_ids = np.fromiter(new.keys(), dtype=np.int64)
+                new_rows = np.stack(list(new.values()))
+                ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
+                rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
+                ids, rows = ids[-_DENSE_WINDOW:], rows[-_DENSE_WINDOW:]
+            cache[session_id] = (ids, rows, upto)
+        if rows is None:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
+        return ids, rows
 
     def active_thread(self, session_id: str) -> str | None:
         prog = self._progress(session_id)
