@@ -98,8 +98,6 @@ source_store_session(session(Session), Options, Store, Session) :-
 source_store_session(Source, _, _, _) :-
     domain_error(context_source, Source).
 
-store_ref(default, Store) :- !, default_store(Store).
-store_ref(Store, Store).
 
 context_(peek(What), Store, Session, Result, Options) :-
     !,

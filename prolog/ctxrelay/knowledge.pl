@@ -88,5 +88,3 @@ option_dict(Options, Names, Dict) :-
     findall(N-V, ( member(N, Names), Opt =.. [N, V], option(Opt, Options) ), Pairs),
     dict_pairs(Dict, py, Pairs).
 
-store_ref(default, Store) :- !, default_store(Store).
-store_ref(Store, Store).

@@ -71,5 +71,3 @@ scratch_entries(Store0, Session, Entries) :-
     must_be(text, Session),
     py_api(py_call_plain('ctxrelay.bridge':scratch_list(Store, Session), Entries), session(Session)).
 
-store_ref(default, Store) :- !, default_store(Store).
-store_ref(Store, Store).

@@ -4,6 +4,7 @@
             store_close/1,          % +Store
             default_store/1,        % -Store
             set_default_store/1,    % +Store
+            store_ref/2,            % +StoreOrAlias, -Store
                                     % sessions
             session_create/3,       % +Store, +Session, +Options
             session_info/3,         % +Store, +Session, -Info
@@ -102,6 +103,14 @@ set_default_store(Store) :-
     must_be(nonvar, Store),
     retractall(default_store_(_)),
     assertz(default_store_(Store)).
+
+%!  store_ref(+StoreOrAlias, -Store) is det.
+%
+%   Store is the store object that StoreOrAlias names: a store object
+%   itself, `default` (the default store) or dir(Directory).
+%   @error type_error(ctxrelay_store, X) for anything else
+store_ref(Store0, Store) :-
+    resolve_store(Store0, Store).
 
 resolve_store(Store0, Store) :-
     must_be(nonvar, Store0),

@@ -81,5 +81,3 @@ warm_artifacts(Store0, Session, Artifacts) :-
     text_to_string(Session, S),
     py_api(py_call_plain('ctxrelay.bridge':artifacts(Store, S), Artifacts), session(Session)).
 
-store_ref(default, Store) :- !, default_store(Store).
-store_ref(Store, Store).

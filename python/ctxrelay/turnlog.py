@@ -46,7 +46,7 @@ _SYNC_CHUNK = 128
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
 _NEIGHBOURS = 12            # a thread is compared through its latest user turns
 _KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
-_DENSE_WINDOW = 20000       # turns a dense recall scans (the latest)
+_DENSE_WINDOW = 5000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
 _CONSTRAINT = re.compile(
     r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
     r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
