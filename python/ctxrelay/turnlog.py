@@ -46,7 +46,7 @@ _SYNC_CHUNK = 128
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
 _NEIGHBOURS = 12            # a thread is compared through its latest user turns
 _KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
-_DENSE_WINDOW = 5000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
+_DENSE_WINDOW = 2000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
 _CONSTRAINT = re.compile(
     r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
     r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
@@ -414,11 +414,16 @@ class TurnLog(LmdbStore):
         return [self._info(session_id, info, None) for info in self.read(read)]
 
     def thread(self, session_id: str, thread_id: str, transcript: Any = None) -> ThreadInfo:
-        for info in self.threads(session_id, transcript):
-            if info.thread_id == thread_id:
-                return info
-        raise InvalidArgumentError(
-            f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
+        """One thread, its state derived from its own latest turns only (one record read)."""
+        num = thread_id[1:] if isinstance(thread_id, str) and thread_id[:1] == "T" else ""
+        raw = None
+        if num.isdigit():
+            key = _session_key(session_id) + _U64.pack(int(num))
+            raw = self.read(lambda txn: txn.get(key, db=self.dbs[b"threads"]))
+        if raw is None:
+            raise InvalidArgumentError(
+                f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
+        return self._info(session_id, json.loads(raw), transcript)
 
     def _info(self, session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
         override = info.get("override")
