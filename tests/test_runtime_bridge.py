@@ -228,3 +228,11 @@ def test_plain_python_process_can_import(tmp_path):
                           cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
+
+
+def test_turn_for_key(rt):
+    rt.create_session("s")
+    rt.append("s", "user", "a")
+    tid = rt.append("s", "user", "b", key="k-b")
+    assert rt.turn_for_key("s", "k-b") == tid == 2
+    assert rt.turn_for_key("s", "missing") is None

@@ -16,6 +16,7 @@
             turn_append/5,          % +Store, +Session, +Message, -TurnId, +Options
             turn_get/4,             % +Store, +Session, +TurnId, -Turn
             turn_count/3,           % +Store, +Session, -Count
+            turn_for_key/4,         % +Store, +Session, +Key, -TurnId
             history/4,              % +Store, +Session, +Range, -Turns
             transcript_search/4,    % +Store, +Session, +Query, -Hits
             transcript_search/5,    % +Store, +Session, +Query, -Hits, +Options
@@ -248,6 +249,17 @@ turn_get(Store0, Session, TurnId, Turn) :-
     session_string(Session, S),
     must_be(positive_integer, TurnId),
     py_api(py_call_plain('ctxrelay.bridge':turn(Store, S, TurnId), Turn), turn(Session, TurnId)).
+
+%!  turn_for_key(+Store, +Session, +Key, -TurnId) is det.
+%
+%   TurnId is the turn appended with idempotency Key, or `none`.
+turn_for_key(Store0, Session, Key, TurnId) :-
+    resolve_store(Store0, Store),
+    session_string(Session, S),
+    must_be(text, Key),
+    text_to_string(Key, K),
+    py_api(py_call('ctxrelay.bridge':turn_for_key(Store, S, K), T0), session(Session)),
+    (   integer(T0) -> TurnId = T0 ; TurnId = none ).
 
 %!  turn_count(+Store, +Session, -Count) is det.
 turn_count(Store0, Session, Count) :-

@@ -184,6 +184,11 @@ class Runtime:
         return [_turn(t) for t in
                 self._call("ctxrelay:history(St, S, last(N), L)", S=session_id, N=n)["L"]]
 
+    def turn_for_key(self, session_id: str, key: str) -> int | None:
+        """The id of the turn appended with idempotency ``key``, or None."""
+        found = self._call("ctxrelay:turn_for_key(St, S, K, T)", S=session_id, K=key)["T"]
+        return None if found in (None, "none") else int(found)
+
     def turn_count(self, session_id: str) -> int:
         return self._call("ctxrelay:turn_count(St, S, N)", S=session_id)["N"]
 

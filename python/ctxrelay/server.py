@@ -423,7 +423,7 @@ def _ensure_session(rt: Runtime, session_id: str) -> None:
 
 def _turn_for_key(rt: Runtime, session_id: str, key: str) -> int | None:
     # Runtime has no public lookup by key yet; the store it wraps has one point read.
-    return rt._store.turn_for_key(session_id, key)  # noqa: SLF001
+    return rt.turn_for_key(session_id, key)
 
 
 def prepare_turn(rt: Runtime, chat: ChatRequest, policy: dict[str, Any]) -> Fresh | Replay | Resume:
