@@ -101,8 +101,7 @@ turn_keys(Key, [key(UK)], [key(AK)]) :-
 
 %   The assistant turn of a retried key, if the first attempt stored it.
 stored_reply(Store, Session, Key, _UserTurn, Turn, Reply) :-
-    py_api(py_call('ctxrelay.bridge':turn_for_key(Store, Session, Key), Turn0),
-           session(Session)),
+    turn_for_key(Store, Session, Key, Turn0),
     integer(Turn0),
     Turn = Turn0,
     turn_get(Store, Session, Turn, T),

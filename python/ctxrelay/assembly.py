@@ -307,16 +307,30 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
         turn = store.turn(session_id, turn_id)
         if turn.role == "system" or f"t{turn.turn_id}" in units:
             continue
-        family = _tool_family(store, session_id, turn)
-        ids = []
-        for member in family:
-            uid = f"t{member.turn_id}"
-            if uid not in units:
-                score = value / top if member.turn_id == turn.turn_id else 0.0
-                _add(units, _turn_unit(member, "retrieved", scratch, score=score), model)
-            ids.append(uid)
-        if len(ids) > 1:
-            groups.append(ids)
+        _add_with_tool_family(store, session_id, turn, "retrieved", units, groups, model,
+                              scratch, score=value / top)
+
+
+def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,
+                          units: dict[str, Unit], groups: list[list[str]], model: str,
+                          scratch: Any, **features: Any) -> list[Unit]:
+    """Add ``turn`` with its tool call and results (packed together), return the new units.
+
+    ``features`` go to ``turn`` itself; the family members it pulls in carry
+    a score of 0 when ``turn`` is scored.
+    """
+    added: list[Unit] = []
+    ids = []
+    for member in _tool_family(store, session_id, turn):
+        uid = f"t{member.turn_id}"
+        if uid not in units:
+            extra = features if member.turn_id == turn.turn_id else \
+                {k: 0.0 for k in features if k == "score"}
+            added.append(_add(units, _turn_unit(member, kind, scratch, **extra), model))
+        ids.append(uid)
+    if len(ids) > 1:
+        groups.append(ids)
+    return added
 
 
 def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Turn]:
@@ -474,14 +488,6 @@ def add_turn_units(cands: Candidates, store: TranscriptStore, turn_ids: list[int
         if f"t{tid}" in cands.units or not 1 <= tid <= cands.info["history_end"]:
             continue
         turn = store.turn(cands.session_id, tid)
-        family = _tool_family(store, cands.session_id, turn)
-        ids = []
-        for member in family:
-            uid = f"t{member.turn_id}"
-            if uid not in cands.units:
-                unit = _add(cands.units, _turn_unit(member, kind, scratch), cands.model)
-                added.append(unit.summary())
-            ids.append(uid)
-        if len(ids) > 1:
-            cands.groups.append(ids)
+        added.extend(u.summary() for u in _add_with_tool_family(
+            store, cands.session_id, turn, kind, cands.units, cands.groups, cands.model, scratch))
     return added

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from .transcript import TranscriptStore, open_store
-from .types import Hit, SessionInfo, SessionStats, Turn
 
 
 def _none_if_unset(value: Any) -> Any:
@@ -105,13 +104,6 @@ def stats(st: TranscriptStore, session_id: str) -> dict:
     return st.stats(session_id).to_dict()
 
 
-def error_kind(exc: BaseException) -> str:
-    """The ctxrelay kind of a Python exception (``python`` for foreign ones)."""
-    return getattr(exc, "kind", "python")
-
-
-# The records below are rebuilt by the facade from the dicts Prolog hands back.
-RECORDS = {"turn": Turn, "hit": Hit, "session": SessionInfo, "stats": SessionStats}
 
 
 def warm_store_for(st: TranscriptStore) -> Any:
