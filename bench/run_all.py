@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["packer_bench.py", "primitives_bench.py", "intent_bench.py", "assembly_bench.py", "locomo.py"]
+BENCHES = ["packer_bench.py", "primitives_bench.py", "storage_bench.py", "intent_bench.py", "assembly_bench.py", "locomo.py",
+           "soak_bench.py"]
 
 
 def main() -> int:

@@ -17,6 +17,8 @@ The public predicates are re-exported from one module per concern:
   - ctxrelay_context: context/3, lazy bounded cold-history access
   - ctxrelay_warm: explicit, versioned warm artifacts
   - ctxrelay_packer: the CLP(FD) packer
+  - ctxrelay_mode: conversation, document and hybrid modes
+  - ctxrelay_threads: the turn log (derived fields), topic threads, thread state
   - ctxrelay_runtime: managed_turn/4, assemble/4, completion/4
 */
 
@@ -37,7 +39,10 @@ The public predicates are re-exported from one module per concern:
 :- reexport(ctxrelay/warm).
 :- reexport(ctxrelay/scratch).
 :- reexport(ctxrelay/knowledge).
+:- reexport(ctxrelay/router).
 :- reexport(ctxrelay/envelope).
+:- reexport(ctxrelay/mode).
+:- reexport(ctxrelay/threads).
 :- reexport(ctxrelay/references).
 :- reexport(ctxrelay/intent).
 :- reexport(ctxrelay/packer).

@@ -2,12 +2,17 @@
           [ sandwich/2,             % +ScoredItems, -Ordered
             intent_blend/2,         % +Intent, -Blend
             tier_shares/4,          % +Blend, +Available, +Demand, -Shares
+            tier_gate/7,            % +Units, +Constraints, +Blend, +Available,
+                                    % -Gated, -GatedConstraints, -Tiers
+            unit_tier/2,            % ?Kind, ?Tier
             blend_header/2          % +Blend, -Text
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(library(pairs)).
+:- use_module(library(aggregate)).
+:- use_module(library(yall)).
 
 /** <module> Envelope: the primacy-recency sandwich and the tier blend
 
@@ -139,3 +144,139 @@ sort_desc(Pairs, Sorted) :-
 
 negated_key(S-I, N-(S-I)) :-
     N is -S.
+
+
+		 /*******************************
+		 *          TIER GATE           *
+		 *******************************/
+
+:- multifile unit_tier/2.
+
+%!  unit_tier(?Kind, ?Tier) is nondet.
+%
+%   The horizon of an optional unit kind: p (CKF knowledge), c
+%   (conversation: turns, threads, references, artifacts) or e (tool
+%   output summaries).  Mandatory units (system, instructions, the new
+%   message, the boundary, the hot tail) stand outside the blend.
+unit_tier(fact,           p).
+unit_tier(turn,           c).
+unit_tier(retrieved,      c).
+unit_tier(referenced,     c).
+unit_tier(thread,         c).
+unit_tier(thread_summary, c).
+unit_tier(warm,           c).
+unit_tier(scratch,        e).
+
+%!  tier_gate(+Units, +Constraints, +Blend, +Available, -Gated,
+%!            -GatedConstraints, -Tiers) is det.
+%
+%   Offer the packer each tier's candidates up to the tier's share of
+%   Available (tier_shares/4: a share a tier cannot use flows to the
+%   others).  A tier's items go in by descending utility per token
+%   (the order a knapsack fills in), first fit;
+%   a together/1 group is one item (tier e if it holds a tool output),
+%   and a group with a mandatory member is not gated.  A tier that is the
+%   only one with candidates is offered whole (its share is everything and
+%   a greedy cut could only lose the packer's optimum).  The packer then
+%   chooses exactly among what was offered, so no tier exceeds its
+%   share by more than the gap between a unit's cheapest and chosen
+%   variant.  Tiers is tiers{p:T, c:T, e:T} with T = tier{share,
+%   demand, offered} in tokens.
+tier_gate(Units, Constraints, Blend, Available, Gated, GatedCs, Tiers) :-
+    findall(Ids, member(together(Ids), Constraints), Groups),
+    gate_items(Units, Groups, Items),
+    foldl(tier_demand, Items, demand{p:0, c:0, e:0}, Demand),
+    tier_shares(Blend, Available, Demand, Shares),
+    foldl(tier_offer(Items, Demand, Shares), [p, c, e], [], KeptLists),
+    append(KeptLists, Offered),
+    findall(Id, ( member(G, Groups), \+ group_item(G, Units, _), member(Id, G) ), Exempt),
+    append(Offered, Exempt, Kept0),
+    sort(Kept0, Kept),
+    include(gate_keeps(Kept), Units, Gated),
+    gated_constraints(Constraints, Kept, Units, GatedCs),
+    maplist(tier_report(Items, Demand, Shares, Kept), [p, c, e], Reports),
+    dict_pairs(Tiers, tiers, Reports).
+
+%   gate_items(+Units, +Groups, -Items)
+%   Items are item(Tier, Cost, Utility, Ids) for the optional units and
+%   groups; mandatory units and groups holding one are left out (kept).
+gate_items(Units, Groups, Items) :-
+    findall(Id, ( member(G, Groups), member(Id, G) ), Grouped0),
+    sort(Grouped0, Grouped),
+    findall(item(T, C, U, [Id]),
+            ( member(Unit, Units), Unit = unit(Id, _, Props),
+              \+ memberchk(Id, Grouped),
+              \+ memberchk(mandatory(true), Props),
+              unit_item(Unit, T, C, U) ),
+            Singles),
+    findall(Item, ( member(G, Groups), group_item(G, Units, Item) ), GroupItems),
+    append(Singles, GroupItems, Items).
+
+unit_item(unit(_, Variants, Props), Tier, Cost, Utility) :-
+    memberchk(kind(Kind), Props),
+    (   unit_tier(Kind, Tier0) -> Tier = Tier0 ; Tier = c ),
+    aggregate_all(min(C), member(variant(_, C, _), Variants), Cost),
+    aggregate_all(max(U), member(variant(_, _, U), Variants), Utility).
+
+group_item(Ids, Units, item(Tier, Cost, Utility, Ids)) :-
+    findall(U, ( member(Id, Ids), member(U, Units), U = unit(Id, _, _) ), Members),
+    Members \== [],
+    \+ ( member(unit(_, _, Props), Members), memberchk(mandatory(true), Props) ),
+    maplist(unit_item, Members, Tiers, Costs, Utilities),
+    (   memberchk(e, Tiers) -> Tier = e ; Tiers = [Tier|_] ),
+    sum_list(Costs, Cost),
+    max_list(Utilities, Utility).
+
+tier_demand(item(T, C, _, _), D0, D) :-
+    get_dict(T, D0, V0),
+    V is V0 + C,
+    put_dict(T, D0, V, D).
+
+tier_offer(Items, Demand, Shares, Tier, Acc, [Ids|Acc]) :-
+    findall(NegD-(C-I), ( member(item(Tier, C, U, I), Items), NegD is -U / max(1, C) ), Keyed),
+    keysort(Keyed, Sorted),
+    pairs_values(Sorted, ByUtility),
+    (   alone(Tier, Demand)
+    ->  pairs_values(ByUtility, Chosen)     % no other tier to share with: the packer decides
+    ;   get_dict(Tier, Shares, Share),
+        first_fit(ByUtility, Share, Chosen)
+    ),
+    append(Chosen, Ids).
+
+alone(Tier, Demand) :-
+    forall(( get_dict(T, Demand, D), T \== Tier ), D =:= 0).
+
+first_fit([], _, []).
+first_fit([C-Ids|Rest], Left, Chosen) :-
+    (   C =< Left
+    ->  Left1 is Left - C, Chosen = [Ids|Chosen1]
+    ;   Left1 = Left, Chosen = Chosen1
+    ),
+    first_fit(Rest, Left1, Chosen1).
+
+gate_keeps(Kept, unit(Id, _, Props)) :-
+    (   memberchk(mandatory(true), Props) -> true
+    ;   memberchk(Id, Kept)
+    ).
+
+gated_constraints(Constraints, Kept, Units, Gated) :-
+    findall(Id, ( member(unit(Id, _, Props), Units), memberchk(mandatory(true), Props) ), Mand),
+    append(Kept, Mand, In0),
+    sort(In0, In),
+    convlist(gate_constraint(In), Constraints, Gated).
+
+gate_constraint(In, together(Ids), together(Ids)) :-
+    forall(member(Id, Ids), memberchk(Id, In)).
+gate_constraint(In, excludes(A, B), excludes(A, B)) :-
+    memberchk(A, In), memberchk(B, In).
+gate_constraint(In, requires(A, B), requires(A, B)) :-
+    memberchk(A, In), memberchk(B, In).
+gate_constraint(In, at_most_one(Ids0), at_most_one(Ids)) :-
+    include([Id]>>memberchk(Id, In), Ids0, Ids),
+    Ids = [_, _|_].
+
+tier_report(Items, Demand, Shares, Kept, Tier, Tier-tier{share:S, demand:D, offered:O}) :-
+    get_dict(Tier, Shares, S),
+    get_dict(Tier, Demand, D),
+    aggregate_all(sum(C), ( member(item(Tier, C, _, Ids), Items),
+                            Ids = [First|_], memberchk(First, Kept) ), O).

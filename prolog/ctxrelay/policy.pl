@@ -29,7 +29,7 @@ option_default(min_recent_turns,        4,      nonneg).
 option_default(cold_history_boundary,   true,   boolean).
 option_default(model,                   "gpt-4", text).
 option_default(half_life,               6,      positive_number).
-option_default(max_retrieved,           24,     nonneg).
+option_default(max_retrieved,           200,    nonneg).
 option_default(retrieval,               true,   boolean).
 option_default(warm,                    true,   boolean).
 option_default(system,                  "",     text).
@@ -39,6 +39,12 @@ option_default(key,                     none,   any).
 option_default(time_limit,              1.0,    positive_number).
 option_default(threads,                 true,   boolean).
 option_default(embedder,                "",     text).
+option_default(knowledge,               true,   boolean).
+option_default(max_facts,               12,     nonneg).
+option_default(namespace,               "",     text).
+option_default(tier_shares,             true,   boolean).
+option_default(mode,                    auto,   context_mode).
+option_default(promotion,               true,   boolean).
 
 %!  policy_option_names(-Names) is det.
 policy_option_names(Names) :-
@@ -87,6 +93,14 @@ option_value(Options, Name, Value) :-
 
 check_type(any, _, V, V) :- !.
 check_type(provider_window, _, auto, auto) :- !.
+check_type(context_mode, _, V0, V) :-
+    !,
+    must_be(text, V0),
+    atom_string(V, V0),
+    (   memberchk(V, [auto, conversation, document, hybrid])
+    ->  true
+    ;   domain_error(context_mode, V0)
+    ).
 check_type(provider_window, _, V, V) :- !, must_be(positive_integer, V).
 check_type(text, _, V0, V) :- !, must_be(text, V0), text_to_string(V0, V).
 check_type(positive_number, _, V, V) :-

@@ -9,6 +9,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(library(pairs)).
+:- use_module(library(yall)).
 :- use_module(errors).
 :- use_module(store).
 :- use_module(policy).
@@ -17,6 +18,8 @@
 :- use_module(references).
 :- use_module(intent).
 :- use_module(envelope).
+:- use_module(mode).
+:- use_module(router).
 
 /** <module> The managed conversation runtime
 
@@ -83,15 +86,49 @@ managed_turn(Session, Message, Result, Options) :-
                                      Policy, Assembly)),
     (   AssistantKey = [key(AK)],
         stored_reply(Store, Session, AK, UserTurn, AssistantTurn, Reply)
-    ->  Info = _{provider:"stored", usage:_{}}
+    ->  Info = _{provider:"stored", usage:_{}},
+        Promoted = []
     ;   completion(Assembly.messages, Reply, Info,
                    [provider(Policy.provider), provider_options(Policy.provider_options)]),
-        turn_append(Store, Session, message(assistant, Reply), AssistantTurn, AssistantKey)
+        reply_options(Assembly, AssistantKey, ReplyOptions),
+        turn_append(Store, Session, message(assistant, Reply), AssistantTurn, ReplyOptions),
+        promote(Store, Session, Policy, UserTurn, AssistantTurn, Assembly, Promoted)
     ),
-    Result = Assembly.put(_{reply:Reply, user_turn:UserTurn,
+    length(Promoted, NPromoted),
+    Headers = Assembly.headers.put('CRP-Context-Promotions', NPromoted),
+    Result = Assembly.put(_{reply:Reply, user_turn:UserTurn, headers:Headers,
+                            promotions:Promoted,
                             assistant_turn:AssistantTurn,
                             provider:Info.get(provider, ""),
                             usage:Info.get(usage, _{})}).
+
+%   promote(+Store, +Session, +Policy, +UserTurn, +AssistantTurn, +Assembly, -Promoted)
+%
+%   After the reply is stored: durable values of the exchange move into
+%   the CKF (a tool result pinned or referenced twice, a value the user
+%   names, a statement reused across threads; never a volatile reading).
+promote(Store, Session, Policy, UserTurn, AssistantTurn, Assembly, Promoted) :-
+    Refs0 = Assembly.status.referenced_turns,
+    (   Refs0 == []
+    ->  true
+    ;   py_api(py_call('ctxrelay.turnlog':api_set_references(Store, Session, UserTurn, Refs0), _))
+    ),
+    (   Policy.promotion == true
+    ->  Refs = Assembly.status.referenced_turns,
+        py_api(py_call_plain('ctxrelay.promotion':promote_managed_turn(
+                                 Store, Session, AssistantTurn, UserTurn, Refs,
+                                 Policy.embedder, Policy.namespace), Promoted))
+    ;   Promoted = []
+    ).
+
+%   A generated document (document or hybrid mode) is logged back as an
+%   assistant turn that says so in its metadata (CRP-SPEC-028 §8).
+reply_options(Assembly, KeyOptions, Options) :-
+    Mode = Assembly.status.mode,
+    (   Mode == conversation
+    ->  Options = KeyOptions
+    ;   Options = [metadata(_{mode:Mode})|KeyOptions]
+    ).
 
 turn_keys(none, [], []) :- !.
 turn_keys(Key, [key(UK)], [key(AK)]) :-
@@ -128,23 +165,31 @@ assemble_best(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
 
 assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     statistics(cputime, T0),
+    message_may_fit(Text, Policy),
     candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands0),
-    conversation_analysis(Store, Text, Cands0, Cands, Analysis),
-    pack_units(Cands, Policy, Units, Constraints),
+    conversation_analysis(Store, Text, Cands0, Cands1, Analysis00),
+    context_mode(Text, Policy.mode, HistoryEnd, Mode),
+    mode_blend(Mode, Analysis00.blend, ModeBlend),
+    Analysis0 = Analysis00.put(_{mode:Mode, blend:ModeBlend}),
+    knowledge_units(Store, Text, Analysis0, Policy, Cands1, Cands, Analysis),
+    pack_units(Cands, Policy, Units0, Constraints0),
     Budget is Policy.input_budget - Cands.priming,
-    check_mandatory_fits(Units, Constraints, Budget, Policy, Cands),
+    check_mandatory_fits(Units0, Constraints0, Budget, Policy, Cands),
+    blend_gate(Units0, Constraints0, Budget, Policy, Analysis, Units, Constraints, Tiers),
     TimeLimit = Policy.time_limit,
     pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
     Pack = pack(Selected, Cost, Utility, Optimality),
     order_pack(Selected, Units, Cands, Plan),
     render(Cands, Plan, Rendered),
-    ledger(Rendered, Cands, Plan, Policy, Cost, Ledger),
+    ledger(Rendered, Cands, Plan, Policy, Cost, Ledger0),
+    Ledger = Ledger0.put(tiers, Tiers),
     fail_closed(Ledger, Policy),
     statistics(cputime, T1),
     Ms is round((T1 - T0) * 1000),
     pack_report(Rendered, Units, Report),
     boundary_status(Cands, Selected, Policy, BoundaryStatus),
-    headers(Ledger, BoundaryStatus, Ms, Analysis, Headers),
+    storage_report(Cands, Analysis, Storage),
+    headers(Ledger, BoundaryStatus, Ms, Analysis.put(storage, Storage), Headers),
     Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
                     pack:Report, utility:Utility,
                     status:status{optimality:Optimality,
@@ -152,6 +197,9 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
                                   intent:Analysis.intent,
                                   references:Analysis.references,
                                   thread:Analysis.thread,
+                                  knowledge:Analysis.knowledge,
+                                  mode:Analysis.mode,
+                                  referenced_turns:Analysis.referenced_turns,
                                   embedder:Analysis.embedder}}.
 
 		 /*******************************
@@ -240,6 +288,89 @@ turn_store(Options0, Store, Options) :-
     (   Store0 == default -> default_store(Store) ; Store = Store0 ).
 
 		 /*******************************
+		 *     TIER P AND THE BLEND     *
+		 *******************************/
+
+%   knowledge_units(+Store, +Text, +Analysis0, +Policy, +Cands0, -Cands, -Analysis)
+%
+%   Offer CKF facts (Tier P) for the new message.  The intent's blend
+%   says whether novelty against what the conversation already covers
+%   is on, off or partial; a message that refers back to prior content
+%   turns it off (CRP-SPEC-028 §5.3).  A drill-down walks the
+%   similarity graph around the anchors (CDGR), other intents rank by
+%   CDR.
+knowledge_units(Store, Text, Analysis0, Policy, Cands0, Cands, Analysis) :-
+    Analysis0.mode \== conversation,
+    !,
+    (   Policy.knowledge == true, Policy.max_facts > 0 -> K = Policy.max_facts ; K = 0 ),
+    Options = _{k:K, mode:Analysis0.mode, namespace:Policy.namespace},
+    py_api(py_call_plain('ctxrelay.document':add_document_units(Cands0.handle, Store, Text,
+                                                                Options), Out)),
+    append(Cands0.units, Out.units, Units),
+    Cands = Cands0.put(units, Units),
+    Analysis = Analysis0.put(knowledge, _{facts:Out.facts, novelty:on, method:cdr,
+                                          store_used:Out.store_used,
+                                          retrieval_ms:Out.retrieval_ms,
+                                          subqueries:Out.subqueries,
+                                          coverage:Out.coverage}).
+knowledge_units(Store, Text, Analysis0, Policy, Cands0, Cands, Analysis) :-
+    Blend = Analysis0.blend,
+    (   Analysis0.references > 0 -> Novelty = off ; Novelty = Blend.novelty ),
+    knowledge_method(Analysis0.intent, Method),
+    (   Policy.knowledge == true, Policy.max_facts > 0,
+        py_call('ctxrelay.assembly':has_knowledge(Store), @true)
+    ->  knowledge_access(Method, Text, Access),
+        coverage_texts(Cands0, Novelty, Coverage),
+        (   Policy.namespace == "" -> NSOpts = [] ; NSOpts = [namespace(Policy.namespace)] ),
+        retrieve(Store, Access, [k(Policy.max_facts), coverage(Coverage), novelty(Novelty),
+                                 as(python)|NSOpts], Retrieved),
+        py_api(py_call_plain('ctxrelay.assembly':add_router_fact_units(Cands0.handle, Retrieved),
+                             Out)),
+        append(Cands0.units, Out.units, Units),
+        Cands = Cands0.put(units, Units),
+        Knowledge = _{facts:Out.facts, novelty:Novelty, method:Method,
+                      store_used:Out.store_used, cache_hit:Out.cache_hit,
+                      retrieval_ms:Out.retrieval_ms}
+    ;   Cands = Cands0,
+        Knowledge = _{facts:0, novelty:Novelty, method:none, store_used:[], cache_hit:false,
+                      retrieval_ms:0}
+    ),
+    Analysis = Analysis0.put(knowledge, Knowledge).
+
+%   The router's access for Tier P: the graph walk for a drill-down,
+%   coverage-differential ranking otherwise (ctxrelay_router:route/2).
+knowledge_access(cdgr, Text, intent(drill_down, Text)).
+knowledge_access(cdr, Text, intent(explore, Text)).
+
+%   What the conversation already covers (the window's last turns), for
+%   novelty; nothing when novelty is off.
+coverage_texts(_, off, []) :- !.
+coverage_texts(Cands, _, Texts) :-
+    Recent = Cands.info.recent_turns,
+    length(Recent, N),
+    Skip is max(0, N - 8),
+    length(Prefix, Skip),
+    append(Prefix, Last, Recent),
+    findall(C, ( member(D, Last), get_dict(content, D, C), C \== "" ), Texts).
+
+knowledge_method(drill_down, cdgr) :- !.
+knowledge_method(_, cdr).
+
+%   blend_gate(+Units0, +Constraints0, +Budget, +Policy, +Analysis, -Units, -Constraints, -Tiers)
+%
+%   Each tier is offered up to its share of the budget the mandatory
+%   units leave (tier_gate/7); with tier_shares(false) every candidate
+%   is offered and the shares are only reported.
+blend_gate(Units0, Constraints0, Budget, Policy, Analysis, Units, Constraints, Tiers) :-
+    foldl(mandatory_cost, Units0, 0, Mandatory),
+    Available is max(0, Budget - Mandatory),
+    tier_gate(Units0, Constraints0, Analysis.blend, Available, Gated, GatedCs, Tiers),
+    (   Policy.tier_shares == true
+    ->  Units = Gated, Constraints = GatedCs
+    ;   Units = Units0, Constraints = Constraints0
+    ).
+
+		 /*******************************
 		 *          CANDIDATES          *
 		 *******************************/
 
@@ -318,28 +449,47 @@ variant_utility(Kind, U, Cands, Policy, V, variant(Name, Cost, Utility)) :-
 utility(Kind, _, _, _, _, 0.0) :-
     memberchk(Kind, [system, instructions, message, boundary]),
     !.
-utility(Kind, _, U, Cands, Policy, F) :-
+utility(Kind, Name, U, Cands, Policy, F) :-
     memberchk(Kind, [turn, scratch]),
     !,
     U.turn_ids = [T],
-    intent_weights_c(Cands, WRecent, _),
-    F is WRecent * 0.5 ** ((Cands.message_turn - T) / Policy.half_life) + 0.001.
-utility(retrieved, _, U, Cands, _, F) :-
+    intent_weights_c(Cands, WRecent, WRetrieved),
+    Recency is WRecent * 0.5 ** ((Cands.message_turn - T) / Policy.half_life),
+    (   get_dict(relevance, U, R)
+    ->  relevant_tokens(U, Name, WRetrieved, R, Relevance)
+    ;   Relevance = 0
+    ),
+    F is max(Recency, Relevance) + 0.001.
+utility(retrieved, Name, U, Cands, _, F) :-
     !,
     intent_weights_c(Cands, _, WRetrieved),
-    F is WRetrieved * (0.1 + 0.9 * U.get(score, 0.0)).
+    relevant_tokens(U, Name, WRetrieved, U.get(score, 0.0), F).
 utility(referenced, _, _, _, _, 1.0) :- !.      % resolved references: full weight
 utility(thread, _, U, Cands, Policy, F) :-      % a resumed thread's dormant turns
     !,
     U.turn_ids = [T],
     F is 0.4 + 0.5 * 0.5 ** ((Cands.message_turn - T) / (4 * Policy.half_life)).
 utility(thread_summary, _, _, _, _, 0.9) :- !.
+utility(fact, _, U, _, _, F) :-                 % CKF facts: their CDR/CDGR score
+    !,
+    F is 0.1 + 0.9 * U.get(score, 0.0).
 utility(warm, Variant, U, _, _, F) :-
     !,
     variant_factor(Variant, VF),
     Span is U.get(end, 0) - U.get(start, 0) + 1,
     F is VF * (0.1 + 0.8 * U.get(relevance, 0.0) + 0.015 * min(Span, 40)).
 utility(_, _, _, _, _, 0.01).
+
+%   relevant_tokens(+Unit, +Variant, +Weight, +Score, -Utility)
+%
+%   A recalled turn is worth its relevance per token: the packer then
+%   fills the budget in order of relevance whatever the turns' lengths
+%   (a per-unit value would trade one long relevant turn for two short
+%   marginal ones).  RefTokens scales a typical turn to about 1.
+relevant_tokens(U, Name, Weight, Score, F) :-
+    RefTokens = 50,
+    (   member(V, U.variants), atom_string(Name, V.name) -> Cost = V.cost ; Cost = RefTokens ),
+    F is Weight * (0.1 + 0.9 * Score) * Cost / RefTokens.
 
 %   intent_weights_c(+Cands, -Recent, -Retrieved)
 %
@@ -363,6 +513,25 @@ variant_factor(verbatim,   1.0).
 variant_factor(detailed,   0.85).
 variant_factor(facts_only, 0.6).
 variant_factor(compact,    0.5).
+
+%   message_may_fit(+Text, +Policy)
+%
+%   A message too long to fit whatever the tokenizer (at least one token
+%   per 1,024 bytes, cf. ctxrelay.assembly.message_cost) fails closed
+%   before any work is spent on it: analysing a 10 MB message takes
+%   longer than refusing it.
+message_may_fit(Text, Policy) :-
+    string_length(Text, Chars),
+    (   Chars =< 1024 * (Policy.input_budget + 1)
+    ->  true
+    ;   Lower is Chars // 1024,
+        throw(error(ctxrelay(context_overflow,
+                             _{mandatory_tokens:Lower, input_budget:Policy.input_budget,
+                               effective_cap:Policy.effective_cap,
+                               output_reserve:Policy.output_reserve,
+                               safety_margin:Policy.safety_margin,
+                               min_recent_turns:Policy.min_recent_turns}), _))
+    ).
 
 %   The mandatory part alone must fit, else fail closed with the figures.
 check_mandatory_fits(Units, _Constraints, Budget, Policy, Cands) :-
@@ -469,6 +638,7 @@ kind_rank(scratch, 4).
 kind_rank(referenced, 4).
 kind_rank(thread, 4).
 kind_rank(thread_summary, 3).
+kind_rank(fact, 3).
 kind_rank(message, 5).
 
 render(Cands, Plan, Rendered) :-
@@ -525,6 +695,7 @@ stage_name(scratch, tool_summaries).
 stage_name(referenced, referenced).
 stage_name(thread, thread).
 stage_name(thread_summary, thread).
+stage_name(fact, knowledge).
 stage_name(message, message).
 
 stage_entry(Units, Stage, stage{name:Stage, observed:Tokens, charged:Tokens,
@@ -611,13 +782,36 @@ headers(Ledger, Boundary, Ms, Analysis, Headers) :-
     (   Thread.label == "" -> ActiveThread = "none" ; ActiveThread = Thread.label ),
     Headers = _{'CRP-Context-Tokens-Used':Used,
                 'CRP-Context-Token-Count':Exactness,
-                'CRP-Context-Mode':"conversation",
+                'CRP-Context-Mode':Analysis.mode,
                 'CRP-Context-Tier-Blend':Blend,
                 'CRP-Context-Turn-Intent':Intent,
                 'CRP-Context-References-Resolved':Analysis.references,
                 'CRP-Context-Active-Thread':ActiveThread,
                 'CRP-Context-Cold-Turns':Cold,
-                'CRP-Context-Assembly-Ms':Ms}.
+                'CRP-Context-Assembly-Ms':Ms,
+                'CRP-Context-Store-Used':Analysis.storage.used,
+                'CRP-Context-Cache-Hit':Analysis.storage.cache_hit,
+                'CRP-Context-Retrieval-Ms':Analysis.storage.retrieval_ms,
+                'CRP-Context-Promotions':0}.
+
+%   storage_report(+Cands, +Analysis, -Storage)
+%
+%   The primitives this assembly read (CRP-SPEC-035 §6): log (the rolling
+%   log's tail), index (recall over the inverted index), pointer (tool
+%   output summaries), graph or cache (Tier P through the router), with
+%   the retrieval time of recall and knowledge together.
+storage_report(Cands, Analysis, storage{used:Used, cache_hit:Hit, retrieval_ms:Ms}) :-
+    Info = Cands.info,
+    get_dict(store_used, Info, C0),
+    K = Analysis.knowledge,
+    append(C0, K.store_used, All0),
+    maplist([X, S]>>text_to_string(X, S), All0, All1),
+    sort(All1, All),
+    (   All == [] -> Used = "none" ; atomic_list_concat(All, ',', UsedA), atom_string(UsedA, Used) ),
+    (   K.cache_hit == true -> Hit = "true" ; Hit = "false" ),
+    (   get_dict(recall, Info, R), is_dict(R), get_dict(ms, R, RMs) -> true ; RMs = 0 ),
+    Total is RMs + K.retrieval_ms,
+    format(string(Ms), "~3f", [Total]).
 
 shown_turn(CandUnits, Id, T) :-
     member(C, CandUnits),

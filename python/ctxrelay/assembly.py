@@ -12,6 +12,7 @@ than the budget, and cold turns come from the inverted index.
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 from pathlib import Path
@@ -28,7 +29,7 @@ _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 _RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 _THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
-_RRF_K = 60                   # reciprocal-rank fusion constant (Cormack et al.)
+_RETRIEVE_OVERSUPPLY = 1.5    # retrieved candidates hold this many times the budget
 _NEIGHBOURS = 12              # a thread is compared through its latest user turns
 
 
@@ -99,8 +100,25 @@ def _tool_call_ids(turn: Turn) -> list[str]:
     return [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id")]
 
 
+# The input budget of the assembly in progress: a message whose text is so long
+# that it cannot fit is not counted exactly (a 10 MB turn would take a minute).
+_COST_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("cost_cap", default=None)
+_MAX_TOKEN_BYTES = 1024       # no tokenizer in the registry has a longer token (cl100k: 128)
+# The primitives the assembly in progress read from (CRP-Context-Store-Used).
+_STORE_USED: contextvars.ContextVar[set[str]] = contextvars.ContextVar("store_used")
+
+
 def message_cost(message: dict[str, Any], model: str) -> tuple[int, bool]:
-    """Tokens one message adds to a request, framing included, reply priming excluded."""
+    """Tokens one message adds to a request, framing included, reply priming excluded.
+
+    Past the assembly's cap a lower bound stands in for the count: at least
+    one token per ``_MAX_TOKEN_BYTES`` bytes, which is already over the cap,
+    so the unit is never packed (or, if mandatory, the turn fails closed).
+    """
+    cap = _COST_CAP.get()
+    content = message.get("content")
+    if cap is not None and isinstance(content, str) and len(content) > _MAX_TOKEN_BYTES * (cap + 1):
+        return len(content.encode("utf-8", "surrogatepass")) // _MAX_TOKEN_BYTES, False
     counted = tok.count_messages([message], model, prime_reply=False)
     return counted.n, counted.exact
 
@@ -171,6 +189,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     model = str(options.get("model") or "cl100k_base")
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
+    _COST_CAP.set(window_tokens)
+    _STORE_USED.set(set())
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
     groups: list[list[str]] = []
@@ -207,9 +227,12 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     if options.get("threads", True):
         thread_info, dense = _thread_context(store, session_id, message, query_text, window,
                                              history_end, units, model, options, scratch)
-    if options.get("retrieval", True) and query_text and window_start > 1:
-        _retrieve(store, session_id, query_text, window_start, int(options.get("max_retrieved", 8)),
-                  units, groups, model, scratch, dense)
+    if options.get("retrieval", True) and query_text:
+        from .embed import get_embedder
+        embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
+        info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
+                                   window_tokens, int(options.get("max_retrieved", 200)),
+                                   units, groups, model, scratch, dense, embedder)
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, model)
@@ -232,6 +255,9 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     info["scratch_recent"] = [] if scratch is None else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
         for e in scratch.list(session_id)[-_RECENT_FOR_REFERENCES:]]
+    if any(u.kind == "scratch" for u in units.values()):
+        _used("pointer")
+    info["store_used"] = sorted(_STORE_USED.get())
     priming = tok.count_messages([], model).n
     cands = Candidates(session_id, model, units, priming, groups, excludes, info)
     return {"handle": cands, "units": [u.summary() for u in units.values()],
@@ -252,7 +278,9 @@ def _read_window(store: TranscriptStore, session_id: str, end: int, window_token
     hi = end
     while hi >= 1 and (used <= window_tokens or len(turns) < min_recent):
         lo = max(1, hi - _READ_CHUNK + 1)
-        chunk = store.history(session_id, lo, hi)
+        chunk = _ring_chunk(store, session_id, lo, hi) if hi == end else None
+        if chunk is None:
+            chunk = store.history(session_id, lo, hi)
         for turn in reversed(chunk):
             turns.append(turn)
             used += turn.tokens + 4
@@ -270,6 +298,27 @@ def _read_window(store: TranscriptStore, session_id: str, end: int, window_token
     return turns, start
 
 
+def _used(primitive: str) -> None:
+    try:
+        _STORE_USED.get().add(primitive)
+    except LookupError:                    # outside an assembly: nothing to report
+        pass
+
+
+def _ring_chunk(store: TranscriptStore, session_id: str, lo: int, hi: int) -> list[Turn] | None:
+    """The newest turns ``lo..hi`` from the rolling log (pointer reads, no search),
+    when ``hi`` is at the session's end (a managed turn has just stored its
+    message after it); None when the ring cannot serve the range."""
+    from .router import router_for
+    count = store.turn_count(session_id)
+    if hi < count - 1 or hi > count:
+        return None
+    turns = router_for(store).recent(session_id, count - lo + 1)
+    chunk = [t for t in turns if lo <= t.turn_id <= hi]
+    _used("log")
+    return chunk
+
+
 def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[list[str]]) -> None:
     pairs: dict[int, list[str]] = {}
     for turn in turns:
@@ -283,32 +332,42 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
 
 
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
-              max_retrieved: int, units: dict[str, Unit], groups: list[list[str]], model: str,
-              scratch: Any = None, dense: Any = None) -> None:
-    """Cold turns for the query: BM25 through the inverted index, fused by
-    reciprocal rank with dense similarity over the turn log when available."""
-    if max_retrieved <= 0:
-        return
-    hits = [h for h in store.search(session_id, query, k=max_retrieved * 3)
-            if h.turn_id < window_start]
-    fused: dict[int, float] = {}
-    for rank, hit in enumerate(hits):
-        fused[hit.turn_id] = fused.get(hit.turn_id, 0.0) + 1.0 / (_RRF_K + rank)
-    if dense is not None:
-        log, vec = dense
-        for rank, (tid, _sim) in enumerate(log.nearest(session_id, vec, k=max_retrieved * 3,
-                                                       before=window_start)):
-            fused[tid] = fused.get(tid, 0.0) + 1.0 / (_RRF_K + rank)
-    ranked = sorted(fused.items(), key=lambda kv: (-kv[1], -kv[0]))[:max_retrieved]
-    if not ranked:
-        return
-    top = ranked[0][1]
-    for turn_id, value in ranked:
-        turn = store.turn(session_id, turn_id)
-        if turn.role == "system" or f"t{turn.turn_id}" in units:
+              history_end: int, window_tokens: int, max_retrieved: int,
+              units: dict[str, Unit], groups: list[list[str]], model: str,
+              scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
+    """Earlier turns for the query, ranked by :mod:`ctxrelay.recall` (lexical,
+    dense and the conversation's structure).  Turns already in the window
+    get their relevance as a feature; older ones become ``retrieved``
+    candidates until they hold ``_RETRIEVE_OVERSUPPLY`` times the budget
+    (the packer chooses among them) or ``max_retrieved`` turns."""
+    from .recall import recall
+    if max_retrieved <= 0 or history_end < 1:
+        return {}
+    import time
+    t0 = time.perf_counter()
+    ranked, info = recall(store, session_id, query, upto=history_end, dense=dense,
+                          embedder=embedder)
+    info["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    _used("index")
+    offered, count = 0, 0
+    for item in ranked:
+        uid = f"t{item.turn_id}"
+        if uid in units:
+            units[uid].features.setdefault("relevance", item.score)
             continue
-        _add_with_tool_family(store, session_id, turn, "retrieved", units, groups, model,
-                              scratch, score=value / top)
+        if item.turn_id >= window_start:
+            continue
+        if count >= max_retrieved or offered >= _RETRIEVE_OVERSUPPLY * window_tokens:
+            continue                                # still mark window turns' relevance
+        turn = store.turn(session_id, item.turn_id)
+        if turn.role == "system":
+            continue
+        added = _add_with_tool_family(store, session_id, turn, "retrieved", units, groups, model,
+                                      scratch, score=item.score)
+        offered += sum(min(u.costs.values()) for u in added)
+        count += 1
+    info["retrieved"] = count
+    return info
 
 
 def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,
@@ -358,7 +417,9 @@ def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
     for art in warm_store.latest(session_id):
         if art.start > history_end:
             continue
-        forms = {v["variant"]: {"role": "system", "content": v["text"]}
+        # An artifact summarises user, assistant and tool text: it is rendered
+        # as reference material (a named user message), never with system authority.
+        forms = {v["variant"]: {"role": "user", "name": "artifact", "content": v["text"]}
                  for v in warm_variants(art)}
         text = " ".join([art.summary, *art.facts, *art.decisions, *art.entities])
         terms = _terms(text)
@@ -473,7 +534,8 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
         full = log.thread(session_id, best.thread_id, store)
         text = full.state.summary(full.label)
         _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
-                         variants={"verbatim": {"role": "system", "content": text}},
+                         variants={"verbatim": {"role": "user", "name": "thread_state",
+                                                "content": text}},
                          features={"thread_id": best.thread_id}), model)
     return out, (log, vec)
 
@@ -491,3 +553,40 @@ def add_turn_units(cands: Candidates, store: TranscriptStore, turn_ids: list[int
         added.extend(u.summary() for u in _add_with_tool_family(
             store, cands.session_id, turn, kind, cands.units, cands.groups, cands.model, scratch))
     return added
+
+
+def knowledge_text(fact: dict[str, Any]) -> str:
+    """A CKF fact as context: labelled as knowledge with its source, so the
+    model can tell reference material from the conversation."""
+    source = fact.get("source_location") or fact.get("source_id") or "knowledge store"
+    return f"[knowledge {fact['fact_id']} from {source}]\n{fact['content']}"
+
+
+def has_knowledge(store: TranscriptStore) -> bool:
+    """Whether the store has a knowledge base (Tier P) to retrieve from at all."""
+    return (Path(store.path) / "ckf").is_dir()
+
+
+def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:
+    """Offer the facts of a router retrieval (``ctxrelay.router``) as units."""
+    items = [i for i in result.items if i.get("kind") == "fact"]
+    out: dict[str, Any] = {"units": [], "facts": 0, "store_used": list(result.store_used),
+                           "cache_hit": bool(result.cache_hit),
+                           "retrieval_ms": round(float(result.retrieval_ms), 3)}
+    if not items:
+        return out
+    top = max(max(float(i["score"]) for i in items), 1e-9)
+    for item in items:
+        uid = f"f{item['id']}"
+        if uid in cands.units:
+            continue
+        fact = item.get("record") or {"fact_id": item["id"], "content": item.get("text", "")}
+        message = {"role": "user", "name": "knowledge", "content": knowledge_text(fact)}
+        unit = _add(cands.units, Unit(id=uid, kind="fact", turn_ids=[], variants={"verbatim": message},
+                                      features={"fact_id": item["id"],
+                                                "score": max(0.0, float(item["score"]) / top),
+                                                "role": item.get("role", "match"),
+                                                "source": fact.get("source_id") or ""}), cands.model)
+        out["units"].append(unit.summary())
+    out["facts"] = len(out["units"])
+    return out

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .router import router_for, turn_record
 from .transcript import TranscriptStore, open_store
 
 
@@ -53,7 +54,7 @@ def archive_session(st: TranscriptStore, session_id: str) -> None:
 def append(st: TranscriptStore, session_id: str, role: str, content: str,
            options: dict) -> int:
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
-    return st.append(
+    turn_id = st.append(
         session_id, role, content,
         name=opts.get("name"),
         tool_call_id=opts.get("tool_call_id"),
@@ -61,6 +62,8 @@ def append(st: TranscriptStore, session_id: str, role: str, content: str,
         timestamp=opts.get("timestamp"),
         key=opts.get("key"),
     )
+    router_for(st).log_turn(session_id, turn_id)     # the rolling log follows every append
+    return turn_id
 
 
 def turn(st: TranscriptStore, session_id: str, turn_id: int) -> dict:
@@ -97,7 +100,9 @@ def export_jsonl(st: TranscriptStore, session_id: str, dest: Any) -> Any:
 def import_jsonl(st: TranscriptStore, source: str, is_file: bool, session_id: Any) -> str:
     # Text and paths are both str: Prolog says which one it passes.
     src: Any = Path(source) if is_file else io.StringIO(source)
-    return st.import_jsonl(src, session_id=_none_if_unset(session_id))
+    new_id = st.import_jsonl(src, session_id=_none_if_unset(session_id))
+    router_for(st).sync(new_id)
+    return new_id
 
 
 def stats(st: TranscriptStore, session_id: str) -> dict:
@@ -144,11 +149,7 @@ def artifacts(st: TranscriptStore, session_id: str) -> list[dict]:
 
 def scratch_store_for(st: TranscriptStore, create: bool = False) -> Any:
     """The scratch buffer beside the transcript (``<store>/scratch``), or None."""
-    scratch_dir = Path(st.path) / "scratch"
-    if not create and not scratch_dir.is_dir():
-        return None
-    from .scratch import open_scratch_store
-    return open_scratch_store(scratch_dir)
+    return router_for(st).scratch(create=create)
 
 
 def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, args: Any,
@@ -163,10 +164,14 @@ def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, arg
     st.session(session_id)                     # unknown session: fail before writing a blob
     scratch = scratch_store_for(st, create=True)
     args = dict(args or {})
+    key = opts.get("key")
+    if key is not None:
+        retried = _retried_tool_output(st, scratch, session_id, tool_name, key)
+        if retried is not None:
+            return retried
     entry = scratch.put(session_id, tool_name, args, raw,
                         freshness=opts.get("freshness") or "VOLATILE")
     call_id = f"call_{entry.scratch_id}"
-    key = opts.get("key")
     call = {"id": call_id, "name": tool_name, "arguments": args}
     call_turn = st.append(session_id, "assistant", "", metadata={"tool_calls": [call],
                                                                  "scratch_id": entry.scratch_id},
@@ -174,22 +179,55 @@ def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, arg
     tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name, tool_call_id=call_id,
                           metadata={"scratch_id": entry.scratch_id, "freshness": entry.freshness},
                           key=None if key is None else f"{key}:result")
+    router = router_for(st)
+    router.log_turn(session_id, call_turn)
+    router.log_turn(session_id, tool_turn)
     return {"scratch_id": entry.scratch_id, "call_turn": call_turn, "tool_turn": tool_turn,
             "summary": entry.summary}
 
 
+def _retried_tool_output(st: TranscriptStore, scratch: Any, session_id: str, tool_name: str,
+                         key: str) -> dict | None:
+    """A keyed tool output whose call turn is already stored (a retry, possibly after a
+    crash between the two turns): reuse its scratch entry and complete the pair."""
+    call_turn = st.turn_for_key(session_id, f"{key}:call")
+    if call_turn is None:
+        return None
+    call = st.turn(session_id, call_turn)
+    scratch_id = (call.metadata or {}).get("scratch_id")
+    if not scratch_id:
+        return None
+    entry = scratch.get(session_id, scratch_id, touch=False)
+    tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name,
+                          tool_call_id=f"call_{scratch_id}",
+                          metadata={"scratch_id": scratch_id, "freshness": entry.freshness},
+                          key=f"{key}:result")
+    router_for(st).log_turn(session_id, tool_turn)
+    return {"scratch_id": scratch_id, "call_turn": call_turn, "tool_turn": tool_turn,
+            "summary": entry.summary}
+
+
 def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_raw: bool) -> dict:
-    scratch = scratch_store_for(st, create=True)
+    router = router_for(st)
+    scratch = router.scratch(create=True)
+    if not with_raw:
+        # A summary read is a pointer read; its LRU use is recorded off this path.
+        found = scratch.get(session_id, scratch_id, touch=False)
+        router.touch_later(session_id, scratch_id, found.last_access)
+        return found.to_dict()
     entry = scratch.get(session_id, scratch_id).to_dict()
-    if with_raw:
-        raw = scratch.raw(session_id, scratch_id)
-        entry["raw"] = raw if isinstance(raw, str) else raw.decode("latin-1")
-        entry["raw_is_bytes"] = not isinstance(raw, str)
+    raw = scratch.raw(session_id, scratch_id)
+    entry["raw"] = raw if isinstance(raw, str) else raw.decode("latin-1")
+    entry["raw_is_bytes"] = not isinstance(raw, str)
     return entry
 
 
 def scratch_pin(st: TranscriptStore, session_id: str, scratch_id: str) -> dict:
-    return scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
+    entry = scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
+    # A pinned tool result is durable: promote it now (volatile readings never are).
+    from .promotion import promote_scratch_entry
+    promote_scratch_entry(st, session_id, scratch_id)
+    return entry
 
 
 def scratch_list(st: TranscriptStore, session_id: str) -> list[dict]:
@@ -201,8 +239,7 @@ def scratch_list(st: TranscriptStore, session_id: str) -> list[dict]:
 
 def fact_store_for(st: TranscriptStore) -> Any:
     """The knowledge store beside the transcript (``<store>/ckf``), opened on demand."""
-    from .ckf import FactStore
-    return FactStore.open(Path(st.path) / "ckf")
+    return router_for(st).facts()
 
 
 def add_fact(st: TranscriptStore, content: str, options: dict) -> str:
@@ -230,3 +267,43 @@ def ingest(st: TranscriptStore, items: list, options: dict) -> dict:
                                        source_type=opts.get("source_type"),
                                        progress=opts.get("progress"))
     return report.to_dict()
+
+
+# -- the storage router (SPEC-035 §3) ------------------------------------------------
+
+def recent(st: TranscriptStore, session_id: str, n: int) -> list[dict]:
+    """The session's last ``n`` turns from its rolling log, as plain dicts."""
+    return [turn_record(t) for t in router_for(st).recent(session_id, int(n))]
+
+
+def recent_turns(st: TranscriptStore, session_id: str, n: int) -> list:
+    """The same as :class:`~ctxrelay.types.Turn` objects (Prolog passes them on as
+    one Python reference, for the Python facade)."""
+    return router_for(st).recent(session_id, int(n))
+
+
+def route(st: TranscriptStore, plan: dict) -> Any:
+    """Run a router plan; the :class:`~ctxrelay.types.RetrievalResult` itself."""
+    return router_for(st).execute(_plan(plan))
+
+
+def route_plain(st: TranscriptStore, plan: dict, records: bool = False) -> dict:
+    """Run a router plan; the result as plain types for Prolog.
+
+    Items carry kind, id, score, via and text; the whole fact, turn or scratch
+    entry (``record``) only with ``records`` -- Prolog holds ids, scores and
+    the text it may pack, not every field (ARCHITECTURE.md, the janus boundary).
+    """
+    out = router_for(st).execute(_plan(plan)).to_dict()
+    if not records:
+        out["items"] = [{k: v for k, v in item.items() if k != "record"}
+                        for item in out["items"]]
+    return out
+
+
+def _plan(plan: Any) -> dict:
+    # Prolog's @none arrives as None; a query "none" must stay text, so no
+    # _none_if_unset here.
+    plan = dict(plan)
+    plan["steps"] = [dict(s) for s in plan.get("steps") or []]
+    return plan

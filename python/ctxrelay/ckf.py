@@ -72,7 +72,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
@@ -80,7 +80,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import cdr as _cdr
-from .ckf_graph import VectorIndex, community_keywords, label_of, leiden
+from .ckf_graph import (Adjacency, VectorIndex, anchor_reach, community_keywords, label_of,
+                        leiden)
 from .embed import default_name, get_embedder
 from .errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
                      StoreError)
@@ -128,8 +129,9 @@ KNN = 20                      # SPEC-009 §5.2: neighbours looked at per fact
 MIN_COMMUNITY_SIZE = 3        # SPEC-009 §5.3
 RECLUSTER_EVERY = 50          # SPEC-009 §5.5: new facts between automatic reclusterings
 REBUILD_FRACTION = 0.20       # SPEC-009 §3.3
+AUTO_EF_MIN = 5000            # visible elements from which ef_search is tuned per index
 SAVE_EVERY = 1000             # index operations between snapshot saves (at least)
-ADJ_CACHE_ROWS = 200_000      # adjacency rows kept in memory per namespace for graph walks
+ID_CACHE_ENTRIES = 1_000_000  # fact id <-> LMDB key pairs kept in memory (they never change)
 DEFAULT_DEPTH = 0.5           # SPEC-024 §3.1: depth weight of a coverage entry not given one
 CHUNK_MAX_TOKENS = 512        # SPEC-009 §4.2
 FACT_MIN_TOKENS = 10          # SPEC-009 §2.1
@@ -475,6 +477,36 @@ class CKFBackend(ABC):
         within ``hops - 1`` edges of ``fact_ids``: what a walk of ``hops``
         edges from them reads."""
 
+    def anchor_reach(self, namespace: str, anchor_ids: Sequence[str], hops: int
+                     ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """What a CDGR walk of ``hops`` edges from ``anchor_ids`` finds (SPEC-025 §2.3).
+
+        ``(nodes, hop, product, linked)``: the retrievable facts other than
+        the anchors within ``hops`` edges of two or more anchors; ``hop[i, j]``
+        is the distance of ``nodes[i]`` from anchor ``j`` (0: not reached) and
+        ``product[i, j]`` the largest product of edge weights over the
+        shortest paths between them; ``linked[j, l]`` whether anchors ``j``
+        and ``l`` share an edge.  This default reads :meth:`neighbourhood`
+        and walks it in Python; a store that can do better overrides it.
+        """
+        adj = self.neighbourhood(namespace, anchor_ids, hops)
+        empty: dict[str, float] = {}
+        layers = [_cdr.reach_layers(a, lambda n: adj.get(n, empty), hops) for a in anchor_ids]
+        anchors = set(anchor_ids)
+        count: Counter[str] = Counter()
+        for hops_of, _ in layers:
+            count.update(n for n in hops_of if n not in anchors)
+        nodes = [n for n, c in count.items() if c >= 2]
+        hop = np.zeros((len(nodes), len(anchor_ids)), dtype=np.int64)
+        product = np.zeros((len(nodes), len(anchor_ids)))
+        for j, (hops_of, prod) in enumerate(layers):
+            for i, n in enumerate(nodes):
+                if n in hops_of:
+                    hop[i, j], product[i, j] = hops_of[n], prod[n]
+        linked = np.array([[b in adj.get(a, empty) for b in anchor_ids] for a in anchor_ids],
+                          dtype=bool).reshape(len(anchor_ids), len(anchor_ids))
+        return nodes, hop, product, linked
+
     @abstractmethod
     def graph(self, namespace: str) -> tuple[list[str], list[tuple[int, int]], list[float]]:
         """Retrievable facts (stable order) and their edges as index pairs + weights."""
@@ -534,8 +566,11 @@ class _NsMem:
     applied_gen: int
     hidden: set[int]
     ops_since_save: int = 0
-    adj: dict[int, list[tuple[int, str, float]]] = field(default_factory=dict)
-    adj_gen: int = -1
+    #: the similarity edges between visible facts, for walks (built on the first walk)
+    graph: Adjacency | None = None
+    #: fact ids by seq as of the graph's build (sorted seqs, ids as 36-byte strings)
+    id_seqs: np.ndarray | None = None
+    id_names: np.ndarray | None = None
 
 
 def _fkey(nid: int, seq: int) -> bytes:
@@ -565,7 +600,7 @@ class NativeBackend(CKFBackend):
     def __init__(self, path: str | os.PathLike[str], *, model_id: str | None, dim: int | None,
                  embedder_name: str | None = None, m: int = 16, ef_construction: int = 200,
                  ef_search: int = 100, random_seed: int = 100, threads: int = 1,
-                 map_size: int = 1 << 30) -> None:
+                 map_size: int = 1 << 30, auto_ef: bool = True) -> None:
         self._root = os.path.abspath(os.fspath(path))
         if os.path.exists(self._root) and not os.path.isdir(self._root):
             raise StoreError(f"CKF path {self._root} is a file; pass a directory (created "
@@ -574,6 +609,12 @@ class NativeBackend(CKFBackend):
         self._db = _FactDb(os.path.join(self._root, "db"), map_size=map_size)
         self._lock = threading.RLock()
         self._mems: dict[str, _NsMem] = {}
+        # Read paths parse the namespace record once per change, not once per call
+        # (it holds the community labels: tens of kB at 100k facts).
+        self._infos: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        # fact id <-> LMDB key (ns + seq): fixed when a fact is added, so never stale.
+        self._fkeys: dict[str, bytes] = {}
+        self._names: dict[bytes, str] = {}
         self.threads = max(1, int(threads))
         try:
             os.makedirs(self._hnsw_dir, exist_ok=True)
@@ -589,6 +630,7 @@ class NativeBackend(CKFBackend):
         self.model_id = self.config["model_id"]
         self.dim = int(self.config["dim"])
         self.ef_search = int(ef_search)
+        self.auto_ef = bool(auto_ef)
 
     def _init_config(self, txn: Any, config: dict[str, Any]) -> dict[str, Any]:
         meta = self._db.dbs[b"meta"]
@@ -627,6 +669,60 @@ class NativeBackend(CKFBackend):
         raw = txn.get(namespace.encode(), db=self._db.dbs[b"ns"])
         return None if raw is None else json.loads(raw)
 
+    def _info_ro(self, txn: Any, namespace: str) -> dict[str, Any] | None:
+        """:meth:`_info` for readers: a shared dict, not to be changed."""
+        raw = txn.get(namespace.encode(), db=self._db.dbs[b"ns"])
+        if raw is None:
+            return None
+        found = self._infos.get(namespace)
+        if found is not None and found[0] == raw:
+            return found[1]
+        info = json.loads(raw)
+        self._infos[namespace] = (raw, info)
+        return info
+
+    def _fkey_of(self, txn: Any, info: dict[str, Any] | None, fact_id: Any) -> bytes | None:
+        """The LMDB key of ``fact_id`` if it is a fact of the namespace of ``info``."""
+        if info is None or not isinstance(fact_id, str):
+            return None
+        fkey = self._fkeys.get(fact_id)
+        if fkey is None:
+            fkey = txn.get(fact_id.encode(), db=self._db.dbs[b"ids"])
+            if fkey is None:
+                return None
+            self._remember(fact_id, fkey)
+        return fkey if _U64.unpack(fkey[:8])[0] == info["id"] else None
+
+    def _fkeys_of(self, txn: Any, info: dict[str, Any] | None,
+                  fact_ids: Sequence[str]) -> list[bytes | None]:
+        """:meth:`_fkey_of` of many ids (the cache hits without a call each)."""
+        if info is None:
+            return [None] * len(fact_ids)
+        nsb = _U64.pack(info["id"])
+        cached = self._fkeys.get
+        out: list[bytes | None] = []
+        for fid in fact_ids:
+            fkey = cached(fid) if isinstance(fid, str) else None
+            if fkey is None:
+                fkey = self._fkey_of(txn, info, fid)
+            out.append(fkey if fkey is not None and fkey[:8] == nsb else None)
+        return out
+
+    def _name_of(self, txn: Any, fkey: bytes) -> str:
+        """The fact id stored under ``fkey`` (which must exist)."""
+        name = self._names.get(fkey)
+        if name is None:
+            name = txn.get(fkey, db=self._db.dbs[b"facts"])[:_ID_LEN].decode()
+            self._remember(name, fkey)
+        return name
+
+    def _remember(self, fact_id: str, fkey: bytes) -> None:
+        if len(self._names) >= ID_CACHE_ENTRIES:
+            self._fkeys.clear()
+            self._names.clear()
+        self._fkeys[fact_id] = fkey
+        self._names[fkey] = fact_id
+
     def _put_info(self, txn: Any, namespace: str, info: dict[str, Any]) -> None:
         txn.put(namespace.encode(), json.dumps(info).encode(), db=self._db.dbs[b"ns"])
 
@@ -655,7 +751,7 @@ class NativeBackend(CKFBackend):
     def _mem(self, txn: Any, namespace: str, info: dict[str, Any] | None = None) -> _NsMem | None:
         """The namespace's in-memory state, loaded and brought up to date."""
         if info is None:
-            info = self._info(txn, namespace)
+            info = self._info_ro(txn, namespace)
             if info is None:
                 return None
         mem = self._mems.get(namespace)
@@ -664,7 +760,24 @@ class NativeBackend(CKFBackend):
             self._mems[namespace] = mem
         if info["gen"] > mem.applied_gen:
             self._replay(txn, mem, info["gen"])
+        ef = self._ef_for(info)
+        if mem.index.ef_search != ef:
+            mem.index.set_ef(ef)
         return mem
+
+    def _ef_for(self, info: dict[str, Any]) -> int:
+        """ef_search of a namespace's index: the one tuned at its last snapshot
+        (:meth:`VectorIndex.tune_ef`, never above ``ef_search``), else ``ef_search``."""
+        tuned = info.get("ef") if self.auto_ef else None
+        return self.ef_search if tuned is None else min(int(tuned), self.ef_search)
+
+    def _tune(self, info: dict[str, Any], mem: _NsMem) -> None:
+        """Tune ef at a snapshot; small indexes keep ``ef_search`` (searching them is cheap)."""
+        if self.auto_ef and mem.index.visible >= AUTO_EF_MIN:
+            info["ef"] = mem.index.tune_ef(self.ef_search, seed=mem.nid)
+        else:
+            info.pop("ef", None)
+        mem.index.set_ef(self._ef_for(info))
 
     def _load(self, txn: Any, namespace: str, info: dict[str, Any]) -> _NsMem:
         nid = info["id"]
@@ -743,7 +856,7 @@ class NativeBackend(CKFBackend):
         mem = self._mems.get(namespace)
         if mem is None:
             return
-        info = self._db.read(lambda txn: self._info(txn, namespace))
+        info = self._db.read(lambda txn: self._info_ro(txn, namespace))
         if info["changed"] > REBUILD_FRACTION * max(1, len(mem.index)):
             self.rebuild_index(namespace)
         elif mem.ops_since_save >= max(SAVE_EVERY, len(mem.index) // 4):
@@ -755,13 +868,129 @@ class NativeBackend(CKFBackend):
             if mem is None:
                 return
             info = self._info(txn, namespace)
+            self._tune(info, mem)
             mem.index.save(self._index_path(mem.nid))
+            self._settle_graph(txn, mem)    # before the log it would catch up from goes
             self._prune(txn, info, mem.applied_gen)
             info["saved_gen"] = mem.applied_gen
             self._put_info(txn, namespace, info)
             mem.ops_since_save = 0
         with self._lock:
             self._db.write(fn)
+
+    # -- the walk graph ------------------------------------------------------------------
+
+    def _edge_row(self, cursor: Any, nid: int, seq: int,
+                  hidden: set[int] | None) -> tuple[list[int], list[float]]:
+        """The stored edges of ``seq``: neighbours and weights, hidden ones left out
+        (all of them with ``hidden=None``)."""
+        prefix = _U64.pack(nid) + _U64.pack(seq)
+        nbrs: list[int] = []
+        weights: list[float] = []
+        if cursor.set_range(prefix):
+            for key, value in cursor.iternext():
+                if key[:16] != prefix:
+                    break
+                other = _U64.unpack(key[16:])[0]
+                if hidden is None or other not in hidden:
+                    nbrs.append(other)
+                    weights.append(_F32.unpack(value[:4])[0])
+        return nbrs, weights
+
+    def _build_graph(self, txn: Any, mem: _NsMem) -> Adjacency:
+        """Every edge between visible facts of the namespace, read in one pass."""
+        nsb = _U64.pack(mem.nid)
+        keys: list[bytes] = []
+        weights: list[bytes] = []
+        cursor = txn.cursor(db=self._db.dbs[b"edges"])
+        if cursor.set_range(nsb):
+            for key, value in cursor.iternext():
+                if key[:8] != nsb:
+                    break
+                keys.append(key)
+                weights.append(value[:4])
+        triples = np.frombuffer(b"".join(keys), dtype=">u8").reshape(-1, 3)
+        src = triples[:, 1].astype(np.int64)
+        dst = triples[:, 2].astype(np.int64)
+        w = np.frombuffer(b"".join(weights), dtype="<f4")
+        if mem.hidden and len(src):
+            hidden = np.fromiter(mem.hidden, dtype=np.int64, count=len(mem.hidden))
+            keep = ~(np.isin(src, hidden) | np.isin(dst, hidden))
+            src, dst, w = src[keep], dst[keep], w[keep]
+        # A walk names hundreds of facts: one array lookup, not an LMDB read each.
+        seqs: list[bytes] = []
+        names: list[bytes] = []
+        for key, value in _prefix_items(txn, self._db.dbs[b"facts"], nsb):
+            seqs.append(key[8:])
+            names.append(value[:_ID_LEN])
+        mem.id_seqs = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.int64)
+        mem.id_names = np.array(names, dtype=f"S{_ID_LEN}")
+        return Adjacency.from_edges(src, dst, w, gen=mem.applied_gen)
+
+    def _ids_of(self, txn: Any, mem: _NsMem, seqs: np.ndarray) -> list[str]:
+        """Fact ids of ``seqs`` (from the array built with the graph where it has them)."""
+        out: list[str | None] = [None] * len(seqs)
+        if mem.id_seqs is not None and len(mem.id_seqs) and len(seqs):
+            pos = np.minimum(np.searchsorted(mem.id_seqs, seqs), len(mem.id_seqs) - 1)
+            hit = mem.id_seqs[pos] == seqs
+            for i, name in zip(np.flatnonzero(hit).tolist(), mem.id_names[pos[hit]].tolist()):
+                out[i] = name.decode()
+        nsb = _U64.pack(mem.nid)
+        return [name if name is not None else self._name_of(txn, nsb + _U64.pack(seq))
+                for name, seq in zip(out, seqs.tolist())]
+
+    def _sync_graph(self, txn: Any, mem: _NsMem) -> Adjacency | None:
+        """Bring ``mem.graph`` (if built) up to ``mem.applied_gen``.
+
+        Edges change only together with a logged operation on one of their
+        ends (a link on add or re-embed, an unlink on erase, a hide or unhide),
+        so the rows to re-read are those of each logged fact and of its
+        neighbours before and after.  A log already pruned past the graph's
+        generation means a full rebuild.
+        """
+        graph = mem.graph
+        if graph is None or graph.gen == mem.applied_gen:
+            return graph
+        seqs: list[int] = []
+        start = _U64.pack(mem.nid) + _U64.pack(graph.gen + 1)
+        cursor = txn.cursor(db=self._db.dbs[b"ixlog"])
+        expect = graph.gen + 1
+        if cursor.set_range(start):
+            for key, value in cursor.iternext():
+                gen = _U64.unpack(key[8:])[0] if key[:8] == start[:8] else None
+                if gen is None or gen > mem.applied_gen:
+                    break
+                if gen != expect:
+                    break
+                seqs.append(_U64.unpack(value[1:9])[0])
+                expect += 1
+        if expect != mem.applied_gen + 1:
+            mem.graph = self._build_graph(txn, mem)
+            return mem.graph
+        edges = txn.cursor(db=self._db.dbs[b"edges"])
+        affected: set[int] = set()
+        for seq in set(seqs):
+            affected.add(seq)
+            affected.update(graph.row(seq)[0].tolist())
+            affected.update(self._edge_row(edges, mem.nid, seq, None)[0])
+        hidden = mem.hidden
+        graph.set_rows({x: (([], []) if x in hidden else self._edge_row(edges, mem.nid, x, hidden))
+                        for x in affected})
+        graph.gen = mem.applied_gen
+        return graph
+
+    def _settle_graph(self, txn: Any, mem: _NsMem) -> None:
+        """Catch the graph up, or drop it when far behind (one scan at the next walk
+        is cheaper than re-reading that many rows one by one)."""
+        graph = mem.graph
+        if graph is not None and mem.applied_gen - graph.gen > max(1000, len(graph) // 10):
+            mem.graph = None
+        self._sync_graph(txn, mem)
+
+    def _walk_graph(self, txn: Any, mem: _NsMem) -> Adjacency:
+        if mem.graph is None:
+            mem.graph = self._build_graph(txn, mem)
+        return self._sync_graph(txn, mem)
 
     def _prune(self, txn: Any, info: dict[str, Any], upto: int) -> None:
         prefix = _U64.pack(info["id"])
@@ -780,7 +1009,10 @@ class NativeBackend(CKFBackend):
             mem = _NsMem(namespace, info["id"], self._new_index(max(1024, old.index.visible + 1024)),
                          info["gen"], set(old.hidden))
             self._fill(txn, mem)
+            self._tune(info, mem)
             mem.index.save(self._index_path(mem.nid))
+            self._settle_graph(txn, old)
+            mem.graph, mem.id_seqs, mem.id_names = old.graph, old.id_seqs, old.id_names
             self._prune(txn, info, info["gen"])
             info["saved_gen"] = info["gen"]
             info["changed"] = 0
@@ -1146,48 +1378,53 @@ class NativeBackend(CKFBackend):
 
     def get(self, namespace: str, fact_ids: Sequence[str]) -> list[Fact | None]:
         def fn(txn: Any) -> list[Fact | None]:
-            info = self._info(txn, namespace)
-            out: list[Fact | None] = []
-            for fid in fact_ids:
-                raw = txn.get(fid.encode(), db=self._db.dbs[b"ids"]) if info else None
-                ok = raw is not None and _U64.unpack(raw[:8])[0] == info["id"]
-                out.append(self._fact(txn, info, raw, namespace) if ok else None)
-            return out
+            info = self._info_ro(txn, namespace)
+            return [None if fkey is None else self._fact(txn, info, fkey, namespace)
+                    for fkey in self._fkeys_of(txn, info, fact_ids)]
         return self._db.read(fn)
 
     def scoring(self, namespace: str, fact_ids: Sequence[str]) -> list[tuple[str, float, float,
                                                                           float | None] | None]:
         def fn(txn: Any) -> list[Any]:
-            info = self._info(txn, namespace)
+            info = self._info_ro(txn, namespace)
             facts = self._db.dbs[b"facts"]
+            get, head, status = txn.get, _HEAD.unpack_from, _BYTE_STATUS
             out: list[Any] = []
-            for fid in fact_ids:
-                fkey = txn.get(fid.encode(), db=self._db.dbs[b"ids"]) if info else None
-                if fkey is None or _U64.unpack(fkey[:8])[0] != info["id"]:
+            for fkey in self._fkeys_of(txn, info, fact_ids):
+                if fkey is None:
                     out.append(None)
                     continue
-                raw = txn.get(fkey, db=facts)
-                imp, mod, ttl = _HEAD.unpack(raw[_ID_LEN + 1:_JSON_AT])
-                out.append((_BYTE_STATUS[raw[_ID_LEN:_ID_LEN + 1]], imp, mod,
-                            None if math.isnan(ttl) else ttl))
+                raw = get(fkey, db=facts)
+                imp, mod, ttl = head(raw, _ID_LEN + 1)
+                out.append((status[raw[_ID_LEN:_ID_LEN + 1]], imp, mod,
+                            None if ttl != ttl else ttl))     # NaN: no TTL
             return out
         return self._db.read(fn)
 
     def vectors(self, namespace: str, fact_ids: Sequence[str]) -> np.ndarray:
         def fn(txn: Any) -> np.ndarray:
-            info = self._info(txn, namespace)
-            out = np.zeros((len(fact_ids), self.dim), dtype=np.float32)
-            for i, fid in enumerate(fact_ids):
-                fkey = self._locate(txn, info, fid) if info else None
-                raw = txn.get(fkey, db=self._db.dbs[b"vectors"]) if fkey else None
+            info = self._info_ro(txn, namespace)
+            vectors = self._db.dbs[b"vectors"]
+            rows: list[bytes] = []
+            at: list[int] = []
+            for i, (fid, fkey) in enumerate(zip(fact_ids, self._fkeys_of(txn, info, fact_ids))):
+                if fkey is None and info:
+                    self._locate(txn, info, fid)        # raises UnknownFactError
+                raw = txn.get(fkey, db=vectors) if fkey else None
                 if raw is not None:
-                    out[i] = np.frombuffer(raw, dtype=np.float32)
+                    rows.append(raw)
+                    at.append(i)
+            found = np.frombuffer(b"".join(rows), dtype=np.float32).reshape(-1, self.dim)
+            if len(rows) == len(fact_ids):
+                return found.copy()     # writable, one copy
+            out = np.zeros((len(fact_ids), self.dim), dtype=np.float32)
+            out[at] = found
             return out
         return self._db.read(fn)
 
     def lookup_key(self, namespace: str, key: str, *, any_status: bool = False) -> str | None:
         def fn(txn: Any) -> str | None:
-            info = self._info(txn, namespace)
+            info = self._info_ro(txn, namespace)
             if info is None:
                 return None
             fkey = txn.get(_U64.pack(info["id"]) + key.encode(), db=self._db.dbs[b"keys"])
@@ -1205,10 +1442,10 @@ class NativeBackend(CKFBackend):
             if mem is None:
                 return []
             labels, sims = mem.index.search(vector, k)
-            facts = self._db.dbs[b"facts"]
             nsb = _U64.pack(mem.nid)
-            return [(txn.get(nsb + _U64.pack(int(l)), db=facts)[:_ID_LEN].decode(), float(s))
-                    for l, s in zip(labels[0], sims[0])]
+            name = self._name_of
+            return [(name(txn, nsb + _U64.pack(l)), s)
+                    for l, s in zip(labels[0].tolist(), sims[0].tolist())]
         with self._lock:
             return self._db.read(fn)
 
@@ -1237,49 +1474,60 @@ class NativeBackend(CKFBackend):
             mem = self._mem(txn, namespace)
             if mem is None:
                 return {}
-            if mem.adj_gen != mem.applied_gen or len(mem.adj) > ADJ_CACHE_ROWS:
-                mem.adj.clear()         # edges change only with logged operations
-                mem.adj_gen = mem.applied_gen
-            info = self._info(txn, namespace)
-            cache = mem.adj
-            hidden = mem.hidden
+            info = self._info_ro(txn, namespace)
+            graph = self._walk_graph(txn, mem)
             nsb = _U64.pack(mem.nid)
-            cursor = None
-            frontier: list[tuple[int, str]] = []
-            for fid in fact_ids:
-                fkey = self._locate(txn, info, fid)
-                frontier.append((_U64.unpack(fkey[8:])[0], fid))
+            frontier = [(_U64.unpack(self._locate(txn, info, fid)[8:])[0], fid)
+                        for fid in fact_ids]
             adj: dict[str, dict[str, float]] = {}
             seen: set[int] = set()
             for _ in range(max(0, hops)):
                 nxt: list[tuple[int, str]] = []
                 for seq, fid in frontier:
-                    if seq in seen or seq in hidden:
+                    if seq in seen or seq in mem.hidden:
                         continue
                     seen.add(seq)
-                    row = cache.get(seq)
-                    if row is None:
-                        if cursor is None:
-                            cursor = txn.cursor(db=self._db.dbs[b"edges"])
-                        row = []
-                        prefix = nsb + _U64.pack(seq)
-                        if cursor.set_range(prefix):
-                            for key, value in cursor.iternext():
-                                if key[:16] != prefix:
-                                    break
-                                row.append((_U64.unpack(key[16:])[0], value[4:].decode(),
-                                            _F32.unpack(value[:4])[0]))
-                        cache[seq] = row
+                    nbrs, weights = graph.row(seq)
                     out: dict[str, float] = {}
-                    for other, oid, w in row:
-                        if other in hidden:
-                            continue
+                    for other, w in zip(nbrs.tolist(), weights.tolist()):
+                        oid = self._name_of(txn, nsb + _U64.pack(other))
                         out[oid] = w
                         if other not in seen:
                             nxt.append((other, oid))
                     adj[fid] = out
                 frontier = nxt
             return adj
+        with self._lock:
+            return self._db.read(fn)
+
+    def anchor_reach(self, namespace: str, anchor_ids: Sequence[str], hops: int
+                     ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        n_a = len(anchor_ids)
+
+        def fn(txn: Any) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+            mem = self._mem(txn, namespace)
+            if mem is None:
+                return [], np.zeros((0, n_a), np.int64), np.zeros((0, n_a)), \
+                    np.zeros((n_a, n_a), bool)
+            info = self._info_ro(txn, namespace)
+            graph = self._walk_graph(txn, mem)
+            seqs = [_U64.unpack((fkey or self._locate(txn, info, fid))[8:])[0] for fid, fkey
+                    in zip(anchor_ids, self._fkeys_of(txn, info, anchor_ids))]
+            visible = [s for s in seqs if s not in mem.hidden]
+            labels, hop, product = anchor_reach(graph, visible, hops)
+            if len(visible) != n_a:     # a hidden anchor reaches nothing: its column stays 0
+                cols = [j for j, s in enumerate(seqs) if s not in mem.hidden]
+                full_h = np.zeros((len(labels), n_a), np.int64)
+                full_p = np.zeros((len(labels), n_a))
+                full_h[:, cols], full_p[:, cols] = hop, product
+                hop, product = full_h, full_p
+            linked = np.zeros((n_a, n_a), dtype=bool)
+            col = {s: j for j, s in enumerate(seqs)}
+            at, nbrs, _ = graph.gather(np.asarray(visible, dtype=np.int64))
+            for a, b in zip(at.tolist(), nbrs.tolist()):
+                if b in col:
+                    linked[col[visible[a]], col[b]] = True
+            return self._ids_of(txn, mem, labels), hop, product, linked
         with self._lock:
             return self._db.read(fn)
 
@@ -1385,9 +1633,11 @@ class NativeBackend(CKFBackend):
             return self._db.read(fn)
 
     def set_ef_search(self, ef_search: int) -> None:
-        """Change ``ef_search`` of every index (loaded now or later) in this process."""
+        """Search every index (loaded now or later) in this process with this
+        ``ef_search``, tuned values aside (``auto_ef`` off)."""
         with self._lock:
             self.ef_search = max(1, int(ef_search))
+            self.auto_ef = False
             for mem in self._mems.values():
                 mem.index.set_ef(self.ef_search)
 
@@ -1694,6 +1944,15 @@ class FactStore:
     both are scaled by ``edge_threshold / 0.60`` so they keep their meaning
     under the embedder's calibration (hashing: 0.275 and 0.15).  ``clock``
     returns the current time in epoch seconds (tests inject one).
+
+    ``ef_search`` (SPEC-009 §3.2: 100) is the search-time ceiling.  With
+    ``auto_ef`` an index of 5,000 facts or more is searched with the smallest
+    ef (32, 48, 64, 80 or the ceiling) whose top 10 agree with a far wider
+    search on 98 % of the results, re-tuned at every index snapshot: the
+    latency of ANN search grows with ef, and clustered embeddings need much
+    less of it than the ceiling chosen for the worst case.  The probe queries
+    resemble stored facts; for queries unlike anything stored pass
+    ``auto_ef=False`` (see :meth:`ctxrelay.ckf_graph.VectorIndex.tune_ef`).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, embedder: Any = None,
@@ -1704,7 +1963,8 @@ class FactStore:
                  leiden_iterations: int = 10, seed: int = 42,
                  min_community_size: int = MIN_COMMUNITY_SIZE, m: int = 16,
                  ef_construction: int = 200, ef_search: int = 100, random_seed: int = 100,
-                 threads: int = 1, clock: Callable[[], float] = time.time) -> None:
+                 threads: int = 1, clock: Callable[[], float] = time.time,
+                 auto_ef: bool = True) -> None:
         self._path = os.path.abspath(os.fspath(path))
         self._key = os.path.realpath(self._path)
         self._clock = clock
@@ -1723,7 +1983,7 @@ class FactStore:
             if backend is None:
                 backend, self.embedder = self._open_native(
                     embedder, m=m, ef_construction=ef_construction, ef_search=ef_search,
-                    random_seed=random_seed, threads=threads)
+                    random_seed=random_seed, threads=threads, auto_ef=auto_ef)
             else:
                 self.embedder = get_embedder(embedder) if embedder is None or \
                     isinstance(embedder, str) else embedder
@@ -2216,30 +2476,27 @@ class FactStore:
         if len(anchors) < 2 or n_conn == 0 or hops == 0:
             return anchors
         anchor_ids = [a.fact_id for a in anchors]
-        adj = self.backend.neighbourhood(ns, anchor_ids, hops)
-        empty: dict[str, float] = {}
-        neighbours = lambda node: adj.get(node, empty)
-        anchor_set = set(anchor_ids)
-        layers = [(a, *_cdr.reach_layers(a, neighbours, hops)) for a in anchor_ids]
-        reached = Counter()
-        for _, hops_of, _ in layers:
-            reached.update(hops_of)
-        touched: dict[str, dict[str, _cdr.Reach]] = {}
-        for node, n in reached.items():          # only facts reaching 2+ anchors can bridge
-            if n >= 2 and node not in anchor_set:
-                touched[node] = {a: _cdr.Reach(h[node], p[node] ** (1.0 / h[node]))
-                                 for a, h, p in layers if node in h}
-        multi = list(touched)
-        multi.sort(key=lambda n: (-len(touched[n]),
-                                  -max(r.strength for r in touched[n].values()), n))
-        multi = multi[:_cdr.MAX_CONNECTOR_CANDIDATES]
-        linked = {(a, b) for a in anchor_ids for b in adj.get(a, empty) if b in anchor_set}
-        has_edge = lambda x, y: (x, y) in linked or (y, x) in linked
-        bridged: dict[str, tuple[float, list[tuple[str, str]]]] = {}
-        for node in multi:
-            value, pairs = _cdr.bridge_value(touched[node], has_edge, ordered=True)
+        nodes, hop, product, linked = self.backend.anchor_reach(ns, anchor_ids, hops)
+        if not nodes:
+            return anchors
+        # SPEC-025 §2.4 for every fact reaching 2+ anchors: the anchor pairs it
+        # reaches minus those joined by an edge, times its mean strength.  Strengths
+        # are Python floats: numpy's vectorised pow may differ from libm's in the
+        # last bit, and the results must not depend on which one ran.
+        reached = hop > 0
+        n_reached = reached.sum(axis=1)
+        link = (linked | linked.T) & ~np.eye(len(anchor_ids), dtype=bool)
+        linked_pairs = ((reached.astype(np.int64) @ link.astype(np.int64)) * reached).sum(1) // 2
+        n_pairs = (n_reached * (n_reached - 1) // 2 - linked_pairs).tolist()
+        strength = [[pj ** (1.0 / hj) for hj, pj in zip(hrow, prow) if hj]
+                    for hrow, prow in zip(hop.tolist(), product.tolist())]
+        multi = sorted(zip((-n for n in n_reached.tolist()), (-max(x) for x in strength),
+                           nodes, range(len(nodes))))
+        bridged: dict[str, tuple[float, int]] = {}
+        for *_, r in multi[:_cdr.MAX_CONNECTOR_CANDIDATES]:
+            value = n_pairs[r] * (sum(strength[r]) / len(strength[r]))
             if value > 0:
-                bridged[node] = (value, pairs)
+                bridged[nodes[r]] = (value, r)
         if not bridged:
             return anchors
         ids = sorted(bridged)
@@ -2247,21 +2504,26 @@ class FactStore:
         rows = self.backend.scoring(ns, ids)
         t = self._score(ns, ids, rows, relevance, coverage, residual, recent_outputs,
                         novelty, now)
-        scored = []
-        for i, node in enumerate(ids):
-            value = bridged[node][0]
-            score = float(value * t["novelty"][i] * t["recency"][i] * max(
-                t["relevance"][i], self.min_connector_relevance))
-            if score > 0:
-                scored.append((score, node, i))
+        # the products of the per-fact loop this replaced, in its order (same floats)
+        values = np.array([bridged[node][0] for node in ids], dtype=np.float64)
+        scores = (values * t["novelty"] * t["recency"] *
+                  np.maximum(t["relevance"], self.min_connector_relevance)).tolist()
+        scored = [(score, node, i) for i, (score, node) in enumerate(zip(scores, ids))
+                  if score > 0]
         scored.sort(key=lambda s: (-s[0], s[1]))
         chosen = scored[:n_conn]
         facts = dict(zip([c[1] for c in chosen], self.backend.get(ns, [c[1] for c in chosen])))
         rank = {a: i for i, a in enumerate(anchor_ids)}
         by_id = {a.fact_id: a for a in anchors}
         placed: list[tuple[str, tuple[str, str]]] = []
+        touched: dict[str, dict[str, _cdr.Reach]] = {}
         for score, node, i in chosen:
-            pairs = bridged[node][1]
+            r = bridged[node][1]
+            touched[node] = dict(zip((a for a, h in zip(anchor_ids, hop[r]) if h),
+                                     (_cdr.Reach(int(h), s) for h, s in
+                                      zip(hop[r][hop[r] > 0], strength[r]))))
+            pairs = [(a, b) for x, a in enumerate(touched[node])
+                     for b in list(touched[node])[x + 1:] if not link[rank[a], rank[b]]]
             best = min(pairs, key=lambda p: (max(rank[p[0]], rank[p[1]]),
                                              min(rank[p[0]], rank[p[1]])))
             placed.append((node, best))

@@ -26,7 +26,8 @@ import numpy as np
 from .errors import CorruptStoreError, InvalidArgumentError
 from .textindex import tokenize
 
-__all__ = ["VectorIndex", "leiden", "community_keywords", "label_of", "fsync_dir"]
+__all__ = ["VectorIndex", "Adjacency", "anchor_reach", "leiden", "community_keywords", "label_of",
+           "fsync_dir"]
 
 try:  # the graph extra; a clear error when it is missing
     import hnswlib
@@ -203,6 +204,43 @@ class VectorIndex:
                 self._index.set_ef(self.ef_search)
         return np.zeros((len(q), 0), dtype=np.int64), np.zeros((len(q), 0), dtype=np.float64)
 
+    def tune_ef(self, ceiling: int, *, k: int = 10, target: float = 0.98, samples: int = 100,
+                seed: int = 0, ladder: Sequence[int] = (32, 48, 64, 80)) -> int:
+        """The smallest ef (from ``ladder``, at most ``ceiling``) whose top-``k`` agree
+        with a search at ``max(400, 4·ceiling)`` on at least ``target`` of the results.
+
+        The search cost grows with ef, and the ef a recall needs depends on the data:
+        clustered embeddings reach 0.99 at ef 32 while uniform random vectors need
+        100.  Queries are stored vectors moved 45° in a random direction (off the
+        data points, like real queries; seeded): on the data tried (hashed texts at
+        10k and 100k, uniform random 64-d) their agreement tracked the recall of
+        real queries against exact search within 0.02.  Queries unlike the stored
+        vectors are not covered: on 64-d clusters, queries from other clusters had
+        recall 0.81 at the ef tuned (32) and 0.96 at 100.  Leaves the index's ef as it was.
+        """
+        visible = [x for x in self.labels() if x not in self._hidden]
+        if len(visible) < 2 * samples or ceiling <= min(ladder):
+            return int(ceiling)
+        rng = np.random.default_rng(seed)
+        picked = rng.choice(np.asarray(visible, dtype=np.int64), size=samples, replace=False)
+        vecs = self.vectors(picked.tolist())
+        noise = rng.standard_normal(vecs.shape).astype(np.float32)
+        noise /= np.maximum(np.linalg.norm(noise, axis=1, keepdims=True), 1e-12)
+        q = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12) + noise
+        q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+        try:
+            self._index.set_ef(max(400, 4 * int(ceiling)))
+            truth, _ = self._index.knn_query(q, k=k)
+            for ef in [e for e in ladder if e < ceiling]:
+                self._index.set_ef(ef)
+                found, _ = self._index.knn_query(q, k=k)
+                agree = sum(len(set(a) & set(b)) for a, b in zip(found.tolist(), truth.tolist()))
+                if agree >= target * truth.size:
+                    return int(ef)
+        finally:
+            self._index.set_ef(self.ef_search)
+        return int(ceiling)
+
     def save(self, path: str) -> None:
         """Write the index to ``path`` atomically (temp file, fsync, os.replace)."""
         tmp = f"{path}.tmp-{os.getpid()}"
@@ -300,3 +338,193 @@ def community_keywords(groups: Mapping[int, Sequence[tuple[str, float]]], *,
 def label_of(keywords: Sequence[str], *, words: int = 3) -> str:
     """A community's human-readable label: its first keywords joined by ' / '."""
     return " / ".join(keywords[:words]) if keywords else "(no keywords)"
+
+
+# -- adjacency for graph walks ----------------------------------------------------
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+_EMPTY_F = np.zeros(0, dtype=np.float64)
+
+
+class Adjacency:
+    """A weighted undirected graph over integer labels, held for graph walks.
+
+    A CSR snapshot (``labels`` sorted, ``indptr``, neighbour labels, weights)
+    plus an overlay of rows replaced since it was taken, so a write touches a
+    few rows instead of forcing a rebuild; the overlay is folded into a new
+    snapshot when it grows past ``max(1000, 5 %)`` of the rows.  Rows hold
+    only the neighbours a walk may enter (the caller filters hidden ones).
+    ``gen`` is the caller's version stamp of the state the rows reflect.
+    """
+
+    def __init__(self, labels: np.ndarray, indptr: np.ndarray, nbrs: np.ndarray,
+                 weights: np.ndarray, *, gen: int = 0) -> None:
+        self._labels = np.asarray(labels, dtype=np.int64)
+        self._indptr = np.asarray(indptr, dtype=np.int64)
+        self._nbrs = np.asarray(nbrs, dtype=np.int64)
+        self._w = np.asarray(weights, dtype=np.float32)   # float32 as stored: half the memory
+        self._over: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._over_keys: np.ndarray | None = _EMPTY_I
+        self.gen = int(gen)
+
+    @classmethod
+    def from_edges(cls, src: np.ndarray, dst: np.ndarray, weights: np.ndarray, *,
+                   gen: int = 0) -> "Adjacency":
+        """From directed entries (each undirected edge listed both ways), any order."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        weights = np.asarray(weights, dtype=np.float32)
+        if len(src) and np.any(src[1:] < src[:-1]):
+            order = np.lexsort((dst, src))
+            src, dst, weights = src[order], dst[order], weights[order]
+        labels, starts = np.unique(src, return_index=True)
+        indptr = np.append(starts, len(src)).astype(np.int64)
+        return cls(labels, indptr, dst, weights, gen=gen)
+
+    def __len__(self) -> int:
+        """Rows held (snapshot and overlay)."""
+        return len(self._labels) + sum(1 for k in self._over if not self._in_base(k))
+
+    @property
+    def entries(self) -> int:
+        """Directed entries held: twice the undirected edges."""
+        return len(self._nbrs) + sum(len(n) for n, _ in self._over.values())
+
+    def _in_base(self, label: int) -> bool:
+        i = int(np.searchsorted(self._labels, label))
+        return i < len(self._labels) and int(self._labels[i]) == label
+
+    def row(self, label: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(neighbour labels, weights as float64)`` of one node (empty if none)."""
+        label = int(label)
+        found = self._over.get(label)
+        if found is not None:
+            return found[0], found[1].astype(np.float64)
+        i = int(np.searchsorted(self._labels, label))
+        if i < len(self._labels) and int(self._labels[i]) == label:
+            lo, hi = self._indptr[i], self._indptr[i + 1]
+            return self._nbrs[lo:hi], self._w[lo:hi].astype(np.float64)
+        return _EMPTY_I, _EMPTY_F
+
+    def set_rows(self, rows: Mapping[int, tuple[Sequence[int], Sequence[float]]]) -> None:
+        """Replace rows (an empty row removes the node's neighbours)."""
+        for label, (nbrs, weights) in rows.items():
+            self._over[int(label)] = (np.asarray(nbrs, dtype=np.int64),
+                                      np.asarray(weights, dtype=np.float32))
+        self._over_keys = None
+        if len(self._over) > max(1000, len(self._labels) // 20):
+            self.compact()
+
+    def compact(self) -> None:
+        """Fold the overlay into a new snapshot."""
+        if not self._over:
+            return
+        keys = np.fromiter(self._over, dtype=np.int64, count=len(self._over))
+        src = np.repeat(self._labels, np.diff(self._indptr))
+        keep = ~np.isin(src, keys)
+        parts_s, parts_d, parts_w = [src[keep]], [self._nbrs[keep]], [self._w[keep]]
+        for label, (nbrs, weights) in self._over.items():
+            parts_s.append(np.full(len(nbrs), label, dtype=np.int64))
+            parts_d.append(nbrs)
+            parts_w.append(weights)
+        fresh = Adjacency.from_edges(np.concatenate(parts_s), np.concatenate(parts_d),
+                                     np.concatenate(parts_w), gen=self.gen)
+        self._labels, self._indptr, self._nbrs, self._w = \
+            fresh._labels, fresh._indptr, fresh._nbrs, fresh._w
+        self._over, self._over_keys = {}, _EMPTY_I
+
+    def gather(self, frontier: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every entry of the rows of ``frontier``: ``(position in frontier,
+        neighbour label, weight as float64)``."""
+        frontier = np.asarray(frontier, dtype=np.int64)
+        if self._over_keys is None:
+            self._over_keys = np.fromiter(self._over, dtype=np.int64, count=len(self._over))
+        pos = np.searchsorted(self._labels, frontier)
+        safe = np.minimum(pos, max(0, len(self._labels) - 1))
+        in_base = (pos < len(self._labels)) & (self._labels[safe] == frontier) \
+            if len(self._labels) else np.zeros(len(frontier), dtype=bool)
+        over = np.isin(frontier, self._over_keys) if len(self._over_keys) else None
+        if over is not None:
+            in_base &= ~over
+        which = np.flatnonzero(in_base)
+        starts = self._indptr[pos[which]]
+        lens = self._indptr[pos[which] + 1] - starts
+        total = int(lens.sum())
+        at = np.repeat(which, lens)
+        idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(total)
+        src, nbrs, w = at, self._nbrs[idx], self._w[idx].astype(np.float64)
+        if over is not None and over.any():
+            parts_s, parts_d, parts_w = [src], [nbrs], [w]
+            for i in np.flatnonzero(over):
+                n, wt = self._over[int(frontier[i])]
+                parts_s.append(np.full(len(n), i, dtype=np.int64))
+                parts_d.append(n)
+                parts_w.append(wt.astype(np.float64))
+            src, nbrs, w = np.concatenate(parts_s), np.concatenate(parts_d), \
+                np.concatenate(parts_w)
+        return src, nbrs, w
+
+
+def _isin(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """np.isin; by lookup table when the members span a modest range (8x faster
+    than sorting for a walk's few thousand keys)."""
+    if len(members) and int(members.max()) - int(members.min()) < (1 << 24):
+        return np.isin(values, members, kind="table")
+    return np.isin(values, members)
+
+
+def anchor_reach(adj: Adjacency, anchors: Sequence[int],
+                 hops: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes other than the anchors within ``hops`` edges of two or more anchors.
+
+    Returns ``(labels, hop, product)``, one column per anchor in order:
+    ``hop[i, j]`` is the distance from anchor ``j`` (0: not reached) and
+    ``product[i, j]`` the largest product of edge weights over the shortest
+    paths.  The values of :func:`ctxrelay.cdr.reach_layers` (breadth first,
+    products multiplied in float64 in path order), computed for all anchors
+    at once, layer by layer, in numpy.
+    """
+    n_a = len(anchors)
+    start = np.asarray(anchors, dtype=np.int64)
+    col = np.arange(n_a, dtype=np.int64)
+    seen = start * n_a + col                    # (node, anchor) pairs reached so far
+    frontier, f_col, prod = start, col, np.ones(n_a)
+    out_l, out_c, out_h, out_p = [], [], [], []
+    for hop in range(1, int(hops) + 1):
+        if not len(frontier):
+            break
+        src, nbrs, w = adj.gather(frontier)
+        cols = f_col[src]
+        p = prod[src] * w
+        key = nbrs * n_a + cols
+        fresh = ~_isin(key, seen)
+        key, nbrs, cols, p = key[fresh], nbrs[fresh], cols[fresh], p[fresh]
+        if hop > 1:     # a row lists a neighbour once, so only later hops meet a node twice
+            order = np.argsort(key, kind="stable")
+            key, nbrs, cols, p = key[order], nbrs[order], cols[order], p[order]
+            first = np.ones(len(key), dtype=bool)
+            first[1:] = key[1:] != key[:-1]
+            starts = np.flatnonzero(first)
+            p = np.maximum.reduceat(p, starts) if len(p) else p     # best product per pair
+            key, nbrs, cols = key[starts], nbrs[starts], cols[starts]
+        out_l.append(nbrs)
+        out_c.append(cols)
+        out_h.append(np.full(len(nbrs), hop, dtype=np.int64))
+        out_p.append(p)
+        seen = np.concatenate([seen, key])
+        frontier, f_col, prod = nbrs, cols, p
+    if not out_l:
+        return _EMPTY_I, np.zeros((0, n_a), dtype=np.int64), np.zeros((0, n_a))
+    labels, cols = np.concatenate(out_l), np.concatenate(out_c)
+    uniq, inv, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    sel = (counts >= 2) & ~np.isin(uniq, start)
+    n = int(sel.sum())
+    row_of = np.full(len(uniq), -1, dtype=np.int64)
+    row_of[sel] = np.arange(n)
+    rows = row_of[inv]
+    take = rows >= 0
+    hop_m = np.zeros((n, n_a), dtype=np.int64)
+    prod_m = np.zeros((n, n_a))
+    hop_m[rows[take], cols[take]] = np.concatenate(out_h)[take]
+    prod_m[rows[take], cols[take]] = np.concatenate(out_p)[take]
+    return uniq[sel], hop_m, prod_m

@@ -712,6 +712,12 @@ def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
     info_count = rt.session(session_id).turn_count
     if info_count != stats.turn_count:
         problems.append(f"session info says {info_count} turns, stats say {stats.turn_count}")
+    # Exact comparison of every derived record (postings, totals, key records);
+    # the counters were compared above in the words the stats use.
+    derived = store.check_derived(session_id)
+    problems.extend(p for p in derived.problems
+                    if derived.repairable and not p.startswith("counter "))
+    derived_problems = list(derived.problems) if derived.repairable else []
     search = "no turn with indexable words"
     for t in reversed(turns[-50:]):
         terms = sorted(set(tokenize(t.content)), key=lambda w: (-len(w), w))[:8]
@@ -729,15 +735,125 @@ def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
             search = f"turn {t.turn_id} found for {query!r}"
         else:
             search = f"turn {t.turn_id} NOT found for {query!r}"
-            problems.append(f"the search index does not return turn {t.turn_id} for its own "
-                            f"words {query!r} (top {k}: {[h.turn_id for h in hits]})")
+            if not derived_problems:   # BM25 ties can hide a turn the index does hold
+                problems.append(f"the search index does not return turn {t.turn_id} for "
+                                f"its own words {query!r} (top {k}: {[h.turn_id for h in hits]})")
         break
+    turnlog = _check_turnlog(store, session_id, len(turns))
+    problems.extend(turnlog)
     return {"session_id": session_id, "turns": len(turns), "search": search,
-            "problems": problems, "ok": not problems}
+            "problems": problems, "ok": not problems,
+            "repairable": derived.repairable, "derived_problems": derived_problems,
+            "turnlog_problems": turnlog}
+
+
+def _open_turnlog(store: Any) -> Any:
+    """The turn log beside the transcript, or None when none was derived yet."""
+    path = Path(store.path) / "turnlog"
+    if not (path / "data.mdb").is_file():
+        return None
+    from ctxrelay.turnlog import TurnLog
+    return TurnLog.open(path)
+
+
+def _turnlog_state(log: Any, session_id: str) -> tuple[dict[str, Any] | None, int, int]:
+    """The session's progress record and how many derived and vector records it has."""
+    from ctxrelay.turnlog import _session_key
+    skey = _session_key(session_id)
+
+    def read(txn: Any) -> tuple[dict[str, Any] | None, int, int]:
+        raw = txn.get(skey, db=log.dbs[b"progress"])
+        counts = []
+        for name in (b"derived", b"vectors"):
+            cursor = txn.cursor(db=log.dbs[name])
+            n, found = 0, cursor.set_range(skey)
+            while found and cursor.key().startswith(skey):
+                n, found = n + 1, cursor.next()
+            counts.append(n)
+        return (None if raw is None else json.loads(raw)), counts[0], counts[1]
+    return log.read(read)
+
+
+def _check_turnlog(store: Any, session_id: str, turn_count: int) -> list[str]:
+    """The turn log's derived fields must cover turns 1..derived_upto exactly."""
+    log = _open_turnlog(store)
+    if log is None:
+        return []
+    progress, n_derived, n_vectors = _turnlog_state(log, session_id)
+    upto = 0 if progress is None else int(progress.get("derived_upto", 0))
+    problems = []
+    if upto > turn_count:
+        problems.append(f"turn log derived fields up to turn {upto} but the session has "
+                        f"{turn_count} turns")
+    if (n_derived, n_vectors) != (upto, upto):
+        problems.append(f"turn log holds {n_derived} derived record(s) and {n_vectors} "
+                        f"vector(s) but says turns 1..{upto} are derived")
+    return [f"{p}; 'ctxrelay check --repair' derives it again" for p in problems]
+
+
+def _turnlog_embedder(model_id: str) -> Any:
+    """The registered embedder whose vectors the turn log holds (models load only on a match)."""
+    from ctxrelay import embed
+    if model_id == getattr(embed, "MiniLMEmbedder").model_id:
+        return embed.get_embedder("minilm")
+    for name in sorted(embed._registry):
+        if name == "minilm":
+            continue
+        candidate = embed.get_embedder(name)
+        if candidate.model_id == model_id:
+            return candidate
+    raise CLIError(f"the turn log was derived with {model_id!r}, which no registered embedder "
+                   "produces; register it (ctxrelay.embed.register) and repair again",
+                   EXIT_PROBLEM)
+
+
+def _repair_session(store: Any, report: dict[str, Any]) -> list[str]:
+    """Rewrite what is derived from an intact transcript; returns what was repaired."""
+    session_id = report["session_id"]
+    repaired: list[str] = []
+    if not report["repairable"]:
+        return repaired
+    if report["derived_problems"]:
+        repaired += list(store.repair_derived(session_id).problems)
+    if report["turnlog_problems"]:
+        log = _open_turnlog(store)
+        progress, _, _ = _turnlog_state(log, session_id)
+        if progress is not None:
+            log.recompute(store, session_id, _turnlog_embedder(progress["model_id"]),
+                          progress=False)
+        repaired += report["turnlog_problems"]
+    return repaired
+
+
+def _check_side_stores(store: Any, repair: bool) -> list[dict[str, Any]]:
+    """The warm store's and the scratch buffer's derived records (if they exist)."""
+    reports = []
+    warm_dir, scratch_dir = Path(store.path) / "warm", Path(store.path) / "scratch"
+    if (warm_dir / "data.mdb").is_file():
+        from ctxrelay.warm import open_warm_store
+        warm = open_warm_store(warm_dir)
+        problems = list(warm.check())
+        repaired = list(warm.check(repair=True)) if repair and problems else []
+        reports.append({"store": "warm", "repaired": repaired,
+                        "problems": problems if not repaired else list(warm.check())})
+    if (scratch_dir / "scratch.lmdb").is_dir():
+        from ctxrelay.scratch import open_scratch_store
+        scratch = open_scratch_store(scratch_dir)
+        problems = list(scratch.verify())
+        repaired = list(scratch.verify(repair=True)) if repair and problems else []
+        if repair:   # blobs no entry names, entries whose blob is gone (60 s grace)
+            found = scratch.check()
+            repaired += [f"removed orphan blob {p}" for p in found.orphan_blobs]
+            repaired += [f"dropped entry {sid} of {sess!r}: its blob is gone"
+                         for sess, sid in found.dangling]
+        reports.append({"store": "scratch", "repaired": repaired,
+                        "problems": problems if not repair else list(scratch.verify())})
+    return reports
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ctxrelay.transcript import open_store
+    repair = bool(getattr(args, "repair", False))
     with _runtime(args) as rt:
         store = open_store(rt.store_dir)          # the instance the Runtime already opened
         known = [s.session_id for s in rt.sessions()]
@@ -747,18 +863,47 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise CLIError(f"no session {', '.join(map(repr, unknown))} in {rt.store_dir}; "
                            "'ctxrelay sessions' lists them")
         reports = [_check_session(rt, store, s) for s in wanted]
-    n_problems = sum(len(r["problems"]) for r in reports)
+        if repair:
+            for i, report in enumerate(reports):
+                if report["ok"]:
+                    continue
+                fixed = _repair_session(store, report)
+                if fixed:
+                    reports[i] = {**_check_session(rt, store, report["session_id"]),
+                                  "repaired": fixed}
+        side = _check_side_stores(store, repair)
+    n_problems = sum(len(r["problems"]) for r in reports + side)
+    n_repaired = sum(len(r.get("repaired", ())) for r in reports + side)
+    for r in reports:
+        for name in ("derived_problems", "turnlog_problems"):
+            r.pop(name, None)
     if args.json:
-        _emit_json({"ok": n_problems == 0, "problems": n_problems, "sessions": reports})
+        _emit_json({"ok": n_problems == 0, "problems": n_problems, "repaired": n_repaired,
+                    "sessions": reports, "stores": side})
     else:
         for r in reports:
             _out(f"{'ok  ' if r['ok'] else 'FAIL'} {r['session_id']}: {r['turns']} turns; "
                  f"search: {r['search']}")
+            for p in r.get("repaired", ()):
+                _out(f"     repaired: {p}")
             for p in r["problems"]:
                 _out(f"     - {p}")
-        _out(f"{len(reports)} session(s) checked, {n_problems} problem(s)"
-             + ("" if n_problems == 0 else "; export the good sessions "
-                "('ctxrelay export') and restore the rest from a backup"))
+        for r in side:
+            for p in r["repaired"]:
+                _out(f"     repaired ({r['store']}): {p}")
+            for p in r["problems"]:
+                _out(f"FAIL {r['store']} store: {p}")
+        unrepairable = [r for r in reports if not r["ok"] and not r["repairable"]]
+        if n_problems == 0:
+            advice = ""
+        elif not repair and not unrepairable:
+            advice = ("; run 'ctxrelay check --repair' to rebuild the derived records "
+                      "from the transcript")
+        else:
+            advice = ("; export the good sessions ('ctxrelay export') and restore the "
+                      "rest from a backup")
+        _out(f"{len(reports)} session(s) checked, {n_repaired} repaired, "
+             f"{n_problems} problem(s){advice}")
     return EXIT_OK if n_problems == 0 else EXIT_PROBLEM
 
 
@@ -1228,9 +1373,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", metavar="ID", help="import under this id instead of the file's")
 
     p = add("check", "verify the store: contiguous turn ids, readable turns, search index, "
-            "counters (exit 1 on a problem)",
-            ["ctxrelay check", "ctxrelay check ops", "ctxrelay --json check"], func=cmd_check)
+            "counters, key records, turn log (exit 1 on a problem); --repair rebuilds the "
+            "derived records from the transcript",
+            ["ctxrelay check", "ctxrelay check ops", "ctxrelay --json check",
+             "ctxrelay check --repair"], func=cmd_check)
     p.add_argument("sessions", metavar="SESSION", nargs="*", help="default: every session")
+    p.add_argument("--repair", action="store_true",
+                   help="rebuild the search index, counters, key records and turn log of "
+                        "each damaged session from its turns (the turns are never changed)")
 
     p = add("serve", "run the HTTP server (ctxrelay.server); arguments after -- go to it",
             ["ctxrelay serve", "ctxrelay --store /srv/ctx serve -- --port 8080"], func=cmd_serve)

@@ -19,7 +19,8 @@ from .types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnR
 POLICY_KEYS = ("max_context_tokens", "provider_context_tokens", "output_reserve",
                "safety_margin", "min_recent_turns", "cold_history_boundary", "model",
                "half_life", "max_retrieved", "retrieval", "warm", "system", "provider",
-               "provider_options", "time_limit", "threads", "embedder")
+               "provider_options", "time_limit", "threads", "embedder", "knowledge",
+               "max_facts", "namespace", "tier_shares", "mode", "promotion")
 
 
 def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -61,7 +62,8 @@ def _result(r: dict[str, Any]) -> TurnResult:
                     stages=[dict(s) for s in lg["stages"]], framing=lg["framing"]["charged"],
                     input_budget=lg["input_budget"], effective_cap=lg["effective_cap"],
                     output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
-                    host_only_tokens=lg["host_only"]["tokens"])
+                    host_only_tokens=lg["host_only"]["tokens"],
+                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()})
     pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
                      utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
             for u in r["pack"]]
@@ -77,6 +79,28 @@ def _result(r: dict[str, Any]) -> TurnResult:
 def _turn(record: dict[str, Any]) -> Turn:
     record = _plain(record)
     return Turn(**{k: record.get(k) for k in Turn.__dataclass_fields__ if k in record})
+
+
+def _check_encodable(value: Any, where: str = "argument") -> None:
+    """Refuse text UTF-8 cannot hold before it reaches janus: a lone surrogate
+    makes janus fail with a pending UnicodeEncodeError that breaks the next
+    call too."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            from .errors import InvalidContentError
+            raise InvalidContentError(
+                f"{where} contains a lone surrogate U+{ord(value[exc.start]):04X} at index "
+                f"{exc.start}, which UTF-8 (and so the store) cannot hold; decode the source "
+                "bytes with errors='replace' or 'surrogatepass'-free text") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_encodable(k, where)
+            _check_encodable(v, f"{where} {k!r}" if isinstance(k, str) else where)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_encodable(v, where)
 
 
 def _text_or_none(name: str, value: Any) -> str | None:
@@ -125,6 +149,7 @@ class Runtime:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
+        _check_encodable(bindings)
         return _prolog.once(goal, {"St": self._store, **bindings})
 
     # -- sessions --------------------------------------------------------
@@ -270,6 +295,52 @@ class Runtime:
                                  "ctxrelay:context(session(S), _Op, R, [store(St)|_Opts])",
                                  opts=opts, S=session_id, OpText=operation)["R"])
 
+    # -- turn log and topic threads -----------------------------------------------
+    def derive(self, session_id: str, *, embedder: str | None = None, recompute: bool = False,
+               progress: bool | None = None) -> dict[str, Any]:
+        """Bring the session's derived fields (embedding, thread, entities, references,
+        tool calls) up to date; ``recompute=True`` drops and re-derives them all (after
+        changing the embedder), with a progress bar on a terminal."""
+        opts: list[tuple[str, Any]] = [("recompute", bool(recompute))]
+        if embedder:
+            opts.append(("embedder", embedder))
+        if progress is not None:
+            opts.append(("progress", bool(progress)))
+        r = self._call("ctxrelay:turnlog_derive(St, S, [result(R)|_Opts])", S=session_id,
+                       opts=opts)
+        return _plain(r["R"])
+
+    def derived(self, session_id: str, turn_id: int) -> dict[str, Any] | None:
+        """A turn's derived fields, or None if it has not been derived yet."""
+        if self._store is None:
+            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
+                                    {"St": self._store, "S": session_id, "T": turn_id})
+        try:
+            answer = next(answers, None)
+        finally:
+            answers.close()
+        return None if answer is None else _plain(answer["D"])
+
+    def threads(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's topic threads: id, label, latest turn ids, last active turn, state."""
+        return _plain(self._call("ctxrelay:topic_threads(St, S, X)", S=session_id)["X"])
+
+    def thread(self, session_id: str, thread_id: str) -> dict[str, Any]:
+        """One thread with its state derived from its latest turns (or as set by hand)."""
+        return _plain(self._call("ctxrelay:topic_thread(St, S, T, X)", S=session_id,
+                                 T=thread_id)["X"])
+
+    def set_thread_state(self, session_id: str, thread_id: str, *,
+                         established: list[str] | None = None,
+                         open_questions: list[str] | None = None,
+                         user_constraints: list[str] | None = None) -> None:
+        """Set a thread's state by hand; derived values no longer replace it."""
+        state = {k: v for k, v in (("established", established),
+                                   ("open_questions", open_questions),
+                                   ("user_constraints", user_constraints)) if v is not None}
+        self._call("ctxrelay:thread_state_set(St, S, T, X)", S=session_id, T=thread_id, X=state)
+
     # -- warm artifacts --------------------------------------------------
     def publish_artifact(self, session_id: str, start: int, end: int, summary: str, *,
                          decisions: list[str] = (), facts: list[str] = (),
@@ -358,3 +429,61 @@ class Runtime:
                 " ctxrelay:knowledge_ingest(St, _Srcs, R, _Opts)")
         return _plain(_prolog.once(goal, {"St": self._store, "Items": sources,
                                           "OptPairs": [[k, v] for k, v in opts]})["R"])
+
+    # -- storage router
+    _ACCESS_TEMPLATES = {
+        "search": "search(Q)", "facts": "facts(Q)", "key": "key(Q)", "scratch": "scratch(Q)",
+        "recent": "recent(K)", "explore": "intent(explore, Q)",
+        "drill_down": "intent(drill_down, Q)", "continue": "intent(continue, Q)",
+        "clarify": "intent(clarify, Q)", "tool_reference": "intent(tool_reference, Q)",
+    }
+
+    def recent(self, session_id: str, n: int) -> list[Turn]:
+        """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
+        if self._store is None:
+            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        # as(python): the Turn list crosses janus as one reference, not n dicts.
+        return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
+                            {"St": self._store, "S": session_id, "N": n})["L"]
+
+    def retrieve(self, query: str, *, session_id: str | None = None,
+                 access: str | list[str] | None = None, k: int = 10,
+                 namespace: str | None = None, cache: bool = True) -> "RetrievalResult":
+        """Serve an access through the storage router (SPEC-035 §3), cache first.
+
+        ``access`` names the access type (default ``"search"``: facts by ANN fused
+        with BM25): ``"facts"``, ``"key"`` (``query`` is the key), ``"scratch"``
+        (``query`` is the scratch id), ``"recent"`` (the last ``k`` turns), or an
+        intent -- ``"explore"`` (CDR), ``"drill_down"`` (CDGR), ``"continue"``,
+        ``"clarify"``, ``"tool_reference"``; a list of names is a blended access,
+        fetched concurrently and fused.  Accesses that read a session need
+        ``session_id``.
+        """
+        if self._store is None:
+            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
+                                       "pass the query text (or the key / scratch id)")
+        names = [access or "search"] if not isinstance(access, list) else access
+        terms = []
+        for name in names:
+            template = self._ACCESS_TEMPLATES.get(name) if isinstance(name, str) else None
+            if template is None:
+                raise InvalidArgumentError(
+                    f"unknown access {name!r}; use one of "
+                    f"{', '.join(sorted(self._ACCESS_TEMPLATES))} or a list of them")
+            terms.append(template)
+        if not terms:
+            raise InvalidArgumentError("access is an empty list; name at least one access")
+        term = terms[0] if len(terms) == 1 else f"blend([{', '.join(terms)}])"
+        # Option templates are fixed text: every value crosses in the bindings.
+        opts = ["as(python)", "k(K)"] + (["cache(false)"] if not cache else [])
+        bindings: dict[str, Any] = {"St": self._store, "Q": query, "K": k}
+        if session_id is not None:
+            opts.append("session(S)")
+            bindings["S"] = session_id
+        if namespace is not None:
+            opts.append("namespace(NS)")
+            bindings["NS"] = namespace
+        goal = f"ctxrelay:retrieve(St, {term}, [{', '.join(opts)}], R)"
+        return _prolog.once(goal, bindings)["R"]

@@ -1419,6 +1419,61 @@ class ScratchStore:
                            dangling=tuple(dangling), corrupt=tuple(corrupt),
                            unknown_files=tuple(unknown))
 
+    def verify(self, *, repair: bool = False) -> tuple[str, ...]:
+        """Compare the derived records (usage totals, the order, lru and expiry
+        indexes) with the entries; with ``repair=True`` rewrite the ones that
+        disagree from the entries, in one write transaction.
+
+        Complements :meth:`check`, which reconciles blobs with entries: this
+        one never touches a file.  Returns the problems found.
+        """
+        def run(txn: Any) -> tuple[str, ...]:
+            usage = [0, 0, 0, 0]
+            order: dict[bytes, bytes] = {}
+            lru: set[bytes] = set()
+            expiry: set[bytes] = set()
+            for key, value in txn.cursor(db=self._entries):
+                record = json.loads(value)
+                usage[0] += 1
+                usage[1] += record["size"]
+                if record["pinned"]:
+                    usage[2] += 1
+                    usage[3] += record["size"]
+                else:
+                    lru.add(self._lru_key(key, record))
+                    end = self._expiry_key(key, record)
+                    if end is not None:
+                        expiry.add(end)
+                order[key[:32] + _U64.pack(record["seq"])] = record["scratch_id"].encode("ascii")
+            raw_usage = txn.get(b"usage", db=self._meta)
+            have_usage = (list(_USAGE.unpack(raw_usage))
+                          if raw_usage is not None and len(raw_usage) == _USAGE.size else None)
+            have_order = dict(txn.cursor(db=self._order).iternext())
+            have_lru = set(txn.cursor(db=self._lru).iternext(values=False))
+            have_expiry = set(txn.cursor(db=self._expiry).iternext(values=False))
+            problems = []
+            if have_usage != usage:
+                problems.append(f"usage record is {have_usage} (entries, bytes, pinned "
+                                f"entries, pinned bytes) but the entries give {usage}")
+            for name, want, have in (("order", order, have_order), ("lru", lru, have_lru),
+                                     ("expiry", expiry, have_expiry)):
+                if want != have:
+                    wrong = len(set(want) ^ set(have)) if isinstance(want, set) else \
+                        len({k for k in set(want) | set(have) if want.get(k) != have.get(k)})
+                    problems.append(f"the {name} index has {wrong} record(s) that disagree "
+                                    "with the entries")
+            if repair and problems:
+                self._set_usage(txn, usage)
+                for db, want, have in ((self._order, order, have_order),
+                                       (self._lru, dict.fromkeys(lru, b""), have_lru),
+                                       (self._expiry, dict.fromkeys(expiry, b""), have_expiry)):
+                    for key in have:
+                        txn.delete(key, db=db)
+                    for key, value in want.items():
+                        txn.put(key, value, db=db)
+            return tuple(problems)
+        return self._write(run) if repair else self._read(run)
+
     def _named(self, key: bytes) -> bool:
         """Whether an entry names this blob now (a put may have committed)."""
         return self._read(lambda txn: txn.get(key, db=self._entries) is not None)

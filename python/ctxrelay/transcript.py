@@ -94,9 +94,10 @@ from .errors import (
 )
 from .textindex import DB_COUNT as _INDEX_DBS
 from .textindex import TextIndex
+from .textindex import _postings as _index_postings
 from .types import ROLES, Hit, SessionInfo, SessionStats, Turn
 
-__all__ = ["FORMAT", "TranscriptStore", "open_store", "close_all",
+__all__ = ["FORMAT", "TranscriptStore", "DerivedReport", "open_store", "close_all",
            "default_token_counter", "estimate_tokens"]
 
 FORMAT = b"ctxrelay.transcript/1"
@@ -956,6 +957,105 @@ class TranscriptStore:
                 last_timestamp=counters.last)
         return self._read(read)
 
+    # -- derived records: check and repair --------------------------------
+
+    def check_derived(self, session_id: str) -> "DerivedReport":
+        """Compare the session's derived records with what its turns give.
+
+        Derived records are everything :meth:`append` writes besides the
+        turn itself: the BM25 postings, document lengths and namespace
+        totals, the session counters and the idempotency-key records.
+        Nothing is written.  A damaged transcript (unparsable records, ids
+        not contiguous from 1) is reported with ``repairable=False``: the
+        turns are the source of truth and are never guessed.
+        """
+        session_id = _check_session_id(session_id)
+        return self._read(lambda txn: self._derived_txn(
+            txn, self._require_session(txn, session_id), repair=False))
+
+    def repair_derived(self, session_id: str) -> "DerivedReport":
+        """Rewrite the session's derived records from its turns, if they disagree.
+
+        Runs in one write transaction (a crash leaves the old records), so
+        concurrent appenders wait and never see a half-rebuilt index.  The
+        turns are read, never written.  Returns what was found (and so
+        fixed); a report with ``repairable=False`` changed nothing.
+        """
+        session_id = _check_session_id(session_id)
+        return self._write(lambda txn: self._derived_txn(
+            txn, self._require_session(txn, session_id), repair=True))
+
+    def rebuild_search_index(self, session_id: str) -> "DerivedReport":
+        """:meth:`repair_derived` under the name the consistency command uses."""
+        return self.repair_derived(session_id)
+
+    def _derived_txn(self, txn: Any, session: _Session, *, repair: bool) -> "DerivedReport":
+        prefix = _U64.pack(session.num)
+        try:
+            turns = list(self._scan(txn, session, 1, None))
+        except (ValueError, TypeError, KeyError) as exc:
+            return DerivedReport(session.session_id, (
+                f"a turn record does not parse ({type(exc).__name__}: {exc}); the "
+                "transcript itself is damaged, restore it from a backup",), False)
+        ids = [t.turn_id for t in turns]
+        if ids != list(range(1, len(ids) + 1)):
+            missing = sorted(set(range(1, max(ids, default=0) + 1)) - set(ids))
+            return DerivedReport(session.session_id, (
+                f"turn ids are not contiguous 1..n (missing {missing[:10]}); the "
+                "transcript itself is damaged, restore it from a backup",), False)
+        stored_counters = self._load_counters(txn, session.num)
+        want = _expected_derived(session, turns, stored_counters, self.tokenizer_name)
+        have = self._stored_derived(txn, prefix)
+        problems = _derived_problems(want, have)
+        if repair and problems:
+            self._rewrite_derived(txn, prefix, have, want)
+        return DerivedReport(session.session_id, tuple(problems), True)
+
+    @staticmethod
+    def _prefixed(txn: Any, db: Any, prefix: bytes, *, dups: bool = False
+                  ) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) of ``db`` whose key starts with ``prefix``."""
+        cursor = txn.cursor(db=db)
+        out: list[tuple[bytes, bytes]] = []
+        found = cursor.set_range(prefix)
+        while found and cursor.key().startswith(prefix):
+            key = cursor.key()
+            if dups:
+                out.extend((key, value) for value in cursor.iternext_dup(keys=False))
+                found = cursor.next_nodup()
+            else:
+                out.append((key, cursor.value()))
+                found = cursor.next()
+        return out
+
+    def _stored_derived(self, txn: Any, prefix: bytes) -> "_Derived":
+        index = self._index
+        raw_counters = txn.get(prefix, db=self._counters)
+        return _Derived(
+            postings=set(self._prefixed(txn, index._post, prefix, dups=True)),
+            docs=dict(self._prefixed(txn, index._docs, prefix)),
+            totals=txn.get(prefix, db=index._ns),
+            counters=None if raw_counters is None else json.loads(raw_counters),
+            keys=dict(self._prefixed(txn, self._keys, prefix)))
+
+    def _rewrite_derived(self, txn: Any, prefix: bytes, have: "_Derived",
+                         want: "_Derived") -> None:
+        index = self._index
+        for key in {k for k, _ in have.postings}:
+            txn.delete(key, db=index._post)            # every duplicate of the key
+        for key, value in sorted(want.postings):
+            txn.put(key, value, db=index._post, dupdata=True)
+        for key in have.docs:
+            txn.delete(key, db=index._docs)
+        for key, value in want.docs.items():
+            txn.put(key, value, db=index._docs)
+        txn.put(prefix, want.totals, db=index._ns)
+        txn.put(prefix, _dumps(want.counters), db=self._counters)
+        for key in have.keys:
+            txn.delete(key, db=self._keys)
+        for key, value in want.keys.items():
+            txn.put(key, value, db=self._keys)
+
     # -- export / import -------------------------------------------------
 
     def export_jsonl(self, session_id: str,
@@ -1007,6 +1107,99 @@ class TranscriptStore:
                 txn.put(_U64.pack(session.num), session.record(), db=self._sessions)
         self._write(write)
         return new_id
+
+
+# -- derived records -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DerivedReport:
+    """What :meth:`TranscriptStore.check_derived` found for one session.
+
+    ``problems`` are human-readable disagreements between the derived
+    records and the turns; ``repairable`` is False when the turns
+    themselves are damaged (then nothing is derived or rewritten).
+    """
+
+    session_id: str
+    problems: tuple[str, ...]
+    repairable: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class _Derived:
+    postings: set[tuple[bytes, bytes]]
+    docs: dict[bytes, bytes]
+    totals: bytes | None
+    counters: dict[str, Any] | None
+    keys: dict[bytes, bytes]
+
+
+def _expected_derived(session: _Session, turns: list[Turn], stored: _Counters,
+                      tokenizer: str) -> _Derived:
+    """The derived records that appending ``turns`` one by one would have written."""
+    postings: set[tuple[bytes, bytes]] = set()
+    docs: dict[bytes, bytes] = {}
+    keys: dict[bytes, bytes] = {}
+    total = 0
+    counters = _Counters()
+    prefix = _U64.pack(session.num)
+    for turn in turns:
+        length, plist = _index_postings(session.num, turn.turn_id, turn.content)
+        postings.update(plist)
+        docs[prefix + _U64.pack(turn.turn_id)] = struct.pack(">I", length)
+        total += length
+        pending = _Pending(turn.role, turn.content, turn.name, turn.tool_call_id,
+                           turn.metadata, turn.timestamp, turn.key, turn.tokens,
+                           turn.tokens_exact)
+        counters.add(pending, tokenizer)
+        if turn.key is not None:
+            keys[prefix + _sha256(turn.key)] = _U64.pack(turn.turn_id) + pending.digest
+    # Which tokenizer counted each turn is not recorded per turn: keep the list.
+    if stored.tokenizers or not turns:
+        counters.tokenizers = list(stored.tokenizers)
+    return _Derived(postings, docs, struct.pack(">QQ", len(turns), total),
+                    dict(counters.__dict__), keys)
+
+
+def _derived_problems(want: _Derived, have: _Derived) -> list[str]:
+    problems: list[str] = []
+
+    def turn_ids(keys: Iterable[bytes]) -> str:
+        return ", ".join(str(_U64.unpack(k[8:16])[0]) for k in sorted(keys)[:10])
+
+    missing = want.postings - have.postings
+    extra = have.postings - want.postings
+    if missing:
+        docs = {_U64.unpack(v[:8])[0] for _, v in missing}
+        problems.append(f"search index lacks {len(missing)} posting(s) of turn(s) "
+                        f"{sorted(docs)[:10]}")
+    if extra:
+        docs = {_U64.unpack(v[:8])[0] for _, v in extra}
+        problems.append(f"search index holds {len(extra)} posting(s) no stored turn "
+                        f"gives (turn ids {sorted(docs)[:10]})")
+    if want.docs != have.docs:
+        wrong = {k for k in set(want.docs) | set(have.docs)
+                 if want.docs.get(k) != have.docs.get(k)}
+        problems.append(f"search index document lengths disagree for turn(s) "
+                        f"{turn_ids(wrong)}")
+    if want.totals != have.totals:
+        shown = None if have.totals is None else struct.unpack(">QQ", have.totals)
+        problems.append(f"search index totals are {shown} (documents, terms) but the "
+                        f"turns give {struct.unpack('>QQ', want.totals)}")
+    have_counters = have.counters or {}
+    for name, value in (want.counters or {}).items():
+        if have_counters.get(name) != value:
+            problems.append(f"counter {name} is {have_counters.get(name)!r} but the stored "
+                            f"turns give {value!r}")
+    if want.keys != have.keys:
+        wrong = {k for k in set(want.keys) | set(have.keys)
+                 if want.keys.get(k) != have.keys.get(k)}
+        problems.append(f"{len(wrong)} idempotency-key record(s) disagree with the turns")
+    return problems
 
 
 # -- helpers -----------------------------------------------------------------

@@ -24,7 +24,8 @@ import json
 import re
 import struct
 import sys
-from collections import Counter
+from pathlib import Path
+from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -47,6 +48,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
 _NEIGHBOURS = 12            # a thread is compared through its latest user turns
 _KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
 _DENSE_WINDOW = 2000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
+_DENSE_SESSIONS = 8         # sessions whose dense window a process keeps in memory
 _CONSTRAINT = re.compile(
     r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
     r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
@@ -356,8 +358,13 @@ class TurnLog(LmdbStore):
         mask = ids < before
         if not mask.any():
             return []
-        sims = matrix[mask] @ vec.astype(np.float32)
-        cand = ids[mask]
+        # Score the whole window and mask the scores: indexing the matrix by
+        # the mask would copy it (8 MB at 2,000 x 1,024) on every call.
+        sims = matrix @ vec.astype(np.float32)
+        if not mask.all():
+            sims, cand = sims[mask], ids[mask]
+        else:
+            cand = ids
         k = min(k, len(cand))
         top = np.argpartition(-sims, k - 1)[:k]
         order = top[np.argsort(-sims[top], kind="stable")]
@@ -366,8 +373,14 @@ class TurnLog(LmdbStore):
     def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
         prog = self._progress(session_id) or {}
         upto = int(prog.get("derived_upto", 0))
-        cache = self.__dict__.setdefault("_dense_cache", {})
+        cache = self.__dict__.setdefault("_dense_cache", OrderedDict())
         ids, rows, have = cache.get(session_id, (np.zeros(0, dtype=np.int64), None, 0))
+        # A process serving many sessions keeps the windows of the latest few
+        # only: each holds up to _DENSE_WINDOW vectors (8 MB at 1,024 dims).
+        cache.pop(session_id, None)
+        cache[session_id] = (ids, rows, have)
+        while len(cache) > _DENSE_SESSIONS:
+            cache.popitem(last=False)
         if have < upto:
             lo = max(have + 1, upto - _DENSE_WINDOW + 1)
             new = self.vectors(session_id, range(lo, upto + 1))
@@ -478,3 +491,70 @@ def _progress_bar(total: int, wanted: bool, desc: str) -> Any:
         return None
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="turn")
+
+
+# -- the functions library(ctxrelay) calls (plain values in and out) ----------------------
+
+def _log_for(store: Any) -> TurnLog:
+    return TurnLog.open(Path(store.path) / "turnlog")
+
+
+def _embedder(name: Any) -> Any:
+    from .embed import get_embedder
+    return get_embedder(name or None)
+
+
+def api_derive(store: Any, session_id: str, embedder: str = "", recompute: bool = False,
+               progress: Any = None) -> dict[str, Any]:
+    """Bring the session's derived fields up to date (or drop and re-derive them all)."""
+    emb = _embedder(embedder)
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    log = _log_for(store)
+    n = log.recompute(store, session_id, emb, progress=show) if recompute else \
+        log.sync(store, session_id, emb, progress=show)
+    return {"derived": n, "embedder": emb.model_id}
+
+
+def api_derived(store: Any, session_id: str, turn_id: int) -> Any:
+    d = _log_for(store).derived(session_id, int(turn_id))
+    if d is None:
+        return None
+    return {"turn_id": d.turn_id, "thread_id": d.thread_id, "entities": list(d.entities),
+            "references": list(d.references), "tool_calls": list(d.tool_calls),
+            "model_id": d.model_id}
+
+
+def api_threads(store: Any, session_id: str) -> list[dict[str, Any]]:
+    store.session(session_id)                 # an unknown session is an error, not []
+    return [t.to_dict() for t in _log_for(store).threads(session_id)]
+
+
+def api_thread(store: Any, session_id: str, thread_id: str) -> dict[str, Any]:
+    store.session(session_id)
+    return _log_for(store).thread(session_id, thread_id, store).to_dict()
+
+
+def api_set_thread_state(store: Any, session_id: str, thread_id: str,
+                         state: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(state) - {"established", "open_questions", "user_constraints"})
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown thread state field(s) {', '.join(unknown)}; use established, "
+            "open_questions and user_constraints (lists of strings)")
+    for name, value in state.items():
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InvalidArgumentError(f"{name} must be a list of strings, not {value!r}")
+    store.session(session_id)
+    log = _log_for(store)
+    log.set_thread_state(session_id, thread_id, **state)
+    return log.thread(session_id, thread_id, store).to_dict()
+
+
+def api_set_references(store: Any, session_id: str, turn_id: int, references: list) -> bool:
+    """Record the turns a message resolved its references to (after the turn log has
+    derived it); a turn not derived yet is left alone (the next sync derives it)."""
+    log = _log_for(store)
+    if log.derived(session_id, int(turn_id)) is None:
+        return False
+    log.set_references(session_id, int(turn_id), [int(r) for r in references])
+    return True

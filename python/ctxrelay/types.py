@@ -96,6 +96,9 @@ class Ledger:
     output_reserve: int
     safety_margin: int
     host_only_tokens: int
+    # Per horizon (p, c, e): the share of the budget left after the
+    # mandatory units, the tokens its candidates asked for, what was offered.
+    tiers: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def stage(self, name: str) -> dict[str, Any] | None:
         return next((s for s in self.stages if s["name"] == name), None)
@@ -114,3 +117,36 @@ class TurnResult:
     reply: str | None = None
     user_turn: int | None = None
     assistant_turn: int | None = None
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """What the storage router returned for one access (SPEC-035 §3, §6).
+
+    ``items`` are dicts, best first (reading order for a log-only access):
+    ``kind`` (``fact``, ``turn`` or ``scratch``), ``id``, ``score``, ``via``
+    (the primitives that found it), ``text`` (what a pack would carry; None for
+    a scratch entry its freshness gate withholds) and ``record`` (the whole
+    fact, turn or scratch entry).  ``store_used`` names the primitives that
+    served the access (``["cache"]`` on a hit), ``timings`` the milliseconds
+    of the cache lookup and of each primitive operation, ``retrieval_ms`` the
+    wall-clock time of the whole retrieval.  Treat ``items`` as read-only: a
+    cache hit returns the cached dicts.
+    """
+
+    items: list[dict[str, Any]]
+    store_used: list[str]
+    cache_hit: bool
+    retrieval_ms: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def headers(self) -> dict[str, str]:
+        """The SPEC-035 §6 response headers for this retrieval."""
+        return {"CRP-Context-Store-Used": ",".join(self.store_used) or "none",
+                "CRP-Context-Cache-Hit": "true" if self.cache_hit else "false",
+                "CRP-Context-Retrieval-Ms": f"{self.retrieval_ms:.3f}"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": self.items, "store_used": list(self.store_used),
+                "cache_hit": self.cache_hit, "retrieval_ms": self.retrieval_ms,
+                "timings": dict(self.timings)}

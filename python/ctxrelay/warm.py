@@ -703,6 +703,47 @@ class WarmStore:
             found.append(artifact)
         return found
 
+    # -- consistency ---------------------------------------------------
+
+    def check(self, *, repair: bool = False) -> tuple[str, ...]:
+        """Compare the derived ``latest`` and ``keys`` records with the artifacts.
+
+        ``latest`` must name the newest stored version of every range and
+        every key record an artifact that is stored.  With ``repair=True``
+        the disagreeing records are rewritten from the artifacts in one
+        write transaction (artifacts themselves are never changed).
+        Returns the problems found.
+        """
+        def run(txn: Any) -> tuple[str, ...]:
+            newest: dict[bytes, int] = {}
+            for key in txn.cursor(db=self._artifacts).iternext(values=False):
+                range_key, version = key[:48], _U64.unpack(key[48:56])[0]
+                newest[range_key] = max(version, newest.get(range_key, 0))
+            recorded = {k: _U64.unpack(v)[0]
+                        for k, v in txn.cursor(db=self._latest).iternext()}
+            problems: list[str] = []
+            for range_key in sorted(set(newest) | set(recorded)):
+                want, have = newest.get(range_key), recorded.get(range_key)
+                if want == have:
+                    continue
+                start, end = _U64.unpack(range_key[32:40])[0], _U64.unpack(range_key[40:48])[0]
+                problems.append(f"the latest version of turns {start}-{end} is recorded as "
+                                f"{have} but the newest stored is {want}")
+                if repair and want is None:
+                    txn.delete(range_key, db=self._latest)
+                elif repair:
+                    txn.put(range_key, _U64.pack(want), db=self._latest)
+            dangling = [k for k, v in txn.cursor(db=self._keys).iternext()
+                        if txn.get(k[:32] + v[:24], db=self._artifacts) is None]
+            if dangling:
+                problems.append(f"{len(dangling)} idempotency key(s) name an artifact that "
+                                "is not stored")
+            if repair:
+                for key in dangling:
+                    txn.delete(key, db=self._keys)
+            return tuple(problems)
+        return self._write(run) if repair else self._read(run)
+
     def _load(self, txn: Any, full_key: bytes, session_id: str) -> WarmArtifact | None:
         raw = txn.get(full_key, db=self._artifacts)
         return None if raw is None else self._checked(raw, session_id)

@@ -1,0 +1,343 @@
+"""Cold recall: which earlier turns a new message is about.
+
+A question about the past of a conversation is rarely answered by the
+single best-matching turn: the answer sits next to the matching turn, in
+the same sitting, said by the person the question names, on the day it
+names.  The score of an earlier turn therefore combines (constants chosen
+on three LoCoMo conversations, checked on two held out, see
+bench/locomo.py):
+
+1. lexical: BM25 (k1 1.2, b 0.9) over Snowball-stemmed index terms; the
+   query drops the participants' names and question words;
+2. dense: cosine with the message (names removed), min-max normalised;
+   fused as ``bm25 / max + 1.5 * dense``;
+3. date: a message naming a date or month multiplies by
+   ``1 + closeness`` of the turn's day (``exp(-gap_days / 7)``);
+4. speaker: a message naming exactly one participant multiplies that
+   participant's turns by 5;
+5. neighbours: ``+ 0.25 * max`` of the adjacent turns' scores (the turns
+   two away count half), within one sitting;
+6. sitting: ``+ 0.5 * mean`` of the three best scores of the turn's
+   sitting (a pause of more than an hour starts a new sitting, or a
+   ``session`` number in the turn's metadata says so).
+
+The work is bounded: the latest ``HORIZON`` turns of a session are held
+in a per-process index that grows with new turns; older turns are
+reached through the store's inverted index (and ``context/3``).
+"""
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import math
+import re
+import threading
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import snowballstemmer
+
+from .textindex import tokenize
+from .types import Turn
+
+HORIZON = 2000
+SITTING_GAP_S = 3600.0
+K1, B = 1.2, 0.9
+W_DENSE = 1.5
+W_DATE, DATE_TAU_DAYS = 1.0, 7.0
+W_SPEAKER = 4.0
+W_NEIGHBOUR, NEIGHBOUR_WINDOW = 0.25, 2
+W_SITTING, SITTING_TOP = 0.5, 3
+_SESSIONS_CACHED = 8
+
+QUESTION_WORDS = frozenset(
+    "what when where who whom whose which why how did does do is was were are has have had "
+    "would could should can may might".split())
+
+_stemmer = snowballstemmer.stemmer("english")
+_stem_lock = threading.Lock()      # the generated stemmer keeps state between calls
+
+
+def analyze(text: str) -> list[str]:
+    """Stemmed index terms of ``text`` (the store's tokenizer, then Snowball)."""
+    words = tokenize(text)
+    with _stem_lock:
+        return _stemmer.stemWords(words)
+
+
+def strip_names(text: str, names: Sequence[str]) -> str:
+    """``text`` without the given names (and their possessive ``'s``)."""
+    names = [n for n in names if n]
+    if not names:
+        return text
+    pattern = r"\b(?:" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")(?:'s)?\b"
+    return re.sub(r"\s+", " ", re.sub(pattern, " ", text, flags=re.IGNORECASE)).strip()
+
+
+# -- dates named in a message ------------------------------------------------------------
+
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
+_MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
+_MONTHS["sept"] = 9
+_M = (r"(january|february|march|april|may|june|july|august|september|october|november|december"
+      r"|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)")
+_DATE_PATTERNS = [
+    (re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+" + _M + r",?\s+(\d{4})\b", re.I), "dmy"),
+    (re.compile(r"\b" + _M + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b", re.I), "mdy"),
+    (re.compile(r"\b" + _M + r",?\s+(\d{4})\b", re.I), "my"),
+    (re.compile(r"\b(?:in|during|since|by|of|early|late|mid)\s+" + _M + r"\b", re.I), "m"),
+    (re.compile(r"\b((?:19|20)\d\d)\b"), "y"),
+]
+
+
+@dataclass(frozen=True)
+class DateMention:
+    """A date, month or year a message names: a day interval, or a month of any year."""
+
+    start: dt.date | None
+    end: dt.date | None
+    month: int | None = None
+
+
+def date_mentions(text: str) -> list[DateMention]:
+    """Dates ``text`` names; the most specific pattern wins an overlapping span."""
+    out: list[DateMention] = []
+    used: list[tuple[int, int]] = []
+    for pattern, kind in _DATE_PATTERNS:
+        for m in pattern.finditer(text):
+            if any(a < m.end() and m.start() < b for a, b in used):
+                continue
+            g = m.groups()
+            try:
+                if kind == "dmy":
+                    day = dt.date(int(g[2]), _MONTHS[g[1].lower()], int(g[0]))
+                    found = DateMention(day, day)
+                elif kind == "mdy":
+                    day = dt.date(int(g[2]), _MONTHS[g[0].lower()], int(g[1]))
+                    found = DateMention(day, day)
+                elif kind == "my":
+                    y, mo = int(g[1]), _MONTHS[g[0].lower()]
+                    found = DateMention(dt.date(y, mo, 1), dt.date(y, mo, calendar.monthrange(y, mo)[1]))
+                elif kind == "m":
+                    found = DateMention(None, None, _MONTHS[g[0].lower()])
+                else:
+                    y = int(g[0])
+                    found = DateMention(dt.date(y, 1, 1), dt.date(y, 12, 31))
+            except (ValueError, KeyError):
+                continue                      # "31 February 2023" names no day
+            used.append((m.start(), m.end()))
+            out.append(found)
+    return out
+
+
+def date_closeness(mentions: Sequence[DateMention], day: dt.date | None) -> float:
+    """1 inside a named interval (or month), decaying with the gap in days."""
+    if day is None:
+        return 0.0
+    best = 0.0
+    for m in mentions:
+        if m.month is not None:
+            value = 1.0 if day.month == m.month else 0.0
+        else:
+            assert m.start is not None and m.end is not None
+            gap = 0 if m.start <= day <= m.end else \
+                min(abs((day - m.start).days), abs((day - m.end).days))
+            value = math.exp(-gap / DATE_TAU_DAYS)
+        best = max(best, value)
+    return best
+
+
+# -- the per-session index ---------------------------------------------------------------
+
+def _turn_day_and_time(turn: Turn) -> tuple[dt.date | None, float | None]:
+    try:
+        when = dt.datetime.fromisoformat(str(turn.timestamp).replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None, None
+    return when.date(), when.timestamp()
+
+
+@dataclass
+class _SessionIndex:
+    """Lexical statistics and structure of a session's latest turns."""
+
+    ids: list[int] = field(default_factory=list)
+    speakers: list[str] = field(default_factory=list)
+    sittings: list[int] = field(default_factory=list)
+    days: list[dt.date | None] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    postings: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    upto: int = 0
+    _last_time: float | None = None
+    _last_marker: Any = None
+    _sitting: int = 0
+
+    def add(self, turn: Turn) -> None:
+        day, when = _turn_day_and_time(turn)
+        marker = turn.metadata.get("session") if isinstance(turn.metadata, dict) else None
+        if self.ids and (
+                (marker is not None and marker != self._last_marker)
+                or (marker is None and when is not None and self._last_time is not None
+                    and when - self._last_time > SITTING_GAP_S)):
+            self._sitting += 1
+        self._last_marker, self._last_time = marker, when if when is not None else self._last_time
+        pos = len(self.ids)
+        terms = Counter(analyze(turn.content))
+        for term, tf in terms.items():
+            self.postings[term].append((pos, tf))
+        self.ids.append(turn.turn_id)
+        self.speakers.append(turn.name or turn.role)
+        self.sittings.append(self._sitting)
+        self.days.append(day)
+        self.lengths.append(sum(terms.values()))
+        self.upto = turn.turn_id
+
+
+class RecallIndex:
+    """Per-process recall indexes of the sessions of one transcript store."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[str, _SessionIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def session(self, store: Any, session_id: str, upto: int) -> _SessionIndex:
+        """The index of ``session_id`` covering turns up to ``upto`` (brought up to date)."""
+        with self._lock:
+            idx = self._sessions.pop(session_id, None)
+            if idx is None or idx.upto > upto:
+                idx = _SessionIndex()
+            self._sessions[session_id] = idx
+            while len(self._sessions) > _SESSIONS_CACHED:
+                self._sessions.popitem(last=False)
+        if idx.upto < upto:
+            lo = max(idx.upto + 1, upto - HORIZON + 1)
+            for start in range(lo, upto + 1, 256):
+                for turn in store.history(session_id, start, min(upto, start + 255)):
+                    idx.add(turn)
+            if len(idx.ids) > HORIZON + HORIZON // 4:
+                # Rebuild over the horizon only: amortised, positions stay dense.
+                fresh = _SessionIndex()
+                for turn in store.history(session_id, upto - HORIZON + 1, upto):
+                    fresh.add(turn)
+                with self._lock:
+                    self._sessions[session_id] = fresh
+                idx = fresh
+        return idx
+
+
+_INDEXES: dict[str, RecallIndex] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def index_for(store: Any) -> RecallIndex:
+    with _INDEXES_LOCK:
+        return _INDEXES.setdefault(str(store.path), RecallIndex())
+
+
+@dataclass(frozen=True)
+class Scored:
+    turn_id: int
+    score: float
+
+
+def score_turns(idx: _SessionIndex, query: str, dense: dict[int, float] | None) -> np.ndarray:
+    """The structure-aware score of every indexed turn for ``query`` (see the module doc)."""
+    n = len(idx.ids)
+    if n == 0:
+        return np.zeros(0)
+    participants = sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
+    lexical_query = strip_names(query, participants)
+    terms = list(dict.fromkeys(analyze(lexical_query)))
+    terms = [t for t in terms if t not in QUESTION_WORDS] or terms
+    lengths = np.asarray(idx.lengths, dtype=np.float64)
+    avgdl = float(lengths.mean()) or 1.0
+    bm = np.zeros(n)
+    for term in terms:
+        plist = idx.postings.get(term)
+        if not plist:
+            continue
+        df = len(plist)
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        pos = np.fromiter((p for p, _ in plist), dtype=np.int64, count=df)
+        tf = np.fromiter((f for _, f in plist), dtype=np.float64, count=df)
+        norm = 1 - B + B * lengths[pos] / avgdl
+        bm[pos] += idf * tf * (K1 + 1) / (tf + K1 * norm)
+    s = bm / bm.max() if bm.max() > 0 else bm
+    if dense:
+        cos = np.array([dense.get(t, np.nan) for t in idx.ids], dtype=np.float64)
+        known = ~np.isnan(cos)
+        if known.any():
+            lo, hi = float(np.nanmin(cos)), float(np.nanmax(cos))
+            dn = np.where(known, (np.nan_to_num(cos, nan=lo) - lo) / (hi - lo) if hi > lo else 0.0, 0.0)
+            s = s + W_DENSE * dn
+    sittings = np.asarray(idx.sittings)
+    mentions = date_mentions(query)
+    if mentions:
+        closeness = np.array([date_closeness(mentions, d) for d in idx.days])
+        s = s * (1 + W_DATE * closeness)
+    lowered = query.lower()
+    named = [p for p in participants if re.search(r"\b" + re.escape(p.lower()) + r"\b", lowered)]
+    if len(named) == 1:
+        s = s * (1 + W_SPEAKER * np.array([sp == named[0] for sp in idx.speakers], dtype=np.float64))
+    near = np.zeros(n)
+    for d in range(1, NEIGHBOUR_WINDOW + 1):
+        if d >= n:
+            break
+        same = sittings[d:] == sittings[:-d]
+        before = np.zeros(n)
+        before[d:] = s[:-d] * same
+        after = np.zeros(n)
+        after[:-d] = s[d:] * same
+        near = np.maximum(near, np.maximum(before, after) / d)
+    s = s + W_NEIGHBOUR * near
+    order = np.argsort(sittings, kind="stable")
+    boundaries = np.flatnonzero(np.diff(sittings[order])) + 1
+    sitting_score = np.zeros(n)
+    for group in np.split(order, boundaries):
+        top = np.sort(s[group])[::-1][:SITTING_TOP]
+        sitting_score[group] = top.mean()
+    return s + W_SITTING * sitting_score
+
+
+def participants_of(idx: _SessionIndex) -> list[str]:
+    return sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
+
+
+def recall(store: Any, session_id: str, query: str, *, upto: int,
+           dense: Any = None, embedder: Any = None) -> tuple[list[Scored], dict[str, Any]]:
+    """Turns ``1..upto`` of ``session_id`` ranked for ``query``, best first, with
+    scores normalised to the best (1.0); turns older than the horizon come
+    from the store's inverted index at half weight.
+
+    ``dense`` is ``(turn_log, query_vector)`` or None; when the query names
+    a participant and ``embedder`` is given, the dense query is re-embedded
+    without the names (names pull every turn of that speaker alike).
+    """
+    idx = index_for(store).session(store, session_id, upto)
+    info: dict[str, Any] = {"horizon_turns": len(idx.ids)}
+    sims: dict[int, float] | None = None
+    if dense is not None:
+        log, vec = dense
+        names = participants_of(idx)
+        stripped = strip_names(query, names)
+        if embedder is not None and stripped != query and stripped:
+            vec = embedder.embed_batch([stripped])[0]
+        ids, matrix = log._matrix(session_id)
+        if len(ids):
+            values = matrix @ np.asarray(vec, dtype=np.float32)
+            sims = dict(zip(ids.tolist(), values.tolist()))
+    scores = score_turns(idx, query, sims)
+    out: list[Scored] = []
+    if len(scores):
+        top = float(scores.max()) or 1.0
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], -idx.ids[i]))
+        out = [Scored(idx.ids[i], float(scores[i]) / top) for i in order]
+    first = idx.ids[0] if idx.ids else upto + 1
+    if first > 1:
+        hits = [h for h in store.search(session_id, query, k=50) if h.turn_id < first]
+        best = max((h.score for h in hits), default=0.0)
+        out.extend(Scored(h.turn_id, 0.5 * h.score / best) for h in hits if best > 0)
+        info["older_hits"] = len(hits)
+    return out, info

@@ -1,0 +1,35 @@
+"""Per-process state stays bounded however many sessions a process serves."""
+from __future__ import annotations
+
+import numpy as np
+
+from ctxrelay.embed import get_embedder
+from ctxrelay.transcript import TranscriptStore
+from ctxrelay.turnlog import _DENSE_SESSIONS, TurnLog
+
+
+def test_turn_log_keeps_dense_windows_of_the_latest_sessions_only(tmp_path):
+    st = TranscriptStore(tmp_path / "t")
+    log = TurnLog.open(tmp_path / "tl")
+    emb = get_embedder("hashing")
+    sessions = [f"s{i}" for i in range(_DENSE_SESSIONS + 4)]
+    try:
+        for sid in sessions:
+            st.create_session(sid)
+            st.append(sid, "user", f"etcd member {sid} has a slow disk")
+            st.append(sid, "user", f"restic backups for {sid} run nightly")
+            log.sync(st, sid, emb)
+        query = emb.embed_batch(["etcd member slow disk"])[0]
+        first = log.nearest(sessions[0], query, k=1, before=3)
+        for sid in sessions:
+            assert log.nearest(sid, query, k=1, before=3)[0][0] == 1
+        cache = log._dense_cache
+        assert len(cache) == _DENSE_SESSIONS
+        assert list(cache) == sessions[-_DENSE_SESSIONS:]      # least recently used left
+        # A session whose window was dropped reads it again, with the same answer.
+        again = log.nearest(sessions[0], query, k=1, before=3)
+        assert again[0][0] == first[0][0] and np.isclose(again[0][1], first[0][1])
+        assert sessions[0] in cache and len(cache) == _DENSE_SESSIONS
+    finally:
+        log.close()
+        st.close()

@@ -1,0 +1,92 @@
+"""The turn log and topic threads through the public API (Python and Prolog)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxrelay import Runtime
+from ctxrelay.errors import CtxRelayError
+
+from conftest import run_swipl
+
+CHAT = [("user", "How do I rotate the etcd TLS certificates? We run etcd 3.5."),
+        ("assistant", "Replace the peer and client certificates, then restart members one by one."),
+        ("user", "Do we need downtime for the certificate rotation?"),
+        ("assistant", "No, a rolling restart keeps quorum."),
+        ("user", "Separate topic: which Grafana dashboard shows the ingress latency?"),
+        ("assistant", "The ingress-nginx dashboard, panel p99 latency.")]
+
+
+@pytest.fixture
+def rt(tmp_path: Path):
+    with Runtime(tmp_path / "store") as runtime:
+        runtime.create_session("s")
+        for role, text in CHAT:
+            runtime.append("s", role, text)
+        yield runtime
+
+
+def test_derive_then_threads_and_their_state(rt):
+    out = rt.derive("s", embedder="hashing")
+    assert out["derived"] == len(CHAT) and out["embedder"].startswith("hashing")
+    assert rt.derive("s", embedder="hashing")["derived"] == 0        # already up to date
+    d = rt.derived("s", 1)
+    assert d["turn_id"] == 1 and d["thread_id"] and d["model_id"].startswith("hashing")
+    assert rt.derived("s", 99) is None
+    threads = rt.threads("s")
+    assert threads and all(t["thread_id"].startswith("T") for t in threads)
+    first = rt.thread("s", d["thread_id"])
+    assert 1 in first["turn_ids"]
+    assert any("we run etcd" in c.lower() for c in first["state"]["user_constraints"])
+
+
+def test_set_thread_state_overrides_the_derived_one(rt):
+    rt.derive("s", embedder="hashing")
+    tid = rt.derived("s", 1)["thread_id"]
+    rt.set_thread_state("s", tid, established=["certificates rotate without downtime"],
+                        open_questions=["which CA signs the peer certs?"])
+    state = rt.thread("s", tid)["state"]
+    assert state["established"] == ["certificates rotate without downtime"]
+    assert state["open_questions"] == ["which CA signs the peer certs?"]
+    with pytest.raises(CtxRelayError, match="no thread"):
+        rt.set_thread_state("s", "T999", established=["x"])
+
+
+def test_recompute_with_another_embedder(rt):
+    from ctxrelay.embed import HashingEmbedder, register
+    register("hashing-512", lambda: HashingEmbedder(dim=512))
+    rt.derive("s", embedder="hashing")
+    with pytest.raises(CtxRelayError, match="recompute"):
+        rt.derive("s", embedder="hashing-512")
+    out = rt.derive("s", embedder="hashing-512", recompute=True)
+    assert out["derived"] == len(CHAT) and out["embedder"] == "hashing-v1-512"
+
+
+def test_managed_turn_records_resolved_references(rt):
+    r = rt.managed_turn("s", "about your last answer: is that true for etcd 3.4 too?",
+                        embedder="hashing")
+    assert r.status["references"] >= 1
+    refs = rt.derived("s", r.user_turn)["references"]
+    assert refs and all(1 <= t < r.user_turn for t in refs)
+
+
+def test_unknown_session_is_an_error(rt):
+    with pytest.raises(CtxRelayError):
+        rt.threads("nope")
+
+
+def test_prolog_predicates(tmp_path):
+    goal = (
+        "ctxrelay:store_open('%s', St), ctxrelay:session_create(St, s, []), "
+        "ctxrelay:turn_append(St, s, message(user, \"we run etcd 3.5; how do I rotate certs?\"), _), "
+        "ctxrelay:turnlog_derive(St, s, [embedder(hashing), result(R)]), "
+        "get_dict(derived, R, 1), ctxrelay:topic_threads(St, s, [T|_]), "
+        "get_dict(thread_id, T, Id), "
+        "ctxrelay:thread_state_set(St, s, Id, _{established:[\"done\"]}), "
+        "ctxrelay:topic_thread(St, s, Id, T2), get_dict(state, T2, S2), "
+        "get_dict(established, S2, [\"done\"]), "
+        "catch(ctxrelay:thread_state_set(St, s, Id, notadict), error(type_error(dict, _), _), true), "
+        "writeln(ok)" % (tmp_path / "store"))
+    proc = run_swipl(["-g", "use_module(library(ctxrelay))", "-g", goal, "-t", "halt"])
+    assert proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
