@@ -64,6 +64,7 @@ def test_document_mode_is_detected_and_retrieves_per_subquery(rt):
     r = rt.assemble("s", "Draft a report on etcd TLS, snapshots and quotas", **POLICY)
     assert r.headers["CRP-Context-Mode"] == "document"
     assert r.headers["CRP-Context-Tier-Blend"] == "80/15/5"
+    assert "graph" in r.headers["CRP-Context-Store-Used"].split(",")
     kn = r.status["knowledge"]
     assert kn["novelty"] == "on" and len(kn["subqueries"]) == 4
     covered = [c["facts"] for c in kn["coverage"]]

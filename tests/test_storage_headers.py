@@ -53,3 +53,13 @@ def test_tool_output_summaries_come_from_the_pointer_store(rt):
     r = rt.assemble("s", "and the query result?", **POLICY)
     assert "pointer" in _used(r)
     assert any(u.kind == "scratch" for u in r.pack)
+
+
+def test_a_message_without_content_words_is_retrieved_but_not_cached(rt, tmp_path):
+    from ctxrelay.ckf import FactStore
+    FactStore(tmp_path / "store" / "ckf", embedder="hashing").close()
+    rt.add_fact("The etcd quota on production is 8 GiB.")
+    for _ in range(2):                    # "and?" embeds to the zero vector under hashing
+        r = rt.assemble("s", "and?", **POLICY)
+        assert r.headers["CRP-Context-Cache-Hit"] == "false"
+        assert "graph" in _used(r)

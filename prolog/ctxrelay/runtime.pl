@@ -309,7 +309,7 @@ knowledge_units(Store, Text, Analysis0, Policy, Cands0, Cands, Analysis) :-
     append(Cands0.units, Out.units, Units),
     Cands = Cands0.put(units, Units),
     Analysis = Analysis0.put(knowledge, _{facts:Out.facts, novelty:on, method:cdr,
-                                          store_used:Out.store_used,
+                                          store_used:Out.store_used, cache_hit:false,
                                           retrieval_ms:Out.retrieval_ms,
                                           subqueries:Out.subqueries,
                                           coverage:Out.coverage}).

@@ -135,6 +135,6 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
             ids.append(s.fact_id)
         out["coverage"].append({"subquery": query, "facts": ids})
     out["retrieval_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    out["store_used"] = ["ckf_cdr"]
+    out["store_used"] = ["graph"]
     out["facts"] = len(out["units"])
     return out

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import CtxRelayError, InvalidArgumentError, InvalidContentError, StoreError
+from .cache import InvalidEmbeddingError
 from .rolling import (CorruptRingError, EntryTooLargeError, RingConfigMismatchError,
                       RollingLog)
 from .types import RetrievalResult, Turn
@@ -375,7 +376,11 @@ class Router:
         if found is None:
             vec = fs.embedder.embed_batch([text])[0]
             vec.setflags(write=False)
-            found = (vec, self.cache.key(vec, "-", "-"))     # its bucket and unit vector
+            try:
+                template = self.cache.key(vec, "-", "-")      # its bucket and unit vector
+            except InvalidEmbeddingError:
+                template = None      # no content words (e.g. "and?"): searchable, not cacheable
+            found = (vec, template)
             with self._memo_lock:
                 self._memo[key] = found
                 while len(self._memo) > EMBED_MEMO:
@@ -418,6 +423,8 @@ class Router:
         scope = f"ns={ns}|session={session if reads_session else ''}|{shape}|" \
                 f"{plan.get('merge')}:{plan.get('limit')}"
         bucketed = self._embedded(query)[1]
+        if bucketed is None:
+            raise InvalidEmbeddingError(f"{query!r} has an all-zero embedding: not cached")
         return type(bucketed)(scope, etag, bucketed.dim, bucketed.bucket, bucketed.embedding)
 
     def execute(self, plan: dict[str, Any]) -> RetrievalResult:
@@ -429,8 +436,11 @@ class Router:
         key = None
         if query is not None:
             t0 = time.perf_counter()
-            key = self._cache_key(plan, query)
-            hit = self.cache.get(key)
+            try:
+                key = self._cache_key(plan, query)
+            except InvalidEmbeddingError:
+                key = None           # a text with no content words: nothing to bucket, no cache
+            hit = self.cache.get(key) if key is not None else None
             t1 = time.perf_counter()
             timings["cache.get"] = (t1 - t0) * 1000
             if hit is not None:
