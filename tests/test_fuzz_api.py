@@ -127,10 +127,6 @@ def test_metadata_round_trips_or_raises_invalid_metadata(rt, metadata):
     assert stored == expected
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "metadata crosses janus as a dict, whose keys become atoms: a NUL in a key is "
-    "silently cut ({'a\\x00b': 1} is stored as {'a': 1}); both the write and the read "
-    "path (turn_get/4 -> Runtime.turn) would have to carry metadata as JSON text"))
 def test_metadata_keys_with_nul_round_trip_through_the_runtime(rt):
     turn_id = rt.append("f", "user", "x", metadata={"a\x00b": 1, "c": {"\x00": 2}})
     assert rt.turn("f", turn_id).metadata == {"a\x00b": 1, "c": {"\x00": 2}}
@@ -249,11 +245,6 @@ def test_malformed_tool_outputs_are_kept_byte_for_byte(rt, raw, args):
     assert len(entry["summary"]) < 4 * 256 * 4 + 200         # a bounded summary only
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a dict key with a character in U+0080..U+00FF ('café') crosses janus as a "
-    "Latin-1 atom and comes back to Python as bytes decoded as UTF-8: PrologError "
-    "'utf-8 codec can't decode byte 0xe9'; Runtime.append and record_tool_output "
-    "should send metadata and args across janus as JSON text"))
 @pytest.mark.parametrize("which", ["metadata", "args"])
 def test_latin1_dict_keys_cross_janus(rt, which):
     if which == "metadata":

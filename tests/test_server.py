@@ -272,6 +272,12 @@ def test_responses_carry_every_crp_header_of_the_pack(relayed):
 
     names = {k.lower() for k in raw.headers.keys()}
     assert {k.lower() for k in expected} <= names
+    issue7 = {"Tier-Blend", "Turn-Intent", "References-Resolved", "Active-Thread", "Mode",
+              "Store-Used", "Cache-Hit", "Retrieval-Ms", "Promotions", "Tokens-Used"}
+    assert {f"crp-context-{h.lower()}" for h in issue7} <= names
+    assert raw.headers["CRP-Context-Cache-Hit"] in ("true", "false")
+    assert set(raw.headers["CRP-Context-Store-Used"].split(",")) <= \
+        {"cache", "log", "index", "pointer", "graph"}
     used, budget = map(int, re.fullmatch(r"(\d+)/(\d+)",
                                          raw.headers["CRP-Context-Tokens-Used"]).groups())
     assert 0 < used <= budget == POLICY["max_context_tokens"] - POLICY["output_reserve"] \

@@ -22,7 +22,7 @@ These predicates are the Prolog face of ctxrelay.ckf.FactStore.
                      [key(text), source(text), importance(number), ttl(text),
                       namespace(text), metadata(any)]).
 :- predicate_options(facts_search/4, 4, [k(positive_integer), namespace(text)]).
-:- predicate_options(fact_get/4, 4, [namespace(text)]).
+:- predicate_options(fact_get/4, 4, [namespace(text), as(oneof([dict, python]))]).
 :- predicate_options(knowledge_ingest/4, 4,
                      [namespace(text), source_type(text), progress(boolean)]).
 
@@ -57,7 +57,11 @@ fact_get(Store0, KeyOrId, Fact, Options) :-
     must_be(text, KeyOrId),
     namespace(Options, NS),
     text_to_string(KeyOrId, K),
-    py_api(py_call_plain('ctxrelay.bridge':fact(Store, K, NS), Fact)).
+    (   option(as(python), Options)
+    ->  % Python callers take the dict as it is: no conversion either way.
+        py_api(py_call('ctxrelay.bridge':fact(Store, K, NS), Fact, [py_object(true)]))
+    ;   py_api(py_call_plain('ctxrelay.bridge':fact(Store, K, NS), Fact))
+    ).
 
 %!  knowledge_ingest(+Store, +Sources:list, -Report:dict, +Options) is det.
 %

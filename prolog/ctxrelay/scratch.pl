@@ -2,6 +2,7 @@
           [ tool_output_record/6,   % +Store, +Session, +Tool, +Args, +Raw, -Result
             tool_output_record/7,   % +Store, +Session, +Tool, +Args, +Raw, -Result, +Options
             scratch_get/4,          % +Store, +Session, +ScratchId, -Entry
+            scratch_get/5,          % +Store, +Session, +ScratchId, -Entry, +Options
             scratch_raw/4,          % +Store, +Session, +ScratchId, -Raw
             scratch_pin/3,          % +Store, +Session, +ScratchId
             scratch_entries/3       % +Store, +Session, -Entries
@@ -34,7 +35,7 @@ tool_output_record(Store, Session, Tool, Args, Raw, Result) :-
 
 tool_output_record(Store0, Session, Tool, Args, Raw, Result, Options) :-
     store_ref(Store0, Store),
-    must_be(text, Session), must_be(text, Tool), must_be(dict, Args), must_be(text, Raw),
+    must_be(text, Session), must_be(text, Tool), tool_args(Args), must_be(text, Raw),
     must_be(list, Options),
     option(freshness(F), Options, 'VOLATILE'),
     (   option(key(K), Options) -> true ; K = @none ),
@@ -43,10 +44,23 @@ tool_output_record(Store0, Session, Tool, Args, Raw, Result, Options) :-
                                                          py{freshness:F, key:K}), Result), session(Session)).
 
 %!  scratch_get(+Store, +Session, +ScratchId, -Entry:dict) is det.
-scratch_get(Store0, Session, Id, Entry) :-
+scratch_get(Store, Session, Id, Entry) :-
+    scratch_get(Store, Session, Id, Entry, []).
+
+%!  scratch_get(+Store, +Session, +ScratchId, -Entry, +Options) is det.
+%
+%   Options: as(python) leaves Entry a Python dict (no conversion; for
+%   Python callers), as(dict) (default) converts it to a Prolog dict.
+scratch_get(Store0, Session, Id, Entry, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session), must_be(text, Id),
-    py_api(py_call_plain('ctxrelay.bridge':scratch_entry(Store, Session, Id, @false), Entry), session(Session)).
+    must_be(list, Options),
+    (   option(as(python), Options)
+    ->  py_api(py_call('ctxrelay.bridge':scratch_entry(Store, Session, Id, @false), Entry,
+                       [py_object(true)]), session(Session))
+    ;   py_api(py_call_plain('ctxrelay.bridge':scratch_entry(Store, Session, Id, @false), Entry),
+               session(Session))
+    ).
 
 %!  scratch_raw(+Store, +Session, +ScratchId, -Raw:string) is det.
 %
@@ -71,3 +85,10 @@ scratch_entries(Store0, Session, Entries) :-
     must_be(text, Session),
     py_api(py_call_plain('ctxrelay.bridge':scratch_list(Store, Session), Entries), session(Session)).
 
+%   Tool arguments: a dict, or its JSON object text (how Python callers pass
+%   them: dict keys would become atoms on the way).
+tool_args(Args) :-
+    (   is_dict(Args) -> true
+    ;   ( string(Args) ; atom(Args) ) -> true
+    ;   must_be(dict, Args)
+    ).

@@ -7,11 +7,13 @@ janus boundary rules in ARCHITECTURE.md).
 """
 from __future__ import annotations
 
+import json
 import io
 import os
 from pathlib import Path
 from typing import Any
 
+from .errors import InvalidArgumentError
 from .router import router_for, turn_record
 from .transcript import TranscriptStore, open_store
 
@@ -163,6 +165,14 @@ def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, arg
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
     st.session(session_id)                     # unknown session: fail before writing a blob
     scratch = scratch_store_for(st, create=True)
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"tool arguments are not valid JSON ({exc}); pass a "
+                                       "dict or a JSON object text") from None
+        if not isinstance(args, dict):
+            raise InvalidArgumentError("tool arguments must be a JSON object (a dict)")
     args = dict(args or {})
     key = opts.get("key")
     if key is not None:

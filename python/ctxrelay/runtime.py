@@ -103,6 +103,28 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
             _check_encodable(v, where)
 
 
+def _session_arg(session_id: Any) -> str:
+    if not isinstance(session_id, str):
+        raise InvalidArgumentError(f"session_id must be a str, not {type(session_id).__name__}")
+    return session_id
+
+
+def _turn_arg(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{name} must be a 1-based turn id (an int >= 1), not {value!r}")
+    return value
+
+
+def _json_metadata(metadata: Any) -> Any:
+    """Metadata crosses janus as JSON text: as a dict its keys would become
+    Prolog atoms, which cut a NUL and mangle Latin-1 characters."""
+    if not isinstance(metadata, dict):
+        return metadata               # str (JSON) or a wrong type the store refuses
+    import json
+    from .transcript import _normalise_metadata
+    return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
+
+
 def _text_or_none(name: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -140,6 +162,11 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _live_store(self) -> Any:
+        if self._store is None:
+            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        return self._store
 
     def _call(self, goal: str, *, opts: list[tuple[str, Any]] | None = None,
               **bindings: Any) -> dict[str, Any]:
@@ -191,23 +218,30 @@ class Runtime:
                                     ("tool_call_id", _text_or_none("tool_call_id", tool_call_id)),
                                     ("timestamp", _text_or_none("timestamp", timestamp)),
                                     ("key", _text_or_none("key", key)),
-                                    ("metadata", metadata)) if v is not None]
+                                    ("metadata", _json_metadata(metadata))) if v is not None]
         return self._call("ctxrelay:turn_append(St, S, message(Role, C), Id, _Opts)",
                           S=session_id, Role=role, C=content, opts=opts)["Id"]
 
+    # Reads go straight to the bridge functions the Prolog predicates call
+    # (turn_get/4, history/4): the same implementation without the round trip
+    # through Prolog dicts, whose atom keys cannot carry every metadata key
+    # (a NUL is cut, Latin-1 keys do not decode).
     def turn(self, session_id: str, turn_id: int) -> Turn:
-        return _turn(self._call("ctxrelay:turn_get(St, S, T, X)", S=session_id, T=turn_id)["X"])
+        from . import bridge
+        return _turn(bridge.turn(self._live_store(), _session_arg(session_id),
+                                 _turn_arg("turn_id", turn_id)))
 
     def history(self, session_id: str, start: int = 1, end: int | None = None) -> list[Turn]:
-        if end is None:
-            turns = self._call("ctxrelay:history(St, S, from(B), L)", S=session_id, B=start)["L"]
-        else:
-            turns = self._call("ctxrelay:history(St, S, B-E, L)", S=session_id, B=start, E=end)["L"]
-        return [_turn(t) for t in turns]
+        from . import bridge
+        return [_turn(t) for t in bridge.history(
+            self._live_store(), _session_arg(session_id), _turn_arg("start", start),
+            None if end is None else _turn_arg("end", end))]
 
     def last(self, session_id: str, n: int) -> list[Turn]:
-        return [_turn(t) for t in
-                self._call("ctxrelay:history(St, S, last(N), L)", S=session_id, N=n)["L"]]
+        from . import bridge
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+        return [_turn(t) for t in bridge.last(self._live_store(), _session_arg(session_id), n)]
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The id of the turn appended with idempotency ``key``, or None."""
@@ -370,8 +404,17 @@ class Runtime:
             return bridge.record_tool_output(self._store, session_id, tool_name, args or {}, raw,
                                              opts)["scratch_id"]
         opts = [("freshness", freshness)] + ([("key", key)] if key is not None else [])
+        if args is not None and not isinstance(args, dict):
+            raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
+                                       f"{type(args).__name__}")
+        import json
+        try:
+            args_json = json.dumps(args or {}, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"args must be JSON-serialisable ({exc}); pass plain "
+                                       "dicts, lists, strings and numbers") from None
         return self._call("ctxrelay:tool_output_record(St, S, T, A, R, X, _Opts)", opts=opts,
-                          S=session_id, T=tool_name, A=dict(args or {}), R=raw)["X"]["scratch_id"]
+                          S=session_id, T=tool_name, A=args_json, R=raw)["X"]["scratch_id"]
 
     def scratch(self, session_id: str, scratch_id: str, *, raw: bool = False) -> Any:
         """The entry (summary, provenance, freshness), or with ``raw=True`` the whole output."""
@@ -379,8 +422,8 @@ class Runtime:
             from . import bridge
             entry = bridge.scratch_entry(self._store, session_id, scratch_id, True)
             return entry["raw"].encode("latin-1") if entry["raw_is_bytes"] else entry["raw"]
-        return _plain(self._call("ctxrelay:scratch_get(St, S, I, E)", S=session_id,
-                                 I=scratch_id)["E"])
+        return self._call("ctxrelay:scratch_get(St, S, I, E, [as(python)])", S=session_id,
+                          I=scratch_id)["E"]
 
     def pin(self, session_id: str, scratch_id: str) -> None:
         """Keep a tool output from eviction."""
@@ -412,8 +455,8 @@ class Runtime:
     def fact(self, key_or_id: str, *, namespace: str | None = None) -> dict[str, Any]:
         """One fact by id or key (any status)."""
         opts = [("namespace", namespace)] if namespace is not None else []
-        return _plain(self._call("ctxrelay:fact_get(St, K, F, _Opts)", opts=opts,
-                                 K=key_or_id)["F"])
+        return self._call("ctxrelay:fact_get(St, K, F, [as(python)|_Opts])", opts=opts,
+                          K=key_or_id)["F"]
 
     def ingest(self, paths_or_texts: Any, *, namespace: str | None = None,
                source_type: str | None = None, progress: bool | None = None) -> dict[str, Any]:
