@@ -807,3 +807,13 @@ def test_concurrent_puts_from_threads(tmp_path):
         assert stats.bytes == blob_bytes(s) <= 40_000
         assert stats.entries == sum(len(s.list(f"s{n}")) for n in range(4))
         assert s.check(grace_seconds=0).clean
+
+
+def test_latest_reads_the_newest_entries_oldest_first(tmp_path):
+    from ctxrelay.scratch import ScratchStore
+    store = ScratchStore(tmp_path / "scratch")
+    ids = [store.put("s", "t", {"i": i}, f"output {i}").scratch_id for i in range(7)]
+    store.put("other", "t", {}, "not mine")
+    assert [e.scratch_id for e in store.latest("s", 3)] == ids[-3:]
+    assert [e.scratch_id for e in store.latest("s", 50)] == ids
+    assert store.latest("s", 0) == [] and store.latest("nobody", 5) == []

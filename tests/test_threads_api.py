@@ -90,3 +90,23 @@ def test_prolog_predicates(tmp_path):
         "writeln(ok)" % (tmp_path / "store"))
     proc = run_swipl(["-g", "use_module(library(ctxrelay))", "-g", goal, "-t", "halt"])
     assert proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypatch):
+    import ctxrelay.turnlog as turnlog
+    monkeypatch.setattr(turnlog, "_THREADS_ASSIGNABLE", 3)
+    topics = ["zebra migration patterns in savanna parks", "quantum error correction codes",
+              "sourdough starter hydration levels", "medieval castle siege engines",
+              "coral reef bleaching temperatures"]
+    with Runtime(tmp_path / "store") as rt:
+        rt.create_session("s")
+        for text in topics:
+            rt.append("s", "user", f"tell me about {text}")
+        rt.append("s", "user", f"tell me about {topics[-1]}")     # the active topic rejoins
+        rt.derive("s", embedder="hashing")
+        rt.append("s", "user", f"tell me about {topics[0]}")      # five threads back: new thread
+        rt.derive("s", embedder="hashing")
+        ids = [rt.derived("s", t)["thread_id"] for t in range(1, 8)]
+        assert len(set(ids[:5])) == 5
+        assert ids[5] == ids[4]
+        assert ids[6] not in ids[:6]

@@ -254,7 +254,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
                             for t in window[-_RECENT_FOR_REFERENCES:]]
     info["scratch_recent"] = [] if scratch is None else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
-        for e in scratch.list(session_id)[-_RECENT_FOR_REFERENCES:]]
+        for e in scratch.latest(session_id, _RECENT_FOR_REFERENCES)]
     if any(u.kind == "scratch" for u in units.values()):
         _used("pointer")
     info["store_used"] = sorted(_STORE_USED.get())

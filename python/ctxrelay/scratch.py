@@ -1175,6 +1175,30 @@ class ScratchStore:
             return out
         return self._read(read)
 
+    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        """The session's ``n`` newest entries, oldest first: a backwards read of
+        the order index (bounded work, whatever the number of entries)."""
+        session_id = _check_session_id(session_id)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+        session_key = self._session_key(session_id)
+
+        def read(txn: Any) -> list[ScratchEntry]:
+            out: list[ScratchEntry] = []
+            cursor = txn.cursor(db=self._order)
+            if cursor.set_range(session_key + b"\xff" * 8):
+                positioned = cursor.prev()
+            else:
+                positioned = cursor.last()
+            while positioned and len(out) < n and cursor.key().startswith(session_key):
+                record = self._load(txn, session_key + cursor.value())
+                if record is not None:
+                    out.append(_entry(record))
+                positioned = cursor.prev()
+            out.reverse()
+            return out
+        return self._read(read)
+
     def most_recent(self, session_id: str, tool_type: str | None = None, *,
                     kind: str | None = None) -> ScratchEntry | None:
         """The newest entry of the session whose ``tool_name`` is ``tool_type``

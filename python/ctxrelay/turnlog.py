@@ -38,6 +38,7 @@ from .types import Turn
 
 _U64 = struct.Struct(">Q")
 _STATE_ITEMS = 8            # items kept per ThreadState list
+_THREADS_ASSIGNABLE = 256   # latest threads a new turn may join
 _ITEM_CHARS = 200           # characters kept per item
 _SHORT_TURN_TERMS = 3       # a user turn with fewer content terms continues the thread
 _SYNC_CHUNK = 128
@@ -240,7 +241,16 @@ class TurnLog(LmdbStore):
         prog = json.loads(txn.get(skey, db=self.dbs[b"progress"]) or
                           json.dumps({"derived_upto": 0, "model_id": embedder.model_id,
                                       "next_thread": 1, "active_thread": None}))
-        threads = self._load_threads(txn, skey)
+        # Bounded: the latest threads only (a topic dormant for longer starts a
+        # new thread; its turns stay reachable through recall), so deriving a
+        # chunk costs the same at turn 1,000 and at turn 1,000,000.
+        threads = self._load_threads(txn, skey, limit=_THREADS_ASSIGNABLE)
+        active = prog.get("active_thread")
+        if active and active not in threads:
+            raw = txn.get(skey + _U64.pack(int(active[1:])), db=self.dbs[b"threads"])
+            if raw is not None:
+                threads[active] = json.loads(raw)
+        touched: set[str] = set()
         centroids = {tid: np.frombuffer(txn.get(skey + _U64.pack(int(tid[1:])),
                                                 db=self.dbs[b"centroids"]), dtype=np.float32).copy()
                      for tid in threads}
@@ -260,6 +270,7 @@ class TurnLog(LmdbStore):
                 prog["derived_upto"] = turn.turn_id
                 continue
             thread_id = self._assign(turn, vec, threads, recent, join, previous_thread, prog)
+            touched.add(thread_id)
             info = threads[thread_id]
             info["turn_ids"].append(turn.turn_id)
             info["turn_count"] = info.get("turn_count", 0) + 1
@@ -282,7 +293,8 @@ class TurnLog(LmdbStore):
                                      "model_id": embedder.model_id}).encode(),
                     db=self.dbs[b"derived"])
             prog["derived_upto"] = turn.turn_id
-        for tid, info in threads.items():
+        for tid in touched:
+            info = threads[tid]
             num = _U64.pack(int(tid[1:]))
             txn.put(skey + num, json.dumps(info).encode(), db=self.dbs[b"threads"])
             txn.put(skey + num, centroids[tid].astype(np.float32).tobytes(), db=self.dbs[b"centroids"])
@@ -316,9 +328,18 @@ class TurnLog(LmdbStore):
                         "override": None}
         return tid
 
-    def _load_threads(self, txn: Any, skey: bytes) -> dict[str, dict[str, Any]]:
+    def _load_threads(self, txn: Any, skey: bytes,
+                      limit: int | None = None) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         cursor = txn.cursor(db=self.dbs[b"threads"])
+        if limit is not None:
+            # The ``limit`` latest-started threads, read backwards.
+            positioned = cursor.prev() if cursor.set_range(skey + b"\xff" * 8) else cursor.last()
+            while positioned and len(out) < limit and cursor.key().startswith(skey):
+                info = json.loads(cursor.value())
+                out[info["thread_id"]] = info
+                positioned = cursor.prev()
+            return out
         if cursor.set_range(skey):
             for key, value in cursor:
                 if not key.startswith(skey):
