@@ -1,6 +1,7 @@
 """Shared fixtures: the project root, the swipl launcher, a fresh store."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,25 @@ def run_swipl(args: list[str], *, cwd: Path | None = None, timeout: float = 300,
                           capture_output=True, text=True, timeout=timeout)
 
 
+@contextlib.contextmanager
+def mounted_tmpfs(mount_point: Path, size: str):
+    """A tmpfs of ``size`` at ``mount_point`` (needs root, as CI and the dev machines
+    are; skips the test otherwise); every store is closed before it is unmounted."""
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                           str(mount_point)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        from ctxrelay import scratch
+        from ctxrelay.transcript import close_all
+        close_all()
+        scratch.close_all()
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
@@ -30,4 +50,4 @@ def python_path_env() -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT / "python"), "PATH": os.environ.get("PATH", "")}
 
 
-__all__ = ["ROOT", "LAUNCHER", "run_swipl", "sys"]
+__all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl", "sys"]

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _crash_worker import doc_text, managed_message, tool_raw  # noqa: E402
 from test_transcript_durability import watchdog  # noqa: E402
+from conftest import mounted_tmpfs  # noqa: E402
 
 WORKER = HERE / "_crash_worker.py"
 POLICY = dict(embedder="hashing", max_context_tokens=4000, output_reserve=300)
@@ -460,20 +461,8 @@ def test_a_map_that_cannot_grow_raises_store_full_and_keeps_the_store(tmp_path, 
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A 2 MiB tmpfs (needs root, as CI and the dev machines are)."""
-    mount_point = tmp_path / "fs"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-                          capture_output=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "fs", "2m") as mount_point:
         yield mount_point
-    finally:
-        close_all()
-        from ctxrelay import scratch
-        scratch.close_all()
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
 def test_scratch_and_managed_turns_on_a_full_disk(tmpfs):

@@ -40,3 +40,13 @@ def test_promotion_off_and_plain_turns(rt):
     plain = rt.managed_turn("s", "thanks, what else is open?", **POLICY)
     assert plain.headers["CRP-Context-Promotions"] == 0
     assert rt.assemble("s", "anything", **POLICY).headers["CRP-Context-Promotions"] == 0
+
+
+def test_a_promoted_value_stays_in_its_session(rt):
+    rt.managed_turn("s", "call that the budget figure", **POLICY)
+    rt.create_session("other")
+    rt.append("other", "user", "hello")
+    mine = rt.assemble("s", "what is the budget figure for Q3 infrastructure?", **POLICY)
+    theirs = rt.assemble("other", "what is the budget figure for Q3 infrastructure?", **POLICY)
+    assert any("42,000" in m["content"] for m in mine.messages if m.get("name") == "knowledge")
+    assert not any("42,000" in m["content"] for m in theirs.messages)

@@ -21,6 +21,7 @@ PYTHON_DIR = HERE.parent / "python"
 WORKER = HERE / "_transcript_worker.py"
 sys.path.insert(0, str(HERE))
 from _transcript_worker import append_content, writer_content  # noqa: E402
+from conftest import mounted_tmpfs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -156,18 +157,8 @@ def test_concurrent_writers_and_readers(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1 MiB tmpfs (needs root, as CI and the dev machines are)."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                          capture_output=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "1m") as mount_point:
         yield mount_point
-    finally:
-        close_all()
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
 def test_a_full_disk_raises_store_full_and_the_store_still_opens(small_disk):

@@ -569,7 +569,11 @@ def has_knowledge(store: TranscriptStore) -> bool:
 
 def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:
     """Offer the facts of a router retrieval (``ctxrelay.router``) as units."""
-    items = [i for i in result.items if i.get("kind") == "fact"]
+    # A fact promoted from a session's own turns or tool outputs belongs to that
+    # session: other sessions of the namespace never see it in their packs.
+    items = [i for i in result.items if i.get("kind") == "fact"
+             and ((i.get("record") or {}).get("metadata") or {}).get("session_id")
+             in (None, cands.session_id)]
     out: dict[str, Any] = {"units": [], "facts": 0, "store_used": list(result.store_used),
                            "cache_hit": bool(result.cache_hit),
                            "retrieval_ms": round(float(result.retrieval_ms), 3)}
