@@ -3,6 +3,7 @@
             py_api/2,               % :Goal, +Culprit
             py_call_plain/2,        % +Call, -Result
             py_plain/2,             % +PythonValue, -PrologValue
+            py_bool/2,              % +Bool, -PyBool
             error_info/2            % +Error, -Info
           ]).
 :- use_module(library(janus)).
@@ -162,3 +163,11 @@ figure_pairs([K-V|T]) -->
     [ '  ~w = ~w'-[K, V] ],
     (   { T == [] } -> [] ; [nl] ),
     figure_pairs(T).
+
+%!  py_bool(+Bool, -PyBool) is semidet.
+%
+%   Prolog's true/false as Python's True/False (@true/@false): janus
+%   passes the atoms true and false to Python as the strings 'true' and
+%   'false'.
+py_bool(true, @true).
+py_bool(false, @false).

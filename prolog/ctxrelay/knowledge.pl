@@ -74,7 +74,7 @@ knowledge_ingest(Store0, Sources, Report, Options) :-
     option_dict(Options, [namespace, source_type], Opts0),
     (   option(progress(P), Options)
     ->  must_be(boolean, P),
-        ( P == true -> PyP = @true ; PyP = @false ),
+        py_bool(P, PyP),
         Opts = Opts0.put(progress, PyP)
     ;   Opts = Opts0
     ),

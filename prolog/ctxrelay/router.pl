@@ -142,7 +142,7 @@ retrieve(Store0, Access, Options, Result) :-
 %   lean result, and walking every item for @true/@false doubled the cost
 %   of a cache hit.  Records hold user JSON: they get the usual adapter.
 retrieve_dict(Store, Plan, Records, Culprit, Result) :-
-    (   Records == true -> PyRecords = @true ; PyRecords = @false ),
+    py_bool(Records, PyRecords),
     py_api(py_call('ctxrelay.bridge':route_plain(Store, Plan, PyRecords), Result0,
                    [py_string_as(string)]), Culprit),
     (   Records == true -> py_plain(Result0, Result1) ; Result1 = Result0 ),

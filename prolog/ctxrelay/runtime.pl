@@ -92,6 +92,7 @@ managed_turn(Session, Message, Result, Options) :-
                    [provider(Policy.provider), provider_options(Policy.provider_options)]),
         reply_options(Assembly, AssistantKey, ReplyOptions),
         turn_append(Store, Session, message(assistant, Reply), AssistantTurn, ReplyOptions),
+        record_references(Store, Session, UserTurn, Assembly),
         promote(Store, Session, Policy, UserTurn, AssistantTurn, Assembly, Promoted)
     ),
     length(Promoted, NPromoted),
@@ -102,17 +103,23 @@ managed_turn(Session, Message, Result, Options) :-
                             provider:Info.get(provider, ""),
                             usage:Info.get(usage, _{})}).
 
+%   record_references(+Store, +Session, +UserTurn, +Assembly)
+%
+%   The turns the user's message resolved its references to become its
+%   `references` field in the turn log.
+record_references(Store, Session, UserTurn, Assembly) :-
+    Refs = Assembly.status.referenced_turns,
+    (   Refs == []
+    ->  true
+    ;   py_api(py_call('ctxrelay.turnlog':api_set_references(Store, Session, UserTurn, Refs), _))
+    ).
+
 %   promote(+Store, +Session, +Policy, +UserTurn, +AssistantTurn, +Assembly, -Promoted)
 %
 %   After the reply is stored: durable values of the exchange move into
 %   the CKF (a tool result pinned or referenced twice, a value the user
 %   names, a statement reused across threads; never a volatile reading).
 promote(Store, Session, Policy, UserTurn, AssistantTurn, Assembly, Promoted) :-
-    Refs0 = Assembly.status.referenced_turns,
-    (   Refs0 == []
-    ->  true
-    ;   py_api(py_call('ctxrelay.turnlog':api_set_references(Store, Session, UserTurn, Refs0), _))
-    ),
     (   Policy.promotion == true
     ->  Refs = Assembly.status.referenced_turns,
         py_api(py_call_plain('ctxrelay.promotion':promote_managed_turn(
@@ -174,8 +181,9 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     knowledge_units(Store, Text, Analysis0, Policy, Cands1, Cands, Analysis),
     pack_units(Cands, Policy, Units0, Constraints0),
     Budget is Policy.input_budget - Cands.priming,
-    check_mandatory_fits(Units0, Constraints0, Budget, Policy, Cands),
-    blend_gate(Units0, Constraints0, Budget, Policy, Analysis, Units, Constraints, Tiers),
+    check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
+    Available is Budget - Mandatory,
+    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
     TimeLimit = Policy.time_limit,
     pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
     Pack = pack(Selected, Cost, Utility, Optimality),
@@ -356,14 +364,12 @@ coverage_texts(Cands, _, Texts) :-
 knowledge_method(drill_down, cdgr) :- !.
 knowledge_method(_, cdr).
 
-%   blend_gate(+Units0, +Constraints0, +Budget, +Policy, +Analysis, -Units, -Constraints, -Tiers)
+%   blend_gate(+Units0, +Constraints0, +Available, +Policy, +Analysis, -Units, -Constraints, -Tiers)
 %
-%   Each tier is offered up to its share of the budget the mandatory
-%   units leave (tier_gate/7); with tier_shares(false) every candidate
-%   is offered and the shares are only reported.
-blend_gate(Units0, Constraints0, Budget, Policy, Analysis, Units, Constraints, Tiers) :-
-    foldl(mandatory_cost, Units0, 0, Mandatory),
-    Available is max(0, Budget - Mandatory),
+%   Each tier is offered up to its share of Available, the budget the
+%   mandatory units leave (tier_gate/7); with tier_shares(false) every
+%   candidate is offered and the shares are only reported.
+blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers) :-
     tier_gate(Units0, Constraints0, Analysis.blend, Available, Gated, GatedCs, Tiers),
     (   Policy.tier_shares == true
     ->  Units = Gated, Constraints = GatedCs
@@ -390,10 +396,6 @@ candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands) :-
                   message_turn_id:MessageTurn},
     py_api(py_call_plain('ctxrelay.assembly':candidates(Store, Warm, Session, Text, PyOptions), Cands0), session(Session)),
     Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd}).
-
-%   Prolog's true/false become Python's True/False (not the strings).
-py_bool(true, @true).
-py_bool(false, @false).
 
 warm_store(Store, Policy, Warm) :-
     (   Policy.warm == true
@@ -534,7 +536,7 @@ message_may_fit(Text, Policy) :-
     ).
 
 %   The mandatory part alone must fit, else fail closed with the figures.
-check_mandatory_fits(Units, _Constraints, Budget, Policy, Cands) :-
+check_mandatory_fits(Units, Budget, Policy, Cands, Mandatory) :-
     foldl(mandatory_cost, Units, 0, Mandatory),
     (   Mandatory =< Budget
     ->  true

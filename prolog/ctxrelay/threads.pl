@@ -92,5 +92,3 @@ thread_state_set(Store0, Session, ThreadId, State) :-
                                                                  State), _),
            session(Session)).
 
-py_bool(true, @true).
-py_bool(false, @false).

@@ -489,9 +489,9 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     import time
 
     from .embed import get_embedder
-    from .turnlog import TurnLog
+    from .turnlog import turnlog_for
     embedder = get_embedder(options.get("embedder") or None)
-    log = TurnLog.open(Path(store.path) / "turnlog")
+    log = turnlog_for(store)
     t0 = time.perf_counter()
     log.sync(store, session_id, embedder)
     sync_ms = (time.perf_counter() - t0) * 1000
@@ -581,16 +581,22 @@ def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:
         return out
     top = max(max(float(i["score"]) for i in items), 1e-9)
     for item in items:
-        uid = f"f{item['id']}"
-        if uid in cands.units:
+        if f"f{item['id']}" in cands.units:
             continue
         fact = item.get("record") or {"fact_id": item["id"], "content": item.get("text", "")}
-        message = {"role": "user", "name": "knowledge", "content": knowledge_text(fact)}
-        unit = _add(cands.units, Unit(id=uid, kind="fact", turn_ids=[], variants={"verbatim": message},
-                                      features={"fact_id": item["id"],
-                                                "score": max(0.0, float(item["score"]) / top),
-                                                "role": item.get("role", "match"),
-                                                "source": fact.get("source_id") or ""}), cands.model)
+        unit = fact_unit(cands, fact, max(0.0, float(item["score"]) / top),
+                         role=item.get("role", "match"))
         out["units"].append(unit.summary())
     out["facts"] = len(out["units"])
     return out
+
+
+def fact_unit(cands: Candidates, fact: dict[str, Any], score: float, **features: Any) -> Unit:
+    """Add a CKF fact (Tier P) as a candidate: a user-role message named
+    ``knowledge``, so reference material never gains system authority."""
+    message = {"role": "user", "name": "knowledge", "content": knowledge_text(fact)}
+    return _add(cands.units, Unit(id=f"f{fact['fact_id']}", kind="fact", turn_ids=[],
+                                  variants={"verbatim": message},
+                                  features={"fact_id": fact["fact_id"], "score": score,
+                                            "source": fact.get("source_id") or "", **features}),
+                cands.model)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 from .textindex import tokenize
@@ -97,7 +96,7 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
     namespace.  The best fact of every sub-query scores 1.0 so that each
     sub-query is covered before any gets a second fact, budget allowing.
     """
-    from .assembly import Unit, _add, knowledge_text
+    from .assembly import fact_unit, has_knowledge
 
     mode = str(options.get("mode") or "document")
     seeds = conversation_seeds(cands.info.get("recent_turns", []), task) \
@@ -106,7 +105,7 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
     out: dict[str, Any] = {"units": [], "subqueries": queries, "coverage": [],
                            "store_used": [], "retrieval_ms": 0.0, "facts": 0}
     k = int(options.get("k", 0))
-    if k <= 0 or not queries or not (Path(store.path) / "ckf").is_dir():
+    if k <= 0 or not queries or not has_knowledge(store):
         return out
     from .bridge import fact_store_for
     facts = fact_store_for(store)
@@ -123,13 +122,7 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
         for rank, s in enumerate(scored):
             fact = s.fact.to_dict()
             score = 1.0 if rank == 0 else max(0.0, min(0.95, s.score / top if top > 0 else 0.0))
-            message = {"role": "user", "name": "knowledge", "content": knowledge_text(fact)}
-            unit = _add(cands.units, Unit(id=f"f{s.fact_id}", kind="fact", turn_ids=[],
-                                          variants={"verbatim": message},
-                                          features={"fact_id": s.fact_id, "score": score,
-                                                    "subquery": index, "novelty": s.novelty,
-                                                    "source": fact.get("source_id") or ""}),
-                        cands.model)
+            unit = fact_unit(cands, fact, score, subquery=index, novelty=s.novelty)
             out["units"].append(unit.summary())
             covered.append(fact["content"])
             ids.append(s.fact_id)

@@ -47,7 +47,6 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -525,8 +524,8 @@ def _open_defaults(store: Any, facts: Any, scratch: Any, turnlog: Any, embedder:
         from .embed import get_embedder
         embedder = get_embedder(embedder)
     if turnlog is None and use_turnlog:
-        from .turnlog import TurnLog
-        turnlog = TurnLog.open(Path(store.path) / "turnlog")
+        from .turnlog import turnlog_for
+        turnlog = turnlog_for(store)
     return facts, scratch, turnlog, embedder
 
 

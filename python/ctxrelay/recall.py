@@ -242,12 +242,19 @@ class Scored:
     score: float
 
 
-def score_turns(idx: _SessionIndex, query: str, dense: dict[int, float] | None) -> np.ndarray:
+def participants_of(idx: _SessionIndex) -> list[str]:
+    """The named speakers of the indexed turns (role names are not names)."""
+    return sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
+
+
+def score_turns(idx: _SessionIndex, query: str, dense: dict[int, float] | None,
+                participants: list[str] | None = None) -> np.ndarray:
     """The structure-aware score of every indexed turn for ``query`` (see the module doc)."""
     n = len(idx.ids)
     if n == 0:
         return np.zeros(0)
-    participants = sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
+    if participants is None:
+        participants = participants_of(idx)
     lexical_query = strip_names(query, participants)
     terms = list(dict.fromkeys(analyze(lexical_query)))
     terms = [t for t in terms if t not in QUESTION_WORDS] or terms
@@ -301,10 +308,6 @@ def score_turns(idx: _SessionIndex, query: str, dense: dict[int, float] | None) 
     return s + W_SITTING * sitting_score
 
 
-def participants_of(idx: _SessionIndex) -> list[str]:
-    return sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
-
-
 def recall(store: Any, session_id: str, query: str, *, upto: int,
            dense: Any = None, embedder: Any = None) -> tuple[list[Scored], dict[str, Any]]:
     """Turns ``1..upto`` of ``session_id`` ranked for ``query``, best first, with
@@ -318,9 +321,9 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
     idx = index_for(store).session(store, session_id, upto)
     info: dict[str, Any] = {"horizon_turns": len(idx.ids)}
     sims: dict[int, float] | None = None
+    names = participants_of(idx)
     if dense is not None:
         log, vec = dense
-        names = participants_of(idx)
         stripped = strip_names(query, names)
         if embedder is not None and stripped != query and stripped:
             vec = embedder.embed_batch([stripped])[0]
@@ -328,7 +331,7 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
         if len(ids):
             values = matrix @ np.asarray(vec, dtype=np.float32)
             sims = dict(zip(ids.tolist(), values.tolist()))
-    scores = score_turns(idx, query, sims)
+    scores = score_turns(idx, query, sims, names)
     out: list[Scored] = []
     if len(scores):
         top = float(scores.max()) or 1.0

@@ -76,24 +76,14 @@ def _result(r: dict[str, Any]) -> TurnResult:
                       assistant_turn=r.get("assistant_turn"))
 
 
-def _turn(record: dict[str, Any]) -> Turn:
-    record = _plain(record)
-    return Turn(**{k: record.get(k) for k in Turn.__dataclass_fields__ if k in record})
-
-
 def _check_encodable(value: Any, where: str = "argument") -> None:
     """Refuse text UTF-8 cannot hold before it reaches janus: a lone surrogate
     makes janus fail with a pending UnicodeEncodeError that breaks the next
     call too."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            from .errors import InvalidContentError
-            raise InvalidContentError(
-                f"{where} contains a lone surrogate U+{ord(value[exc.start]):04X} at index "
-                f"{exc.start}, which UTF-8 (and so the store) cannot hold; decode the source "
-                "bytes with errors='replace' or 'surrogatepass'-free text") from None
+        from .errors import InvalidContentError
+        from .transcript import _check_utf8
+        _check_utf8(value, where, InvalidContentError)
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_encodable(k, where)
@@ -101,18 +91,6 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     elif isinstance(value, (list, tuple)):
         for v in value:
             _check_encodable(v, where)
-
-
-def _session_arg(session_id: Any) -> str:
-    if not isinstance(session_id, str):
-        raise InvalidArgumentError(f"session_id must be a str, not {type(session_id).__name__}")
-    return session_id
-
-
-def _turn_arg(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{name} must be a 1-based turn id (an int >= 1), not {value!r}")
-    return value
 
 
 def _json_metadata(metadata: Any) -> Any:
@@ -222,26 +200,19 @@ class Runtime:
         return self._call("ctxrelay:turn_append(St, S, message(Role, C), Id, _Opts)",
                           S=session_id, Role=role, C=content, opts=opts)["Id"]
 
-    # Reads go straight to the bridge functions the Prolog predicates call
-    # (turn_get/4, history/4): the same implementation without the round trip
-    # through Prolog dicts, whose atom keys cannot carry every metadata key
-    # (a NUL is cut, Latin-1 keys do not decode).
+    # Reads go straight to the store the Prolog predicates read (turn_get/4,
+    # history/4 call the same TranscriptStore methods through the bridge): no
+    # round trip through Prolog dicts, whose atom keys cannot carry every
+    # metadata key (a NUL is cut, Latin-1 keys do not decode).  The store
+    # validates the arguments.
     def turn(self, session_id: str, turn_id: int) -> Turn:
-        from . import bridge
-        return _turn(bridge.turn(self._live_store(), _session_arg(session_id),
-                                 _turn_arg("turn_id", turn_id)))
+        return self._live_store().turn(session_id, turn_id)
 
     def history(self, session_id: str, start: int = 1, end: int | None = None) -> list[Turn]:
-        from . import bridge
-        return [_turn(t) for t in bridge.history(
-            self._live_store(), _session_arg(session_id), _turn_arg("start", start),
-            None if end is None else _turn_arg("end", end))]
+        return self._live_store().history(session_id, start, end)
 
     def last(self, session_id: str, n: int) -> list[Turn]:
-        from . import bridge
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
-        return [_turn(t) for t in bridge.last(self._live_store(), _session_arg(session_id), n)]
+        return self._live_store().last(session_id, n)
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The id of the turn appended with idempotency ``key``, or None."""

@@ -516,7 +516,8 @@ def _progress_bar(total: int, wanted: bool, desc: str) -> Any:
 
 # -- the functions library(ctxrelay) calls (plain values in and out) ----------------------
 
-def _log_for(store: Any) -> TurnLog:
+def turnlog_for(store: Any) -> TurnLog:
+    """The turn log kept beside a transcript store (``<store>/turnlog``)."""
     return TurnLog.open(Path(store.path) / "turnlog")
 
 
@@ -530,14 +531,14 @@ def api_derive(store: Any, session_id: str, embedder: str = "", recompute: bool 
     """Bring the session's derived fields up to date (or drop and re-derive them all)."""
     emb = _embedder(embedder)
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    log = _log_for(store)
+    log = turnlog_for(store)
     n = log.recompute(store, session_id, emb, progress=show) if recompute else \
         log.sync(store, session_id, emb, progress=show)
     return {"derived": n, "embedder": emb.model_id}
 
 
 def api_derived(store: Any, session_id: str, turn_id: int) -> Any:
-    d = _log_for(store).derived(session_id, int(turn_id))
+    d = turnlog_for(store).derived(session_id, int(turn_id))
     if d is None:
         return None
     return {"turn_id": d.turn_id, "thread_id": d.thread_id, "entities": list(d.entities),
@@ -547,12 +548,12 @@ def api_derived(store: Any, session_id: str, turn_id: int) -> Any:
 
 def api_threads(store: Any, session_id: str) -> list[dict[str, Any]]:
     store.session(session_id)                 # an unknown session is an error, not []
-    return [t.to_dict() for t in _log_for(store).threads(session_id)]
+    return [t.to_dict() for t in turnlog_for(store).threads(session_id)]
 
 
 def api_thread(store: Any, session_id: str, thread_id: str) -> dict[str, Any]:
     store.session(session_id)
-    return _log_for(store).thread(session_id, thread_id, store).to_dict()
+    return turnlog_for(store).thread(session_id, thread_id, store).to_dict()
 
 
 def api_set_thread_state(store: Any, session_id: str, thread_id: str,
@@ -566,7 +567,7 @@ def api_set_thread_state(store: Any, session_id: str, thread_id: str,
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidArgumentError(f"{name} must be a list of strings, not {value!r}")
     store.session(session_id)
-    log = _log_for(store)
+    log = turnlog_for(store)
     log.set_thread_state(session_id, thread_id, **state)
     return log.thread(session_id, thread_id, store).to_dict()
 
@@ -574,7 +575,7 @@ def api_set_thread_state(store: Any, session_id: str, thread_id: str,
 def api_set_references(store: Any, session_id: str, turn_id: int, references: list) -> bool:
     """Record the turns a message resolved its references to (after the turn log has
     derived it); a turn not derived yet is left alone (the next sync derives it)."""
-    log = _log_for(store)
+    log = turnlog_for(store)
     if log.derived(session_id, int(turn_id)) is None:
         return False
     log.set_references(session_id, int(turn_id), [int(r) for r in references])
