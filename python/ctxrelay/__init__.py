@@ -5,11 +5,19 @@ into module ``user``; :class:`Runtime` is the Python entry point.
 """
 from __future__ import annotations
 
-from . import _prolog
-from .errors import *  # noqa: F401,F403  (the exception classes are public API)
-from .errors import CtxRelayError, ContextOverflowError
-from .runtime import Runtime
-from .types import Hit, SessionInfo, SessionStats, Turn
+import os
+
+# Assembly does many small matrix-vector products (2,000 x 1,024 for dense
+# recall); OpenBLAS's thread pool made each one 60x slower on a busy 2-core
+# machine (7.7 ms against 0.12 ms on one thread).  Only effective when numpy
+# is not imported yet; a value the caller set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from . import _prolog  # noqa: E402
+from .errors import *  # noqa: F401,F403,E402  (the exception classes are public API)
+from .errors import CtxRelayError, ContextOverflowError  # noqa: E402
+from .runtime import Runtime  # noqa: E402
+from .types import Hit, SessionInfo, SessionStats, Turn  # noqa: E402
 
 __all__ = ["Runtime", "Turn", "Hit", "SessionInfo", "SessionStats",
            "CtxRelayError", "ContextOverflowError"]

@@ -106,6 +106,20 @@ _COST_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("cost_cap
 _MAX_TOKEN_BYTES = 1024       # no tokenizer in the registry has a longer token (cl100k: 128)
 # The primitives the assembly in progress read from (CRP-Context-Store-Used).
 _STORE_USED: contextvars.ContextVar[set[str]] = contextvars.ContextVar("store_used")
+# The model whose tokenizer the transcript's stored per-turn counts were made
+# with, for the assembly in progress (None: recount every turn).
+_STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
+    contextvars.ContextVar("stored_counts_model", default=None)
+
+
+def _stored_counts_model(store: TranscriptStore, model: str) -> str | None:
+    """``model`` when the store counted turns with its exact vocabulary, else None."""
+    from .transcript import DEFAULT_TOKENIZER
+    tokenizer = tok.resolve(model)
+    if store.tokenizer_name == DEFAULT_TOKENIZER and tokenizer.exact \
+            and tokenizer.name == "cl100k_base":
+        return model
+    return None
 
 
 def message_cost(message: dict[str, Any], model: str) -> tuple[int, bool]:
@@ -139,6 +153,10 @@ def _add(units: dict[str, Unit], unit: Unit, model: str) -> Unit:
 
 def _turn_unit(turn: Turn, kind: str, scratch: Any = None, **features: Any) -> Unit:
     message = _message_for_turn(turn)
+    seed_model = _STORED_COUNTS_MODEL.get()
+    if seed_model is not None and turn.tokens_exact:
+        # The transcript counted this content on append: no second BPE pass.
+        tok.remember_count(seed_model, turn.content, turn.tokens)
     scratch_id = turn.metadata.get("scratch_id") if isinstance(turn.metadata, dict) else None
     if scratch is not None and scratch_id and turn.role == "tool":
         message["content"], freshness = _gated_summary(scratch, turn, scratch_id)
@@ -191,6 +209,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     window_tokens = int(options["window_tokens"])
     _COST_CAP.set(window_tokens)
     _STORE_USED.set(set())
+    _STORED_COUNTS_MODEL.set(_stored_counts_model(store, model))
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
     groups: list[list[str]] = []
@@ -350,6 +369,8 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
     info["ms"] = round((time.perf_counter() - t0) * 1000, 3)
     _used("index")
     offered, count = 0, 0
+    loaded: dict[int, Turn] = {}
+    older = [item.turn_id for item in ranked if item.turn_id < window_start]
     for item in ranked:
         uid = f"t{item.turn_id}"
         if uid in units:
@@ -359,7 +380,12 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
             continue
         if count >= max_retrieved or offered >= _RETRIEVE_OVERSUPPLY * window_tokens:
             continue                                # still mark window turns' relevance
-        turn = store.turn(session_id, item.turn_id)
+        if item.turn_id not in loaded:
+            # One read for the next stretch of the ranking, not one per turn.
+            at = older.index(item.turn_id)
+            batch = [t for t in older[at:at + _READ_CHUNK] if t not in loaded]
+            loaded.update((t.turn_id, t) for t in store.turns(session_id, batch))
+        turn = loaded[item.turn_id]
         if turn.role == "system":
             continue
         added = _add_with_tool_family(store, session_id, turn, "retrieved", units, groups, model,
@@ -524,10 +550,8 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     resumed = best.thread_id != previous and bool(dormant)
     out["thread_resumed"] = resumed
     if resumed:
-        for tid in dormant[-_DORMANT_MAX:]:
-            if f"t{tid}" in units:
-                continue
-            turn = store.turn(session_id, tid)
+        wanted = [tid for tid in dormant[-_DORMANT_MAX:] if f"t{tid}" not in units]
+        for turn in store.turns(session_id, wanted):
             if turn.role == "tool" or _tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
             _add(units, _turn_unit(turn, "thread", scratch), model)

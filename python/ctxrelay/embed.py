@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import math
 import os
 import re
@@ -134,6 +135,47 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
             raise InvalidArgumentError(
                 f"text {i} is {type(t).__name__}, not str; convert it (str(x)) before embedding")
     return items
+
+
+class _VectorMemo:
+    """Vectors of recently embedded texts, per vector space (``model_id``).
+
+    Every turn of a conversation embeds the same recent turns again (the
+    coverage set of novelty, thread matching); a text's vector never
+    changes in one space.  Bounded: 4,096 texts of up to 4,096 characters
+    per space (16 MB at 1,024 dims), the oldest quarter dropped when full.
+    Rows are returned in a new array, so callers cannot alter the memo.
+    """
+
+    MAX_ENTRIES = 4096
+    MAX_CHARS = 4096
+
+    def __init__(self) -> None:
+        self._spaces: dict[str, dict[str, np.ndarray]] = {}
+
+    def embed(self, model_id: str, items: list[str], dim: int,
+              compute: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        memo = self._spaces.setdefault(model_id, {})
+        rows = [memo.get(t) for t in items]
+        missing = list(dict.fromkeys(t for t, r in zip(items, rows) if r is None))
+        if missing:
+            fresh = dict(zip(missing, compute(missing)))
+            rows = [fresh[t] if r is None else r for t, r in zip(items, rows)]
+            for t, v in fresh.items():
+                if len(t) <= self.MAX_CHARS:
+                    self._keep(memo, t, v.copy())   # not a view pinning the batch
+        if not rows:
+            return np.zeros((0, dim), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def _keep(self, memo: dict[str, np.ndarray], text: str, vector: np.ndarray) -> None:
+        if len(memo) >= self.MAX_ENTRIES:
+            for old in list(itertools.islice(memo, self.MAX_ENTRIES // 4)):
+                memo.pop(old, None)
+        memo[text] = vector
+
+
+_VECTORS = _VectorMemo()
 
 
 def _normalise_rows(m: np.ndarray) -> np.ndarray:
@@ -263,7 +305,9 @@ class HashingEmbedder:
         return idx, val
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        items = _check_texts(texts)
+        return _VECTORS.embed(self.model_id, _check_texts(texts), self.dim, self._embed)
+
+    def _embed(self, items: list[str]) -> np.ndarray:
         m = np.zeros((len(items), self.dim), dtype=np.float64)
         for row, text in enumerate(items):
             idx, val = self._features(text)
@@ -366,7 +410,9 @@ class MiniLMEmbedder:
             return self._model
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        items = _check_texts(texts)
+        return _VECTORS.embed(self.model_id, _check_texts(texts), self.dim, self._embed)
+
+    def _embed(self, items: list[str]) -> np.ndarray:
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         rows = [i for i, t in enumerate(items) if _WORD.search(t)]
         if rows:

@@ -34,7 +34,7 @@ import re
 import threading
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import snowballstemmer
@@ -236,8 +236,8 @@ def index_for(store: Any) -> RecallIndex:
         return _INDEXES.setdefault(str(store.path), RecallIndex())
 
 
-@dataclass(frozen=True)
-class Scored:
+class Scored(NamedTuple):
+    # A tuple: recall builds one per turn of the horizon on every query.
     turn_id: int
     score: float
 
@@ -247,9 +247,26 @@ def participants_of(idx: _SessionIndex) -> list[str]:
     return sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
 
 
-def score_turns(idx: _SessionIndex, query: str, dense: dict[int, float] | None,
+def _aligned(turn_ids: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` (given for ``ids``) at ``turn_ids``; NaN where a turn has none."""
+    out = np.full(len(turn_ids), np.nan)
+    if len(ids) == 0:
+        return out
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    at = np.minimum(np.searchsorted(sorted_ids, turn_ids), len(ids) - 1)
+    found = sorted_ids[at] == turn_ids
+    out[found] = values[order[at[found]]]
+    return out
+
+
+def score_turns(idx: _SessionIndex, query: str,
+                dense: tuple[np.ndarray, np.ndarray] | None,
                 participants: list[str] | None = None) -> np.ndarray:
-    """The structure-aware score of every indexed turn for ``query`` (see the module doc)."""
+    """The structure-aware score of every indexed turn for ``query`` (see the module doc).
+
+    ``dense`` is ``(turn_ids, cosines)`` for the turns that have a vector.
+    """
     n = len(idx.ids)
     if n == 0:
         return np.zeros(0)
@@ -272,8 +289,8 @@ def score_turns(idx: _SessionIndex, query: str, dense: dict[int, float] | None,
         norm = 1 - B + B * lengths[pos] / avgdl
         bm[pos] += idf * tf * (K1 + 1) / (tf + K1 * norm)
     s = bm / bm.max() if bm.max() > 0 else bm
-    if dense:
-        cos = np.array([dense.get(t, np.nan) for t in idx.ids], dtype=np.float64)
+    if dense is not None and len(dense[0]):
+        cos = _aligned(np.asarray(idx.ids, dtype=np.int64), *dense)
         known = ~np.isnan(cos)
         if known.any():
             lo, hi = float(np.nanmin(cos)), float(np.nanmax(cos))
@@ -330,17 +347,18 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
         ids, matrix = log._matrix(session_id)
         if len(ids):
             values = matrix @ np.asarray(vec, dtype=np.float32)
-            sims = dict(zip(ids.tolist(), values.tolist()))
+            sims = (ids, values)
     scores = score_turns(idx, query, sims, names)
     out: list[Scored] = []
     if len(scores):
         top = float(scores.max()) or 1.0
-        order = sorted(range(len(scores)), key=lambda i: (-scores[i], -idx.ids[i]))
-        out = [Scored(idx.ids[i], float(scores[i]) / top) for i in order]
+        turn_ids = np.asarray(idx.ids, dtype=np.int64)
+        order = np.lexsort((-turn_ids, -scores))      # best first, ties: newest
+        out = list(map(Scored._make, zip(turn_ids[order].tolist(), (scores[order] / top).tolist())))
     first = idx.ids[0] if idx.ids else upto + 1
     if first > 1:
-        hits = [h for h in store.search(session_id, query, k=50) if h.turn_id < first]
-        best = max((h.score for h in hits), default=0.0)
-        out.extend(Scored(h.turn_id, 0.5 * h.score / best) for h in hits if best > 0)
+        hits = [(t, score) for t, score in store.rank(session_id, query, k=50) if t < first]
+        best = max((score for _, score in hits), default=0.0)
+        out.extend(Scored(t, 0.5 * score / best) for t, score in hits if best > 0)
         info["older_hits"] = len(hits)
     return out, info

@@ -36,7 +36,6 @@ Ties are broken by the higher doc_id (for transcripts: the more recent turn).
 from __future__ import annotations
 
 import hashlib
-import heapq
 import itertools
 import math
 import re
@@ -46,6 +45,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from .errors import InvalidArgumentError
 
@@ -62,6 +63,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _POSTING = struct.Struct(">QII")      # doc_id, term frequency, document length
+_POSTING_DTYPE = np.dtype([("doc", ">u8"), ("tf", ">u4"), ("len", ">u4")])
 _NS_STATS = struct.Struct(">QQ")      # document count, total length
 _MAX_TERM_BYTES = 256                 # LMDB keys are at most 511 bytes
 _U32_MAX = 2**32 - 1
@@ -193,51 +195,62 @@ class TextIndex:
         are accepted, so a caller that must load a document to decide pays for
         few loads.
         """
-        scores = self._scores(txn, namespace, query, max_postings)
-        rank_key: Callable[[tuple[int, float]], tuple[float, int]] = (
-            lambda item: (-item[1], -item[0]))
+        ids, scores = self._scores(txn, namespace, query, max_postings)
+        # Best first, ties: the newest document (the larger id).
+        order = np.lexsort((-ids, -scores))
         if accept is None:
-            return heapq.nsmallest(k, scores.items(), key=rank_key)
+            order = order[:k]
+            return list(zip(ids[order].tolist(), scores[order].tolist()))
         accepted: list[tuple[int, float]] = []
-        for item in sorted(scores.items(), key=rank_key):
+        for doc_id, score in zip(ids[order].tolist(), scores[order].tolist()):
             if len(accepted) >= k:
                 break
-            if accept(item[0]):
-                accepted.append(item)
+            if accept(doc_id):
+                accepted.append((doc_id, score))
         return accepted
 
     def _scores(self, txn: Any, namespace: int, query: str,
-                max_postings: int | None = None) -> dict[int, float]:
-        """BM25 scores of the documents holding a query term.
+                max_postings: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 scores of the documents holding a query term: ``(doc ids, scores)``.
 
         With ``max_postings`` each term contributes its newest postings only
         (doc ids descending): a frequent term's list then costs a bounded read
         however long the history grows, while rare, discriminative terms,
         whose lists are short, are read whole.  idf still uses the full
-        document frequency.
+        document frequency.  The arithmetic is numpy's over the raw postings
+        (a query reads thousands of them); each document's terms are summed
+        in query order, as :func:`bm25_term` would one by one.
         """
         terms = list(dict.fromkeys(tokenize(query)))   # distinct, query order
         stats = self.stats(txn, namespace)
+        empty = np.zeros(0, dtype=np.int64), np.zeros(0)
         if not terms or not stats.doc_count:
-            return {}
+            return empty
         avgdl = stats.avgdl
         prefix = _U64.pack(namespace)
         cursor = txn.cursor(db=self._post)
-        scores: dict[int, float] = {}
+        parts: list[bytes] = []
+        idfs: list[np.ndarray] = []
         for term in terms:
             if not cursor.set_key(prefix + _term_bytes(term)):
                 continue
             df = cursor.count()
-            idf = bm25_idf(stats.doc_count, df)
             if max_postings is not None and df > max_postings:
                 cursor.last_dup()
-                values = itertools.islice(cursor.iterprev_dup(keys=False, values=True), max_postings)
+                values = list(itertools.islice(
+                    cursor.iterprev_dup(keys=False, values=True), max_postings))
             else:
-                values = cursor.iternext_dup(keys=False, values=True)
-            for value in values:
-                doc_id, tf, doc_len = _POSTING.unpack(value)
-                scores[doc_id] = scores.get(doc_id, 0.0) + idf * bm25_term(tf, doc_len, avgdl)
-        return scores
+                values = list(cursor.iternext_dup(keys=False, values=True))
+            parts.append(b"".join(values))
+            idfs.append(np.full(len(values), bm25_idf(stats.doc_count, df)))
+        if not parts:
+            return empty
+        post = np.frombuffer(b"".join(parts), dtype=_POSTING_DTYPE)
+        tf = post["tf"].astype(np.float64)
+        norm = 1.0 - B + B * (post["len"] / avgdl if avgdl else 0.0)
+        contrib = np.concatenate(idfs) * (tf * (K1 + 1.0) / (tf + K1 * norm))
+        ids, inverse = np.unique(post["doc"].astype(np.int64), return_inverse=True)
+        return ids, np.bincount(inverse, weights=contrib, minlength=len(ids))
 
 
 def _doc_key(namespace: int, doc_id: int) -> bytes:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -51,6 +52,7 @@ __all__ = [
     "framing_overhead",
     "register",
     "registered",
+    "remember_count",
     "resolve",
     "tool_calls_text",
     "unregister",
@@ -396,16 +398,70 @@ def _reset_caches() -> None:
     with _LOAD_LOCK:
         _offline_cl100k = _UNSET
         _file_cache.clear()
+        _MEMOS.clear()              # counts belong to the vocabulary they were made with
+        _exact_builtins.clear()
+
+
+class _CountMemo:
+    """Counts of recent texts for one encoding.
+
+    Assembly counts the same window turns on every turn of a conversation and
+    BPE dominates its cost; a text's count never changes, so it is kept.
+    Bounded in entries and in the length of a kept text (long texts are rare
+    and cheap to recount relative to their size).  Insertion-ordered dict:
+    the oldest quarter goes when it is full.
+    """
+
+    MAX_ENTRIES = 16384
+    MAX_CHARS = 16384
+
+    def __init__(self, enc: tiktoken.Encoding) -> None:
+        self._encode = enc.encode
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        n = self._counts.get(text)
+        if n is None:
+            # disallowed_special=() : "<|endoftext|>" in user text is plain text, not an error
+            n = len(self._encode(text, disallowed_special=()))
+            self.remember(text, n)
+        return n
+
+    def remember(self, text: str, n: int) -> None:
+        if len(text) > self.MAX_CHARS:
+            return
+        counts = self._counts
+        if len(counts) >= self.MAX_ENTRIES:
+            for old in list(itertools.islice(counts, self.MAX_ENTRIES // 4)):
+                counts.pop(old, None)
+        counts[text] = n
+
+
+# One memo per loaded vocabulary object (held here, so its id stays its own).
+_MEMOS: dict[int, tuple[tiktoken.Encoding, _CountMemo]] = {}
 
 
 def _tiktoken_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
-    encode = enc.encode
+    held = _MEMOS.get(id(enc))
+    if held is None:
+        held = _MEMOS.setdefault(id(enc), (enc, _CountMemo(enc)))
+    return held[1]
 
-    def counter(text: str) -> int:
-        # disallowed_special=() : "<|endoftext|>" in user text is plain text, not an error
-        return len(encode(text, disallowed_special=()))
 
-    return counter
+def remember_count(model_or_encoding: str, text: str, n: int) -> bool:
+    """Record that ``text`` is ``n`` tokens under the model's exact tokenizer.
+
+    For a count already made elsewhere with the same vocabulary (the
+    transcript stores each turn's cl100k_base count), so assembly does not
+    run BPE again.  Returns False, and records nothing, when the model's
+    tokenizer is not an exact built-in encoding.
+    """
+    counter = resolve(model_or_encoding).counter
+    if not isinstance(counter, _CountMemo) or isinstance(n, bool) or not isinstance(n, int) \
+            or n < 0:
+        return False
+    counter.remember(text, n)
+    return True
 
 
 # ----------------------------------------------------------------------- estimator
@@ -619,13 +675,30 @@ def _builtin(key: str, given: str) -> Tokenizer:
         "or pass strict=False to accept an estimate"))
 
 
+# Exact built-in resolutions by given name: assembly resolves the same model
+# hundreds of times a turn.  Only exact ones are kept, so a vocabulary file
+# placed later is still picked up by an estimating name; registered names
+# are looked up first, so registering one overrides an entry here.
+# The cache directory is part of the key: it is re-read when it changes.
+_exact_builtins: dict[tuple[str, str | None], Tokenizer] = {}
+
+
 def resolve(model_or_encoding: str) -> Tokenizer:
     """The :class:`Tokenizer` for a model or encoding name (registered names first)."""
+    memo_key = (model_or_encoding, os.environ.get("TIKTOKEN_CACHE_DIR"))
+    known = _exact_builtins.get(memo_key) if isinstance(model_or_encoding, str) else None
+    if known is not None and not _registry:
+        return known
     key = _key(model_or_encoding)
     tok = _registry.get(key)
     if tok is not None:
         return tok
-    return _builtin(key, model_or_encoding)
+    if known is not None:
+        return known
+    tok = _builtin(key, model_or_encoding)
+    if tok.exact and len(_exact_builtins) < 1024:
+        _exact_builtins[memo_key] = tok
+    return tok
 
 
 def available() -> dict[str, bool]:

@@ -8,8 +8,8 @@ Public API
 ``open_store(path, **kw)`` / ``close_all()``: one shared store per path per
 process.  ``TranscriptStore(path, *, map_size, readonly, token_counter)`` with
 ``create_session``, ``session``, ``sessions``, ``has_session``,
-``archive_session``, ``append``, ``turn``, ``history``, ``last``,
-``turn_count``, ``iter_turns``, ``search``, ``stats``, ``export_jsonl``,
+``archive_session``, ``append``, ``turn``, ``turns`` (many ids, one read), ``history``, ``last``,
+``turn_count``, ``iter_turns``, ``search``, ``rank``, ``stats``, ``export_jsonl``,
 ``import_jsonl``, ``close`` and the ``tokenizer_name`` property.
 
 Tokens: ``token_counter(text) -> (count, exact)``; by default tiktoken's
@@ -825,6 +825,31 @@ class TranscriptStore:
             return turn
         return self._read(read)
 
+    def turns(self, session_id: str, turn_ids: Iterable[int]) -> list[Turn]:
+        """The turns with these ids, in the order given, in one read (ids may repeat).
+
+        Raises UnknownTurnError naming the first id the session does not have.
+        """
+        session_id = _check_session_id(session_id)
+        if isinstance(turn_ids, (str, bytes)) or not isinstance(turn_ids, Iterable):
+            raise InvalidArgumentError(
+                f"turn_ids must be an iterable of ints such as [3, 4], got {turn_ids!r}")
+        ids = [_check_int(t, "turn_id", minimum=1) for t in turn_ids]
+
+        def read(txn: Any) -> list[Turn]:
+            session = self._require_session(txn, session_id)
+            out = []
+            for turn_id in ids:
+                turn = self._load_turn(txn, session, turn_id)
+                if turn is None:
+                    count = self._load_counters(txn, session.num).turns
+                    raise UnknownTurnError(
+                        f"session {session_id!r} has turns 1..{count}; turn {turn_id} does "
+                        "not exist, ask for turn_ids in that range")
+                out.append(turn)
+            return out
+        return self._read(read)
+
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The turn id appended with idempotency ``key``, or None (one point read)."""
         session_id = _check_session_id(session_id)
@@ -940,6 +965,20 @@ class TranscriptStore:
                                         max_postings=max_postings)
             return [_hit(load(turn_id), score) for turn_id, score in ranked]
         return self._read(read) if k else []
+
+    def rank(self, session_id: str, query: str, *, k: int = 10,
+             max_postings: int | None = SEARCH_MAX_POSTINGS) -> list[tuple[int, float]]:
+        """Like :meth:`search` without loading the turns: ``(turn_id, score)`` pairs, best first."""
+        session_id = _check_session_id(session_id)
+        if not isinstance(query, str):
+            raise InvalidArgumentError(
+                f"query must be a str, not {type(query).__name__}; pass the search text")
+        k = _check_int(k, "k", minimum=0)
+        if not k:
+            return []
+        return self._read(lambda txn: self._index.search(
+            txn, self._require_session(txn, session_id).num, query, k=k,
+            max_postings=max_postings))
 
     # -- stats ---------------------------------------------------------------
 

@@ -19,6 +19,7 @@ since the last call), so its cost follows new turns, not history length.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -465,8 +466,18 @@ class TurnLog(LmdbStore):
             state = ThreadState(info["thread_id"], **override)
         elif transcript is not None:
             ids = info["turn_ids"][-40:]          # the state of a topic lives in its recent turns
-            turns = [transcript.turn(session_id, t) for t in ids]
-            state = derive_state(info["thread_id"], turns)
+            # Turns never change: the same members always derive the same state.
+            memo_key = (getattr(transcript, "path", id(transcript)), session_id, info["thread_id"],
+                        tuple(ids))
+            derived = _STATE_MEMO.get(memo_key)
+            if derived is None:
+                derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
+                if len(_STATE_MEMO) >= _STATE_MEMO_MAX:
+                    _STATE_MEMO.pop(next(iter(_STATE_MEMO)))
+                _STATE_MEMO[memo_key] = derived
+            state = dataclasses.replace(derived, established=list(derived.established),
+                                        open_questions=list(derived.open_questions),
+                                        user_constraints=list(derived.user_constraints))
         else:
             state = ThreadState(info["thread_id"], last_active_turn=info["last_active_turn"])
         return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
@@ -505,6 +516,12 @@ class TurnLog(LmdbStore):
             rec["references"] = sorted({int(r) for r in references})
             txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
         self.write(write)
+
+
+# Derived thread states by (store path, session, thread, member turn ids); a
+# turn log serves the same few threads turn after turn.
+_STATE_MEMO: dict[tuple[Any, ...], ThreadState] = {}
+_STATE_MEMO_MAX = 512
 
 
 def _progress_bar(total: int, wanted: bool, desc: str) -> Any:

@@ -128,3 +128,21 @@ test(traversal_refused, error(ctxrelay(_, _), _)) :-
     scratch_raw(St, s, "../../etc/passwd", _).
 
 :- end_tests(ctxrelay_scratch).
+
+:- begin_tests(ctxrelay_recent_mentions).
+
+%   The per-turn memo gives the words mention_words/2 gives for the joined
+%   text, on a first read and on a second one served from the memo.
+test(union_per_turn_is_the_joined_text) :-
+    Turns = [_{content:"The etcd-quota was raised; certs rotated."},
+             _{content:"check sync.RWMutex usage\nand the backup window"},
+             _{content:""}],
+    findall(C, member(_{content:C}, Turns), Cs),
+    atomic_list_concat(Cs, '\n', All),
+    ctxrelay_references:mention_words(All, Expected),
+    ctxrelay_runtime:recent_mentions(Turns, First),
+    ctxrelay_runtime:recent_mentions(Turns, Second),
+    assertion(First == Expected),
+    assertion(Second == Expected).
+
+:- end_tests(ctxrelay_recent_mentions).
