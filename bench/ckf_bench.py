@@ -15,8 +15,9 @@ ann        ``search_ann(vector, k=10)`` p50/p95 at the store's ef_search and a s
            of ef, recall@10 against exact search, hnswlib's own share, and the
            brute-force baseline (numpy: all similarities, top 10) with its ratio.
 cdr, cdgr  ``cdr(vector, k=10)`` and ``cdgr(vector, k=10, hops=2)`` p50/p95; the first
-           walk after growth (the adjacency catching up) timed apart; the walk's
-           reads done naively through the vector index, for the ratio.
+           walk after growth (the adjacency, vector sketch and id arrays catching up)
+           timed apart, with the memory they hold; the walk's reads done naively
+           through the vector index, for the ratio.
 key        ``lookup_key`` p50 (µs) and the naive way (embed the key, ANN top 10, load
            the facts, keep the one with that key) with its hit rate.
 memory     RSS of the process and bytes on disk (LMDB, hnswlib files).
@@ -185,6 +186,16 @@ def measure(store: FactStore, data: np.ndarray, ids: list[str], qvecs: np.ndarra
     out["cdgr_k10_hops2"]["cpu_p50_ms"] = cpu_p50(lambda q: store.cdgr(q, k=10, hops=2),
                                                   qvecs, n_queries)
     out["cdr_k10"]["cpu_p50_ms"] = cpu_p50(lambda q: store.cdr(q, k=10), qvecs, n_queries)
+    mem = backend._mems["default"]
+    graph = mem.graph
+    out["cdgr_walk_memory_mb"] = {     # what the walk keeps in memory besides hnswlib's index
+        "sketch": round((mem.sketch.nbytes if mem.sketch is not None else 0) / 2**20, 1),
+        "adjacency": round(sum(a.nbytes for a in (graph._labels, graph._indptr, graph._nbrs,
+                                                  graph._w)) / 2**20, 1) if graph else 0.0,
+        "ids_and_heads": round((mem.id_seqs.nbytes + mem.id_names.nbytes
+                                + 85 * len(mem.id_names)           # the id strings
+                                + sum(a.nbytes for a in mem.name_index)
+                                + 33 * len(mem.id_seqs)) / 2**20, 1)}
     results = [store.cdgr(q, k=10, hops=2) for q in qvecs[:100]]
     out["cdgr_connectors_per_query"] = round(float(np.mean(
         [sum(r.role == "connector" for r in res) for res in results])), 2)

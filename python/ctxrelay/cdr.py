@@ -158,15 +158,23 @@ def coverage_scores(facts: np.ndarray, coverage: np.ndarray, weights: np.ndarray
     total = float(np.sum(weights)) if len(weights) else 0.0
     if coverage.shape[0] == 0 or total <= 0.0:
         return np.zeros(n, dtype=np.float64)
-    sims = facts.astype(np.float64) @ coverage.astype(np.float64).T
-    return sims @ np.asarray(weights, dtype=np.float64) / total
+    sims = _dots(facts, coverage)
+    return np.einsum("ik,k->i", sims, np.asarray(weights, dtype=np.float64)) / total
+
+
+def _dots(facts: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """float64 dot products of every row pair.  einsum, not BLAS: a BLAS kernel
+    rounds a row's products differently with the number of rows it is given, and
+    a fact's score must not depend on which other facts are scored with it."""
+    return np.einsum("ij,kj->ik", np.asarray(facts, dtype=np.float64),
+                     np.asarray(others, dtype=np.float64))
 
 
 def residual_pulls(facts: np.ndarray, residual: np.ndarray) -> np.ndarray:
     """Max cosine of each fact row to the residual rows; 0 without residuals."""
     if residual.shape[0] == 0:
         return np.zeros(facts.shape[0], dtype=np.float64)
-    return np.max(facts.astype(np.float64) @ residual.astype(np.float64).T, axis=1)
+    return np.max(_dots(facts, residual), axis=1)
 
 
 def novelty(coverage_score: np.ndarray | float, mode: str = "on") -> np.ndarray:

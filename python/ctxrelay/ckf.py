@@ -72,7 +72,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,6 +82,7 @@ import numpy as np
 from . import cdr as _cdr
 from .ckf_graph import (Adjacency, VectorIndex, anchor_reach, community_keywords, label_of,
                         leiden)
+from .ckf_sketch import VectorSketch
 from .embed import default_name, get_embedder
 from .errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
                      StoreError)
@@ -132,6 +133,7 @@ REBUILD_FRACTION = 0.20       # SPEC-009 §3.3
 AUTO_EF_MIN = 5000            # visible elements from which ef_search is tuned per index
 SAVE_EVERY = 1000             # index operations between snapshot saves (at least)
 ID_CACHE_ENTRIES = 1_000_000  # fact id <-> LMDB key pairs kept in memory (they never change)
+RECENT_IDS = 8192             # ids of the latest searches and walks kept per namespace
 DEFAULT_DEPTH = 0.5           # SPEC-024 §3.1: depth weight of a coverage entry not given one
 CHUNK_MAX_TOKENS = 512        # SPEC-009 §4.2
 FACT_MIN_TOKENS = 10          # SPEC-009 §2.1
@@ -507,6 +509,16 @@ class CKFBackend(ABC):
                           dtype=bool).reshape(len(anchor_ids), len(anchor_ids))
         return nodes, hop, product, linked
 
+    def similarity_bounds(self, namespace: str, fact_ids: Sequence[str], vectors: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Bounds on the dot products of the facts' stored vectors with ``vectors``
+        (rows), without reading the stored vectors: ``(approx, err)`` with
+        ``|stored[i] · vectors[k] - approx[i, k]| <= err[i, k]`` (``err`` is
+        ``inf`` where nothing is known).  None when the backend keeps nothing to
+        bound them with; the caller then reads the vectors (:meth:`vectors`).
+        """
+        return None
+
     @abstractmethod
     def graph(self, namespace: str) -> tuple[list[str], list[tuple[int, int]], list[float]]:
         """Retrievable facts (stable order) and their edges as index pairs + weights."""
@@ -543,6 +555,26 @@ class CKFBackend(ABC):
     def close(self) -> None: ...
 
 
+class _Candidates(dict):
+    """CDGR's connector candidates, ``id -> (approximate bridge value, row)``, with
+    the rows' bridged pair counts (``n_pairs``)."""
+
+    n_pairs: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Window:
+    """What a retrieval call scores facts against (SPEC-024): the coverage and
+    residual sets as vectors, the n-gram blacklist, the novelty mode, the time."""
+
+    coverage: np.ndarray
+    weights: np.ndarray
+    residual: np.ndarray
+    blacklist: set[tuple[str, ...]]
+    novelty: str
+    now: float
+
+
 # -- the native backend -----------------------------------------------------------
 
 class _FactDb(LmdbStore):
@@ -554,6 +586,47 @@ class _FactDb(LmdbStore):
     def text_index(self, prefix: str) -> TextIndex:
         """The BM25 index kept in this environment (its three databases are created once)."""
         return self.write(lambda txn: TextIndex(self._env, txn=txn, prefix=prefix))
+
+
+_HEAD_ROW = np.dtype([("id", f"S{_ID_LEN}"), ("status", "S1"), ("importance", ">f8"),
+                      ("modified", ">f8"), ("ttl", ">f8")])
+
+
+class _Heads:
+    """The scoring heads (status, importance, modified_at, ttl) of a namespace's
+    facts by seq, as of ``stamp`` (the namespace's ``last_mod``, which every write
+    that changes a record moves).  The writes of this backend mark the rows they
+    touch as not fresh (read from LMDB again) and move ``stamp`` along; any other
+    change of ``last_mod`` means a writer this backend did not see, and the heads
+    are read again whole."""
+
+    def __init__(self, seqs: np.ndarray, rows: np.ndarray, stamp: float) -> None:
+        self.seqs = seqs
+        self.status = np.array([_BYTE_STATUS.get(b, "") for b in rows["status"].tolist()],
+                               dtype=object)
+        self.importance = rows["importance"].astype(np.float64)
+        self.modified = rows["modified"].astype(np.float64)
+        self.ttl = rows["ttl"].astype(np.float64)
+        self.fresh = np.ones(len(seqs), dtype=bool)
+        self.stamp = stamp
+
+    def stale(self, seqs: Iterable[int]) -> None:
+        seqs = np.fromiter(seqs, dtype=np.int64)
+        if len(seqs) and len(self.seqs):
+            pos = np.minimum(np.searchsorted(self.seqs, seqs), len(self.seqs) - 1)
+            self.fresh[pos[self.seqs[pos] == seqs]] = False
+
+    def rows(self, seqs: np.ndarray) -> list[tuple[str, float, float, float | None] | None]:
+        """The heads of ``seqs`` (None where not held or not fresh)."""
+        if not len(self.seqs):
+            return [None] * len(seqs)
+        pos = np.minimum(np.searchsorted(self.seqs, seqs), len(self.seqs) - 1)
+        ok = (self.seqs[pos] == seqs) & self.fresh[pos]
+        ttl = self.ttl[pos]
+        return [(st, imp, mod, None if t != t else t) if good else None     # NaN: no TTL
+                for good, st, imp, mod, t in zip(
+                    ok.tolist(), self.status[pos].tolist(), self.importance[pos].tolist(),
+                    self.modified[pos].tolist(), ttl.tolist())]
 
 
 @dataclass
@@ -568,9 +641,19 @@ class _NsMem:
     ops_since_save: int = 0
     #: the similarity edges between visible facts, for walks (built on the first walk)
     graph: Adjacency | None = None
-    #: fact ids by seq as of the graph's build (sorted seqs, ids as 36-byte strings)
+    #: fact ids by seq as of the graph's build (sorted seqs; ids as str objects, so a
+    #: walk's few thousand names are one ``tolist``)
     id_seqs: np.ndarray | None = None
     id_names: np.ndarray | None = None
+    #: the ids of ``id_names`` sorted (as bytes), with their seqs
+    name_index: tuple[np.ndarray, np.ndarray] | None = None
+    #: int8 sketch of the visible facts' vectors, for CDGR's bounds (built on first use)
+    sketch: VectorSketch | None = None
+    #: scoring heads by seq (built with the graph)
+    heads: _Heads | None = None
+    #: id -> seq of the facts named by the latest searches and walks: a retrieval
+    #: asks about the ids it was just given, and a small dict stays in the CPU cache
+    recent: dict[str, int] = field(default_factory=dict)
 
 
 def _fkey(nid: int, seq: int) -> bytes:
@@ -615,6 +698,7 @@ class NativeBackend(CKFBackend):
         # fact id <-> LMDB key (ns + seq): fixed when a fact is added, so never stale.
         self._fkeys: dict[str, bytes] = {}
         self._names: dict[bytes, str] = {}
+        self._written: list[bytes] = []     # record keys put by the running write
         self.threads = max(1, int(threads))
         try:
             os.makedirs(self._hnsw_dir, exist_ok=True)
@@ -699,14 +783,52 @@ class NativeBackend(CKFBackend):
         if info is None:
             return [None] * len(fact_ids)
         nsb = _U64.pack(info["id"])
+        seqs = self._seqs_by_name(info["id"], fact_ids)
+        if seqs is not None:
+            keys = np.empty((len(seqs), 2), dtype=">u8")
+            keys[:, 0], keys[:, 1] = info["id"], np.maximum(seqs, 0)
+            buf = keys.tobytes()
+            found = [buf[16 * i:16 * i + 16] if s >= 0 else None
+                     for i, s in enumerate(seqs.tolist())]
+        else:
+            found = [None] * len(fact_ids)
         cached = self._fkeys.get
         out: list[bytes | None] = []
-        for fid in fact_ids:
-            fkey = cached(fid) if isinstance(fid, str) else None
+        for fid, fkey in zip(fact_ids, found):
             if fkey is None:
-                fkey = self._fkey_of(txn, info, fid)
+                fkey = cached(fid) if isinstance(fid, str) else None
+                if fkey is None:
+                    fkey = self._fkey_of(txn, info, fid)
             out.append(fkey if fkey is not None and fkey[:8] == nsb else None)
         return out
+
+    def _seqs_by_name(self, nid: int, fact_ids: Sequence[str]) -> np.ndarray | None:
+        """Seqs of ``fact_ids`` in namespace ``nid`` from its name index (-1 where it
+        has none: ids added since it was built, other namespaces, not ids), or
+        None when there is no index or too few ids to be worth it."""
+        if len(fact_ids) < 16:
+            return None
+        mem = next((m for m in self._mems.values() if m.nid == nid), None)
+        if mem is None or mem.name_index is None or not len(mem.name_index[0]):
+            return None
+        recent = mem.recent.get
+        try:
+            found = np.array([recent(f, -1) for f in fact_ids], dtype=np.int64)
+        except TypeError:           # an unhashable "id"
+            return None
+        miss = np.flatnonzero(found < 0)
+        if not len(miss):
+            return found
+        try:
+            wanted = np.array([fact_ids[i].encode() for i in miss.tolist()])
+        except (AttributeError, UnicodeEncodeError):
+            return None
+        if wanted.dtype.kind != "S" or wanted.dtype.itemsize != _ID_LEN:
+            return None             # a longer string would match the ids it starts with
+        names, seqs = mem.name_index
+        pos = np.minimum(np.searchsorted(names, wanted), len(names) - 1)
+        found[miss] = np.where(names[pos] == wanted, seqs[pos], -1)
+        return found
 
     def _name_of(self, txn: Any, fkey: bytes) -> str:
         """The fact id stored under ``fkey`` (which must exist)."""
@@ -917,24 +1039,45 @@ class NativeBackend(CKFBackend):
             hidden = np.fromiter(mem.hidden, dtype=np.int64, count=len(mem.hidden))
             keep = ~(np.isin(src, hidden) | np.isin(dst, hidden))
             src, dst, w = src[keep], dst[keep], w[keep]
-        # A walk names hundreds of facts: one array lookup, not an LMDB read each.
-        seqs: list[bytes] = []
-        names: list[bytes] = []
-        for key, value in _prefix_items(txn, self._db.dbs[b"facts"], nsb):
-            seqs.append(key[8:])
-            names.append(value[:_ID_LEN])
-        mem.id_seqs = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.int64)
-        mem.id_names = np.array(names, dtype=f"S{_ID_LEN}")
+        self._scan_facts(txn, mem)
         return Adjacency.from_edges(src, dst, w, gen=mem.applied_gen)
+
+    def _scan_facts(self, txn: Any, mem: _NsMem) -> None:
+        """Read the ids and scoring heads of every fact of the namespace in one pass.
+
+        A walk names hundreds of facts and scores hundreds: array lookups by seq,
+        not an LMDB read each (random reads into the map cost microseconds each),
+        and ids found by a sorted array, not the id cache's dict, which misses the
+        CPU cache on nearly every one of a walk's ids.
+        """
+        stamp = self._info_ro(txn, mem.name)["last_mod"]
+        seqs: list[bytes] = []
+        heads: list[bytes] = []
+        for key, value in _prefix_items(txn, self._db.dbs[b"facts"], _U64.pack(mem.nid)):
+            seqs.append(key[8:])
+            heads.append(value[:_JSON_AT])
+        rows = np.frombuffer(b"".join(heads), dtype=_HEAD_ROW)
+        mem.id_seqs = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.int64)
+        mem.id_names = np.array([n.decode() for n in rows["id"].tolist()], dtype=object)
+        order = np.argsort(rows["id"])
+        mem.name_index = (rows["id"][order], mem.id_seqs[order])
+        mem.heads = _Heads(mem.id_seqs, rows, stamp)
 
     def _ids_of(self, txn: Any, mem: _NsMem, seqs: np.ndarray) -> list[str]:
         """Fact ids of ``seqs`` (from the array built with the graph where it has them)."""
+        seqs = np.asarray(seqs, dtype=np.int64)
         out: list[str | None] = [None] * len(seqs)
         if mem.id_seqs is not None and len(mem.id_seqs) and len(seqs):
             pos = np.minimum(np.searchsorted(mem.id_seqs, seqs), len(mem.id_seqs) - 1)
             hit = mem.id_seqs[pos] == seqs
+            if hit.all():
+                names = mem.id_names[pos].tolist()
+                if len(mem.recent) > RECENT_IDS:
+                    mem.recent.clear()
+                mem.recent.update(zip(names, seqs.tolist()))
+                return names
             for i, name in zip(np.flatnonzero(hit).tolist(), mem.id_names[pos[hit]].tolist()):
-                out[i] = name.decode()
+                out[i] = name
         nsb = _U64.pack(mem.nid)
         return [name if name is not None else self._name_of(txn, nsb + _U64.pack(seq))
                 for name, seq in zip(out, seqs.tolist())]
@@ -951,20 +1094,8 @@ class NativeBackend(CKFBackend):
         graph = mem.graph
         if graph is None or graph.gen == mem.applied_gen:
             return graph
-        seqs: list[int] = []
-        start = _U64.pack(mem.nid) + _U64.pack(graph.gen + 1)
-        cursor = txn.cursor(db=self._db.dbs[b"ixlog"])
-        expect = graph.gen + 1
-        if cursor.set_range(start):
-            for key, value in cursor.iternext():
-                gen = _U64.unpack(key[8:])[0] if key[:8] == start[:8] else None
-                if gen is None or gen > mem.applied_gen:
-                    break
-                if gen != expect:
-                    break
-                seqs.append(_U64.unpack(value[1:9])[0])
-                expect += 1
-        if expect != mem.applied_gen + 1:
+        seqs = self._logged(txn, mem, graph.gen)
+        if seqs is None:
             mem.graph = self._build_graph(txn, mem)
             return mem.graph
         edges = txn.cursor(db=self._db.dbs[b"edges"])
@@ -979,17 +1110,85 @@ class NativeBackend(CKFBackend):
         graph.gen = mem.applied_gen
         return graph
 
+    def _logged(self, txn: Any, mem: _NsMem, since: int) -> list[int] | None:
+        """The seqs of the logged operations after generation ``since`` up to
+        ``mem.applied_gen``, or None when the log no longer holds them all."""
+        seqs: list[int] = []
+        start = _U64.pack(mem.nid) + _U64.pack(since + 1)
+        cursor = txn.cursor(db=self._db.dbs[b"ixlog"])
+        expect = since + 1
+        if cursor.set_range(start):
+            for key, value in cursor.iternext():
+                gen = _U64.unpack(key[8:])[0] if key[:8] == start[:8] else None
+                if gen is None or gen > mem.applied_gen:
+                    break
+                if gen != expect:
+                    break
+                seqs.append(_U64.unpack(value[1:9])[0])
+                expect += 1
+        return seqs if expect == mem.applied_gen + 1 else None
+
+    def _build_sketch(self, txn: Any, mem: _NsMem, chunk: int = 2048) -> VectorSketch:
+        """The sketch of every visible fact's stored vector, read in one pass."""
+        def chunks() -> Iterable[tuple[list[int], np.ndarray]]:
+            labels: list[int] = []
+            rows: list[bytes] = []
+            for key, value in _prefix_items(txn, self._db.dbs[b"vectors"], _U64.pack(mem.nid)):
+                seq = _U64.unpack(key[8:])[0]
+                if seq in mem.hidden:
+                    continue
+                labels.append(seq)
+                rows.append(value)
+                if len(labels) >= chunk:
+                    yield labels, np.frombuffer(b"".join(rows), dtype=np.float32)
+                    labels, rows = [], []
+            if labels:
+                yield labels, np.frombuffer(b"".join(rows), dtype=np.float32)
+        return VectorSketch.build(self.dim, chunks(), gen=mem.applied_gen)
+
+    def _sync_sketch(self, txn: Any, mem: _NsMem) -> VectorSketch | None:
+        """Bring ``mem.sketch`` (if built) up to ``mem.applied_gen``: a vector changes
+        only with a logged operation on its fact (add, re-embed, hide, unhide)."""
+        sketch = mem.sketch
+        if sketch is None or sketch.gen == mem.applied_gen:
+            return sketch
+        seqs = self._logged(txn, mem, sketch.gen)
+        if seqs is None:
+            mem.sketch = self._build_sketch(txn, mem)
+            return mem.sketch
+        vectors = self._db.dbs[b"vectors"]
+        put: list[int] = []
+        rows: list[bytes] = []
+        drop: list[int] = []
+        for seq in sorted(set(seqs)):
+            raw = None if seq in mem.hidden else txn.get(_fkey(mem.nid, seq), db=vectors)
+            if raw is None:
+                drop.append(seq)
+            else:
+                put.append(seq)
+                rows.append(raw)
+        sketch.update(put, np.frombuffer(b"".join(rows), dtype=np.float32)
+                      .reshape(len(rows), self.dim), drop)
+        sketch.gen = mem.applied_gen
+        return sketch
+
     def _settle_graph(self, txn: Any, mem: _NsMem) -> None:
-        """Catch the graph up, or drop it when far behind (one scan at the next walk
-        is cheaper than re-reading that many rows one by one)."""
+        """Catch the graph and the sketch up, or drop them when far behind (one scan
+        at the next walk is cheaper than re-reading that many rows one by one)."""
         graph = mem.graph
         if graph is not None and mem.applied_gen - graph.gen > max(1000, len(graph) // 10):
             mem.graph = None
+        sketch = mem.sketch
+        if sketch is not None and mem.applied_gen - sketch.gen > max(1000, len(sketch) // 10):
+            mem.sketch = None
         self._sync_graph(txn, mem)
+        self._sync_sketch(txn, mem)
 
     def _walk_graph(self, txn: Any, mem: _NsMem) -> Adjacency:
         if mem.graph is None:
             mem.graph = self._build_graph(txn, mem)
+        elif mem.heads is None or mem.heads.stamp != self._info_ro(txn, mem.name)["last_mod"]:
+            self._scan_facts(txn, mem)      # a write this backend did not make
         return self._sync_graph(txn, mem)
 
     def _prune(self, txn: Any, info: dict[str, Any], upto: int) -> None:
@@ -1013,6 +1212,7 @@ class NativeBackend(CKFBackend):
             mem.index.save(self._index_path(mem.nid))
             self._settle_graph(txn, old)
             mem.graph, mem.id_seqs, mem.id_names = old.graph, old.id_seqs, old.id_names
+            mem.sketch, mem.name_index, mem.heads = old.sketch, old.name_index, old.heads
             self._prune(txn, info, info["gen"])
             info["saved_gen"] = info["gen"]
             info["changed"] = 0
@@ -1031,6 +1231,7 @@ class NativeBackend(CKFBackend):
             json.loads(raw[_JSON_AT:])
 
     def _put_record(self, txn: Any, fkey: bytes, fact_id: str, rec: dict[str, Any]) -> None:
+        self._written.append(fkey)
         ttl = rec.get("ttl_seconds")
         head = _HEAD.pack(rec["importance"], rec["modified_at"], math.nan if ttl is None else ttl)
         txn.put(fkey, fact_id.encode() + _STATUS_BYTE[rec["status"]] + head +
@@ -1152,10 +1353,12 @@ class NativeBackend(CKFBackend):
         def run(txn: Any) -> Any:
             info = self._info_for_write(txn, namespace)
             mem = self._mem(txn, namespace, info)
-            state["before"] = info["gen"]
+            state["before"], state["mod_before"] = info["gen"], info["last_mod"]
+            self._written = []
             result = fn(txn, info, mem)
             self._put_info(txn, namespace, info)
             state["mem"], state["after"], state["direct"] = mem, info["gen"], result
+            state["mod_after"] = info["last_mod"]
             return result
 
         with self._lock:
@@ -1166,6 +1369,13 @@ class NativeBackend(CKFBackend):
                     undo()
                 raise
             mem = state["mem"]
+            heads = mem.heads
+            if heads is not None:       # the records this write changed are read again
+                if heads.stamp == state["mod_before"]:
+                    heads.stale(_U64.unpack(k[8:])[0] for k in self._written)
+                    heads.stamp = state["mod_after"]
+                else:
+                    mem.heads = None
             if isinstance(result, _Applied):
                 mem.applied_gen = state["after"]
                 mem.ops_since_save += state["after"] - state["before"]
@@ -1387,19 +1597,37 @@ class NativeBackend(CKFBackend):
                                                                           float | None] | None]:
         def fn(txn: Any) -> list[Any]:
             info = self._info_ro(txn, namespace)
-            facts = self._db.dbs[b"facts"]
-            get, head, status = txn.get, _HEAD.unpack_from, _BYTE_STATUS
-            out: list[Any] = []
-            for fkey in self._fkeys_of(txn, info, fact_ids):
-                if fkey is None:
-                    out.append(None)
-                    continue
-                raw = get(fkey, db=facts)
-                imp, mod, ttl = head(raw, _ID_LEN + 1)
-                out.append((status[raw[_ID_LEN:_ID_LEN + 1]], imp, mod,
-                            None if ttl != ttl else ttl))     # NaN: no TTL
+            mem = self._mems.get(namespace)
+            heads = None if mem is None or info is None else mem.heads
+            seqs = None
+            if heads is not None and heads.stamp == info["last_mod"]:
+                seqs = self._seqs_by_name(mem.nid, fact_ids)
+            if seqs is None:
+                return self._heads_of(txn, info, fact_ids)
+            out = heads.rows(seqs)
+            missing = [i for i, r in enumerate(out) if r is None]
+            if missing:
+                for i, r in zip(missing, self._heads_of(txn, info,
+                                                        [fact_ids[i] for i in missing])):
+                    out[i] = r
             return out
         return self._db.read(fn)
+
+    def _heads_of(self, txn: Any, info: dict[str, Any] | None,
+                  fact_ids: Sequence[str]) -> list[tuple[str, float, float, float | None] | None]:
+        """:meth:`scoring` read from the records."""
+        facts = self._db.dbs[b"facts"]
+        get, head, status = txn.get, _HEAD.unpack_from, _BYTE_STATUS
+        out: list[Any] = []
+        for fkey in self._fkeys_of(txn, info, fact_ids):
+            if fkey is None:
+                out.append(None)
+                continue
+            raw = get(fkey, db=facts)
+            imp, mod, ttl = head(raw, _ID_LEN + 1)
+            out.append((status[raw[_ID_LEN:_ID_LEN + 1]], imp, mod,
+                        None if ttl != ttl else ttl))     # NaN: no TTL
+        return out
 
     def vectors(self, namespace: str, fact_ids: Sequence[str]) -> np.ndarray:
         def fn(txn: Any) -> np.ndarray:
@@ -1442,10 +1670,7 @@ class NativeBackend(CKFBackend):
             if mem is None:
                 return []
             labels, sims = mem.index.search(vector, k)
-            nsb = _U64.pack(mem.nid)
-            name = self._name_of
-            return [(name(txn, nsb + _U64.pack(l)), s)
-                    for l, s in zip(labels[0].tolist(), sims[0].tolist())]
+            return list(zip(self._ids_of(txn, mem, labels[0]), sims[0].tolist()))
         with self._lock:
             return self._db.read(fn)
 
@@ -1528,6 +1753,24 @@ class NativeBackend(CKFBackend):
                 if b in col:
                     linked[col[visible[a]], col[b]] = True
             return self._ids_of(txn, mem, labels), hop, product, linked
+        with self._lock:
+            return self._db.read(fn)
+
+    def similarity_bounds(self, namespace: str, fact_ids: Sequence[str], vectors: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray] | None:
+        def fn(txn: Any) -> tuple[np.ndarray, np.ndarray] | None:
+            mem = self._mem(txn, namespace)
+            if mem is None:
+                return None
+            if mem.sketch is None:
+                mem.sketch = self._build_sketch(txn, mem)
+            sketch = self._sync_sketch(txn, mem)
+            info = self._info_ro(txn, namespace)
+            seqs = self._seqs_by_name(mem.nid, fact_ids)
+            if seqs is None or (seqs < 0).any():
+                seqs = np.array([-1 if fkey is None else _U64.unpack(fkey[8:])[0]
+                                 for fkey in self._fkeys_of(txn, info, fact_ids)], np.int64)
+            return sketch.dots(seqs, vectors)
         with self._lock:
             return self._db.read(fn)
 
@@ -2350,11 +2593,9 @@ class FactStore:
             weights.append(w)
         return texts, vecs, weights
 
-    def _score(self, ns: str, ids: Sequence[str], rows: Sequence[tuple[str, float, float, Any]],
-               relevance: np.ndarray, coverage: Any, residual: Any, recent_outputs: Any,
-               novelty: str, now: float | None) -> dict[str, np.ndarray]:
-        """The CDR terms of facts given their :meth:`CKFBackend.scoring` rows; vectors
-        are read only for a coverage or residual set, contents only for the n-gram guard."""
+    def _window(self, coverage: Any, residual: Any, recent_outputs: Any, novelty: str,
+                now: float | None) -> _Window:
+        """The request's side of the CDR terms, embedded once per call."""
         _cdr.check_novelty_mode(novelty)
         ctexts, cvecs, cw = self._entries(coverage, "coverage")
         rtexts, rvecs, _ = self._entries(residual, "residual")
@@ -2367,23 +2608,32 @@ class FactStore:
                        dtype=np.float32).reshape(-1, dim)
         if isinstance(recent_outputs, str):
             recent_outputs = [recent_outputs]
-        blacklist = _cdr.ngram_blacklist(recent_outputs or ())
-        now = self._clock() if now is None else float(now)
+        return _Window(cov, np.asarray(cw, dtype=np.float64), res,
+                       _cdr.ngram_blacklist(recent_outputs or ()), novelty,
+                       self._clock() if now is None else float(now))
+
+    def _score(self, ns: str, ids: Sequence[str], rows: Sequence[tuple[str, float, float, Any]],
+               relevance: np.ndarray, win: _Window,
+               vecs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The CDR terms of facts given their :meth:`CKFBackend.scoring` rows; vectors
+        (``vecs`` if given) are read only for a coverage or residual set, contents
+        only for the n-gram guard."""
         n = len(ids)
-        if len(cov) or len(res):
-            vecs = self.backend.vectors(ns, ids)
-            coverage_s = _cdr.coverage_scores(vecs, cov, np.asarray(cw))
-            pull = _cdr.residual_pulls(vecs, res)
+        if len(win.coverage) or len(win.residual):
+            if vecs is None:
+                vecs = self.backend.vectors(ns, ids)
+            coverage_s = _cdr.coverage_scores(vecs, win.coverage, win.weights)
+            pull = _cdr.residual_pulls(vecs, win.residual)
         else:
             coverage_s, pull = np.zeros(n), np.zeros(n)
-        if blacklist:
-            ngp = np.array([_cdr.ngram_penalty(_cdr.ngram_overlap(f.content, blacklist))
+        if win.blacklist:
+            ngp = np.array([_cdr.ngram_penalty(_cdr.ngram_overlap(f.content, win.blacklist))
                             for f in self.backend.get(ns, ids)], dtype=np.float64)
         else:
             ngp = np.zeros(n)
         return {"relevance": np.asarray(relevance, dtype=np.float64), "coverage": coverage_s,
-                "pull": pull, "novelty": _cdr.novelty(coverage_s, novelty),
-                "recency": np.array([self._recency(r[0], r[2], r[3], now) for r in rows],
+                "pull": pull, "novelty": _cdr.novelty(coverage_s, win.novelty),
+                "recency": np.array([self._recency(r[0], r[2], r[3], win.now) for r in rows],
                                     dtype=np.float64),
                 "ngram": ngp, "importance": np.array([r[1] for r in rows], dtype=np.float64)}
 
@@ -2411,13 +2661,11 @@ class FactStore:
         k = _check_count("k", k, 0)
         ns = _check_namespace(namespace)
         q = self._query_vector(query)
-        return self._rank(q, ns, coverage, residual, recent_outputs, k, novelty,
-                         min_relevance, candidates, now)
+        return self._rank(q, ns, self._window(coverage, residual, recent_outputs, novelty, now),
+                          k, min_relevance, candidates)
 
-    def _rank(self, q: np.ndarray, ns: str, coverage: Any, residual: Any, recent: Any, k: int,
-             novelty: str, min_relevance: float | None, candidates: int | None,
-             now: float | None, role: str = "anchor") -> list[ScoredFact]:
-        _cdr.check_novelty_mode(novelty)
+    def _rank(self, q: np.ndarray, ns: str, win: _Window, k: int, min_relevance: float | None,
+              candidates: int | None, role: str = "anchor") -> list[ScoredFact]:
         gate = self.min_relevance if min_relevance is None else \
             _check_fraction("min_relevance", min_relevance, -1.0, 1.0)
         pool = max(4 * k, 50) if candidates is None else _check_count("candidates", candidates, 1)
@@ -2433,7 +2681,7 @@ class FactStore:
         relevance = np.array([hits[i][1] for i in keep])
         ids = [ids[i] for i in keep]
         rows = [rows[i] for i in keep]
-        t = self._score(ns, ids, rows, relevance, coverage, residual, recent, novelty, now)
+        t = self._score(ns, ids, rows, relevance, win)
         scores = _cdr.cdr_scores(t["importance"], t["relevance"], t["pull"], t["novelty"],
                                  t["recency"], t["ngram"])
         order = sorted(range(len(ids)), key=lambda i: (-scores[i], -t["relevance"][i], ids[i]))
@@ -2468,60 +2716,46 @@ class FactStore:
         budget = _check_fraction("connector_budget", connector_budget, 0.0, 0.5)
         ns = _check_namespace(namespace)
         q = self._query_vector(query)
+        win = self._window(coverage, residual, recent_outputs, novelty, now)
         if k == 0:
             return []
         n_anchor, n_conn = _cdr.split_budget(k, budget)
-        anchors = self._rank(q, ns, coverage, residual, recent_outputs, n_anchor, novelty,
-                            min_relevance, None, now)
+        anchors = self._rank(q, ns, win, n_anchor, min_relevance, None)
         if len(anchors) < 2 or n_conn == 0 or hops == 0:
             return anchors
         anchor_ids = [a.fact_id for a in anchors]
         nodes, hop, product, linked = self.backend.anchor_reach(ns, anchor_ids, hops)
-        if not nodes:
+        if not len(nodes):
             return anchors
-        # SPEC-025 §2.4 for every fact reaching 2+ anchors: the anchor pairs it
-        # reaches minus those joined by an edge, times its mean strength.  Strengths
-        # are Python floats: numpy's vectorised pow may differ from libm's in the
-        # last bit, and the results must not depend on which one ran.
-        reached = hop > 0
-        n_reached = reached.sum(axis=1)
         link = (linked | linked.T) & ~np.eye(len(anchor_ids), dtype=bool)
-        linked_pairs = ((reached.astype(np.int64) @ link.astype(np.int64)) * reached).sum(1) // 2
-        n_pairs = (n_reached * (n_reached - 1) // 2 - linked_pairs).tolist()
-        strength = [[pj ** (1.0 / hj) for hj, pj in zip(hrow, prow) if hj]
-                    for hrow, prow in zip(hop.tolist(), product.tolist())]
-        multi = sorted(zip((-n for n in n_reached.tolist()), (-max(x) for x in strength),
-                           nodes, range(len(nodes))))
-        bridged: dict[str, tuple[float, int]] = {}
-        for *_, r in multi[:_cdr.MAX_CONNECTOR_CANDIDATES]:
-            value = n_pairs[r] * (sum(strength[r]) / len(strength[r]))
-            if value > 0:
-                bridged[nodes[r]] = (value, r)
+        bridged = self._bridged(nodes, hop, product, link)
         if not bridged:
             return anchors
         ids = sorted(bridged)
-        relevance = self.backend.vectors(ns, ids) @ q
-        rows = self.backend.scoring(ns, ids)
-        t = self._score(ns, ids, rows, relevance, coverage, residual, recent_outputs,
-                        novelty, now)
-        # the products of the per-fact loop this replaced, in its order (same floats)
-        values = np.array([bridged[node][0] for node in ids], dtype=np.float64)
-        scores = (values * t["novelty"] * t["recency"] *
-                  np.maximum(t["relevance"], self.min_connector_relevance)).tolist()
-        scored = [(score, node, i) for i, (score, node) in enumerate(zip(scores, ids))
-                  if score > 0]
-        scored.sort(key=lambda s: (-s[0], s[1]))
-        chosen = scored[:n_conn]
+        n_pairs = bridged.n_pairs
+        exact: dict[str, tuple[float, list[float]]] = {}
+
+        def value_of(node: str) -> float:
+            """The exact bridge value (Python strengths) of a candidate."""
+            if node not in exact:
+                r = bridged[node][1]
+                strength = [p ** (1.0 / h) for h, p in
+                            zip(hop[r].tolist(), product[r].tolist()) if h]
+                exact[node] = (int(n_pairs[r]) * (sum(strength) / len(strength)), strength)
+            return exact[node][0]
+
+        chosen, t = self._connectors(q, ns, win, ids,
+                                     np.array([bridged[x][0] for x in ids]), value_of, n_conn)
         facts = dict(zip([c[1] for c in chosen], self.backend.get(ns, [c[1] for c in chosen])))
         rank = {a: i for i, a in enumerate(anchor_ids)}
         by_id = {a.fact_id: a for a in anchors}
         placed: list[tuple[str, tuple[str, str]]] = []
         touched: dict[str, dict[str, _cdr.Reach]] = {}
         for score, node, i in chosen:
-            r = bridged[node][1]
+            r, strength = bridged[node][1], exact[node][1]
             touched[node] = dict(zip((a for a, h in zip(anchor_ids, hop[r]) if h),
                                      (_cdr.Reach(int(h), s) for h, s in
-                                      zip(hop[r][hop[r] > 0], strength[r]))))
+                                      zip(hop[r][hop[r] > 0], strength))))
             pairs = [(a, b) for x, a in enumerate(touched[node])
                      for b in list(touched[node])[x + 1:] if not link[rank[a], rank[b]]]
             best = min(pairs, key=lambda p: (max(rank[p[0]], rank[p[1]]),
@@ -2531,12 +2765,114 @@ class FactStore:
                 facts[node], score, float(t["relevance"][i]), role="connector",
                 novelty=float(t["novelty"][i]), recency=float(t["recency"][i]),
                 coverage=float(t["coverage"][i]), residual_pull=float(t["pull"][i]),
-                ngram_penalty=float(t["ngram"][i]), bridge=bridged[node][0],
+                ngram_penalty=float(t["ngram"][i]), bridge=exact[node][0],
                 bridges=tuple(tuple(p) for p in pairs),
                 hops=min(r.hops for r in touched[node].values()))
         order = _cdr.assemble_order(
             anchor_ids, placed, distance=lambda c, a: touched[c][a].hops if a in touched[c] else 99)
         return [by_id[x] for x in order]
+
+    @staticmethod
+    def _bridged(nodes: Sequence[str], hop: np.ndarray, product: np.ndarray,
+                 link: np.ndarray) -> "_Candidates":
+        """SPEC-025 §2.4 for the connector candidates: ``node -> (bridge value, row)``
+        for those with a positive value, the value from numpy's strengths (within
+        ``1e-12`` of the exact one; the caller asks :meth:`cdgr`'s ``value_of`` for
+        exact values where they decide something).
+
+        The candidates are the ``MAX_CONNECTOR_CANDIDATES`` rows reaching the
+        most anchors, by strongest way to one of them, then by id.  A value is
+        the anchor pairs a row reaches minus those joined by an edge, times its
+        mean strength.  Strengths that decide the cut are Python floats: numpy's
+        vectorised pow may differ from libm's in the last bit, and the results
+        must not depend on which one ran.
+        """
+        reached = hop > 0
+        n_reached = reached.sum(axis=1)
+        linked_pairs = ((reached.astype(np.int64) @ link.astype(np.int64)) * reached).sum(1) // 2
+        n_pairs = n_reached * (n_reached - 1) // 2 - linked_pairs
+        cap = _cdr.MAX_CONNECTOR_CANDIDATES
+        with np.errstate(divide="ignore", invalid="ignore"):
+            approx = np.where(reached, product ** (1.0 / np.maximum(hop, 1)), 0.0)
+        if len(nodes) <= cap:
+            rows = np.arange(len(nodes))
+        else:
+            best = np.where(reached, approx, -np.inf).max(axis=1)
+            order = np.lexsort((-best, -n_reached))
+            edge = order[cap - 1]
+            n_edge, b_edge = n_reached[edge], best[edge]
+            sure = np.flatnonzero(n_reached > n_edge)
+            # Rows ranked ahead of the cut-off row in its anchor count, and those
+            # within rounding of its strength, are ranked again with exact strengths
+            # (a row further below cannot overtake one of them).
+            band = np.flatnonzero((n_reached == n_edge) &
+                                  (best >= b_edge - 1e-9 * max(1.0, abs(b_edge))))
+            exact = {r: max(p ** (1.0 / h) for h, p in zip(hs, ps) if h) for r, hs, ps in
+                     zip(band.tolist(), hop[band].tolist(), product[band].tolist())}
+            ranked = sorted(exact, key=lambda r: (-exact[r], nodes[r]))
+            rows = np.concatenate([sure, np.asarray(ranked[:cap - len(sure)], dtype=np.int64)])
+        # a strength is positive exactly when its product is, in numpy as in libm
+        values = n_pairs[rows] * (approx[rows].sum(axis=1) / n_reached[rows])
+        keep = (n_pairs[rows] > 0) & (product[rows] > 0).any(axis=1)
+        out = _Candidates({nodes[r]: (v, r) for r, v in
+                           zip(rows[keep].tolist(), values[keep].tolist())})
+        out.n_pairs = n_pairs
+        return out
+
+    def _connectors(self, q: np.ndarray, ns: str, win: _Window, ids: list[str],
+                    values: np.ndarray, value_of: Callable[[str], float], n_conn: int
+                    ) -> tuple[list[tuple[float, str, int]], dict[str, np.ndarray]]:
+        """The best ``n_conn`` connectors with a positive score (SPEC-025 §2.5) as
+        ``(score, id, i)`` best first, and the CDR terms of the ``ids[i]`` scored.
+        ``values`` are the bridge values within ``1e-12`` (relative), ``value_of``
+        gives the exact one.
+
+        score = bridge value · novelty · recency · max(relevance,
+        min_connector_relevance).  Relevance (and coverage) need the stored
+        vectors; where the backend can bound them (:meth:`CKFBackend.similarity_bounds`)
+        only the candidates whose upper bound reaches the ``n_conn``-th best
+        lower bound are read and scored exactly, which gives the same result.
+        """
+        rows = self.backend.scoring(ns, ids)
+        recency = np.array([self._recency(r[0], r[2], r[3], win.now) for r in rows],
+                           dtype=np.float64)
+        floor = self.min_connector_relevance
+        exact = np.arange(len(ids))
+        if len(ids) > n_conn:
+            bounds = self.backend.similarity_bounds(
+                ns, ids, np.vstack([q[None, :], win.coverage]))
+            if bounds is not None:
+                approx, err = bounds
+                rel_lo, rel_hi = approx[:, 0] - err[:, 0], approx[:, 0] + err[:, 0]
+                total = float(win.weights.sum()) if len(win.coverage) else 0.0
+                if total > 0:
+                    w = win.weights / total
+                    cov_lo = (approx[:, 1:] - err[:, 1:]) @ w
+                    cov_hi = (approx[:, 1:] + err[:, 1:]) @ w
+                else:
+                    cov_lo = cov_hi = np.zeros(len(ids))
+                base = values * recency
+                with np.errstate(invalid="ignore"):
+                    lo = base * _cdr.novelty(cov_hi, win.novelty) * np.maximum(rel_lo, floor)
+                    hi = base * _cdr.novelty(cov_lo, win.novelty) * np.maximum(rel_hi, floor)
+                # values are within 1e-12 and the products round: widen by far more
+                lo = np.where(np.isnan(lo), -np.inf, lo) - 1e-9 * np.abs(lo)
+                hi = np.where(np.isnan(hi), np.inf, hi) + 1e-9 * np.abs(hi)
+                cut = np.partition(lo, len(lo) - n_conn)[len(lo) - n_conn]
+                exact = np.flatnonzero(hi >= cut)
+        sub = [ids[i] for i in exact]
+        vecs = self.backend.vectors(ns, sub)
+        # float64 row by row: a fact's relevance must not depend on which others
+        # are scored with it (BLAS kernels round differently by batch shape)
+        relevance = (vecs.astype(np.float64) * q.astype(np.float64)).sum(axis=1)
+        t = self._score(ns, sub, [rows[i] for i in exact], relevance, win, vecs)
+        exact_values = np.array([value_of(x) for x in sub], dtype=np.float64)
+        scores = (exact_values * t["novelty"] * t["recency"] *
+                  np.maximum(t["relevance"], floor)).tolist()
+        scored = [(score, node, i) for i, (score, node) in enumerate(zip(scores, sub))
+                  if score > 0]
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        return scored[:n_conn], t
 
     # -- communities (SPEC-009 §5) ----------------------------------------------------------
 

@@ -465,12 +465,13 @@ class Adjacency:
         return src, nbrs, w
 
 
-def _isin(values: np.ndarray, members: np.ndarray) -> np.ndarray:
-    """np.isin; by lookup table when the members span a modest range (8x faster
-    than sorting for a walk's few thousand keys)."""
-    if len(members) and int(members.max()) - int(members.min()) < (1 << 24):
-        return np.isin(values, members, kind="table")
-    return np.isin(values, members)
+def _member(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """``np.isin(values, members)`` by binary search in the sorted members."""
+    if not len(members):
+        return np.zeros(len(values), dtype=bool)
+    members = np.sort(members)
+    pos = np.searchsorted(members, values)
+    return members[np.minimum(pos, len(members) - 1)] == values
 
 
 def anchor_reach(adj: Adjacency, anchors: Sequence[int],
@@ -482,14 +483,14 @@ def anchor_reach(adj: Adjacency, anchors: Sequence[int],
     ``product[i, j]`` the largest product of edge weights over the shortest
     paths.  The values of :func:`ctxrelay.cdr.reach_layers` (breadth first,
     products multiplied in float64 in path order), computed for all anchors
-    at once, layer by layer, in numpy.
+    at once, layer by layer, in numpy; ``labels`` ascend.
     """
     n_a = len(anchors)
     start = np.asarray(anchors, dtype=np.int64)
     col = np.arange(n_a, dtype=np.int64)
     seen = start * n_a + col                    # (node, anchor) pairs reached so far
     frontier, f_col, prod = start, col, np.ones(n_a)
-    out_l, out_c, out_h, out_p = [], [], [], []
+    out_k, out_h, out_p = [], [], []
     for hop in range(1, int(hops) + 1):
         if not len(frontier):
             break
@@ -497,34 +498,50 @@ def anchor_reach(adj: Adjacency, anchors: Sequence[int],
         cols = f_col[src]
         p = prod[src] * w
         key = nbrs * n_a + cols
-        fresh = ~_isin(key, seen)
-        key, nbrs, cols, p = key[fresh], nbrs[fresh], cols[fresh], p[fresh]
-        if hop > 1:     # a row lists a neighbour once, so only later hops meet a node twice
-            order = np.argsort(key, kind="stable")
-            key, nbrs, cols, p = key[order], nbrs[order], cols[order], p[order]
+        if hop == 1:    # a row lists a neighbour once, so only later hops meet a pair twice
+            fresh = ~_member(key, seen)
+            key, p = key[fresh], p[fresh]
+        elif len(key):
+            order = np.argsort(key, kind="stable")   # timsort: the rows are sorted runs
+            key, p = key[order], p[order]
             first = np.ones(len(key), dtype=bool)
             first[1:] = key[1:] != key[:-1]
             starts = np.flatnonzero(first)
-            p = np.maximum.reduceat(p, starts) if len(p) else p     # best product per pair
-            key, nbrs, cols = key[starts], nbrs[starts], cols[starts]
-        out_l.append(nbrs)
-        out_c.append(cols)
-        out_h.append(np.full(len(nbrs), hop, dtype=np.int64))
+            p = np.maximum.reduceat(p, starts)       # best product per pair
+            key = key[starts]
+            # drop the pairs reached before: find the few seen keys among the sorted
+            # ones (cheaper than testing each of thousands against them)
+            pos = np.minimum(np.searchsorted(key, seen), len(key) - 1)
+            fresh = np.ones(len(key), dtype=bool)
+            fresh[pos[key[pos] == seen]] = False
+            key, p = key[fresh], p[fresh]
+        out_k.append(key)
+        out_h.append(np.full(len(key), hop, dtype=np.int64))
         out_p.append(p)
         seen = np.concatenate([seen, key])
-        frontier, f_col, prod = nbrs, cols, p
-    if not out_l:
+        frontier, f_col, prod = key // n_a, key % n_a, p
+    if not out_k:
         return _EMPTY_I, np.zeros((0, n_a), dtype=np.int64), np.zeros((0, n_a))
-    labels, cols = np.concatenate(out_l), np.concatenate(out_c)
-    uniq, inv, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    sel = (counts >= 2) & ~np.isin(uniq, start)
+    # Each (node, anchor) pair occurs once over all layers: sorting the pairs groups
+    # a node's anchors together, and a group of two or more is a result row.
+    key = np.concatenate(out_k)
+    order = np.argsort(key, kind="stable")      # merges the layers' sorted runs
+    key = key[order]
+    labels, cols = key // n_a, key % n_a
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = labels[1:] != labels[:-1]
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, len(key)))
+    uniq = labels[starts]
+    sel = (counts >= 2) & ~_member(uniq, start)
     n = int(sel.sum())
     row_of = np.full(len(uniq), -1, dtype=np.int64)
     row_of[sel] = np.arange(n)
-    rows = row_of[inv]
-    take = rows >= 0
-    hop_m = np.zeros((n, n_a), dtype=np.int64)
-    prod_m = np.zeros((n, n_a))
-    hop_m[rows[take], cols[take]] = np.concatenate(out_h)[take]
-    prod_m[rows[take], cols[take]] = np.concatenate(out_p)[take]
-    return uniq[sel], hop_m, prod_m
+    rows = np.repeat(row_of, counts)
+    take = np.flatnonzero(rows >= 0)
+    cell = rows[take] * n_a + cols[take]
+    hop_m = np.zeros(n * n_a, dtype=np.int64)
+    prod_m = np.zeros(n * n_a)
+    hop_m[cell] = np.concatenate(out_h)[order[take]]
+    prod_m[cell] = np.concatenate(out_p)[order[take]]
+    return uniq[sel], hop_m.reshape(n, n_a), prod_m.reshape(n, n_a)
