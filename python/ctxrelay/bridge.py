@@ -222,9 +222,9 @@ def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_ra
     scratch = router.scratch(create=True)
     if not with_raw:
         # A summary read is a pointer read; its LRU use is recorded off this path.
-        found = scratch.get(session_id, scratch_id, touch=False)
-        router.touch_later(session_id, scratch_id, found.last_access)
-        return found.to_dict()
+        found = scratch.entry_dict(session_id, scratch_id)
+        router.touch_later(session_id, scratch_id, found["last_access"])
+        return found
     entry = scratch.get(session_id, scratch_id).to_dict()
     raw = scratch.raw(session_id, scratch_id)
     entry["raw"] = raw if isinstance(raw, str) else raw.decode("latin-1")

@@ -12,7 +12,7 @@ Public API
 ----------
 ``ScratchStore(path, *, disk_budget_bytes, default_ttl, ...)`` (or
 ``open_scratch_store(path, **kw)`` to share one per path per process) with
-``put``, ``get``, ``raw``, ``most_recent``, ``list``, ``pin``, ``unpin``,
+``put``, ``get``, ``entry_dict``, ``raw``, ``most_recent``, ``list``, ``pin``, ``unpin``,
 ``reference``, ``delete``, ``evict``, ``stats``, ``check``, ``gate``,
 ``render``, ``promote``, ``location`` and ``close``.  Module functions:
 ``gate``, ``render``, ``freshness_header``, ``provenance_hash``,
@@ -64,8 +64,10 @@ blob bytes (the raw output sizes), not the LMDB metadata.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
+import marshal
 import math
 import os
 import re
@@ -140,6 +142,7 @@ _U64 = struct.Struct(">Q")
 _USAGE = struct.Struct(">QQQQ")
 _MAX_SECONDS = 2**63 // 1_000_000 - 1
 _UNSET: Any = object()
+_DICT_CACHE_ENTRIES = 512          # entries whose read dict is kept (a few kB each)
 
 
 # -- errors (subclasses of ctxrelay.errors; see docs/scratch.md) ---------------
@@ -248,22 +251,12 @@ class ScratchEntry:
         return _seconds(now) - self.created
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain types for the janus boundary (and the spec's field names too)."""
-        return {
-            "scratch_id": self.scratch_id, "session_id": self.session_id,
-            "tool_name": self.tool_name, "args": json.loads(json.dumps(self.args)),
-            "size": self.size, "sha256": self.sha256, "provenance_hash": self.sha256,
-            "content_sha256": self.content_sha256, "raw_type": self.raw_type,
-            "created": self.created, "created_at": self.created_at,
-            "freshness": self.freshness, "freshness_ttl": self.freshness_ttl,
-            "ttl": self.ttl, "pinned": self.pinned, "pin_reason": self.pin_reason,
-            "persistence": "PINNED" if self.pinned else "EPHEMERAL",
-            "summary": self.summary, "summary_tokens": self.summary_tokens,
-            "summary_exact": self.summary_exact, "kind": self.kind,
-            "structured": json.loads(json.dumps(self.structured)),
-            "raw_tokens": self.raw_tokens, "raw_tokens_exact": self.raw_tokens_exact,
-            "last_access": self.last_access, "referenced_by": list(self.referenced_by),
-            "seq": self.seq}
+        """Plain types for the janus boundary (and the spec's field names too).
+
+        ``args`` and ``structured`` are copies: the entry is frozen, and a
+        caller's edit of the dict must not reach it.
+        """
+        return _entry_dict(vars(self), _copy_plain(self.args), _copy_plain(self.structured))
 
 
 @dataclass(frozen=True)
@@ -373,6 +366,8 @@ def check_scratch_id(value: Any) -> str:
         or is absolute or ``.``.
     @raises InvalidScratchIdError for any other malformed id.
     """
+    if type(value) is str and _ID_RE.fullmatch(value):
+        return value                # the id's form leaves no room for a path
     if not isinstance(value, str):
         raise InvalidScratchIdError(
             f"scratch id must be a str, not {type(value).__name__}; pass the "
@@ -498,7 +493,9 @@ def _us(seconds: float) -> int:
     return min(max(int(round(seconds * 1_000_000)), 0), 2**64 - 1)
 
 
+@functools.lru_cache(maxsize=1024)
 def _iso(seconds: float) -> str:
+    # Cached: an entry's creation time is formatted on every read of it.
     moment = datetime.fromtimestamp(seconds, timezone.utc)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -677,6 +674,9 @@ class ScratchStore:
         self._path = os.fspath(path)
         self._blobs = os.path.join(self._path, BLOB_DIRNAME)
         self._gate = _Gate()
+        # LMDB key -> (stored record bytes, marshal bytes of its entry_dict()).
+        self._dicts: dict[bytes, tuple[bytes, bytes]] = {}
+        self._dicts_lock = threading.Lock()
         self._key = _registry_key(self._path)
         with _registry_lock:
             if self._key in _registry:
@@ -740,6 +740,7 @@ class ScratchStore:
             with self._gate.exclusive():
                 self._env.close()
                 self._env = None
+                self._dicts.clear()
             if _registry.get(self._key) is self:
                 del _registry[self._key]
 
@@ -807,7 +808,14 @@ class ScratchStore:
 
     @staticmethod
     def _session_key(session_id: str) -> bytes:
-        return hashlib.sha256(session_id.encode("utf-8")).digest()
+        return _session_digest(session_id)
+
+    @staticmethod
+    def _entry_key(session_id: str, scratch_id: str) -> bytes:
+        """The entries key of a checked session id and scratch id."""
+        if not isinstance(session_id, str):
+            _check_session_id(session_id)              # raises, saying what to pass
+        return _session_digest(session_id) + check_scratch_id(scratch_id).encode("ascii")
 
     def _blob_path(self, session_key: bytes, scratch_id: str) -> str:
         # Both parts are made here (hex of a hash, a checked id); check again
@@ -838,10 +846,7 @@ class ScratchStore:
         key = self._session_key(session_id) + scratch_id.encode("ascii")
         record = self._load(txn, key)
         if record is None:
-            raise UnknownScratchError(
-                f"session {session_id[:80]!r} has no scratch entry {scratch_id}: it was "
-                "never stored in this session, or it was evicted or deleted; re-run "
-                "the tool, or list(session_id) to see what is held")
+            raise _unknown(session_id, scratch_id)
         return key, record
 
     def _store(self, txn: Any, key: bytes, record: dict[str, Any]) -> None:
@@ -1114,6 +1119,36 @@ class ScratchStore:
             key, record = self._require(txn, session_id, scratch_id)
             return _entry(self._touch_txn(txn, key, record, moment))
         return self._write(run)
+
+    def entry_dict(self, session_id: str, scratch_id: str) -> dict[str, Any]:
+        """``get(session_id, scratch_id, touch=False).to_dict()``, made for the
+        hot read path (a summary read through janus); no use is counted.
+
+        Each stored version of an entry is turned into its dict once and kept
+        as marshal bytes; every call returns a new deep copy of it
+        (``marshal.loads``, a few times cheaper than decoding the JSON
+        record), so no caller can change what the next call reads.  The copy
+        is used only while the stored record is byte for byte the one it was
+        made from, so a pin, touch, reference or another process's write is
+        seen by the very next read.
+        @raises UnknownScratchError if the session holds no such entry.
+        """
+        key = self._entry_key(session_id, scratch_id)
+        stored = self._read(lambda txn: txn.get(key, db=self._entries))
+        if stored is None:
+            raise _unknown(session_id, scratch_id)
+        cached = self._dicts.get(key)
+        if cached is not None and cached[0] == stored:
+            return marshal.loads(cached[1])
+        record = json.loads(stored)
+        # Just decoded, so every object in it is new: the caller may own them.
+        out = _entry_dict(record, record["args"], record["structured"])
+        frozen = marshal.dumps(out)
+        with self._dicts_lock:
+            if len(self._dicts) >= _DICT_CACHE_ENTRIES and key not in self._dicts:
+                del self._dicts[next(iter(self._dicts))]
+            self._dicts[key] = (stored, frozen)
+        return out
 
     def _touch_txn(self, txn: Any, key: bytes, record: dict[str, Any],
                    moment: float) -> dict[str, Any]:
@@ -1524,6 +1559,50 @@ def _entry(record: dict[str, Any]) -> ScratchEntry:
         structured=record["structured"], raw_tokens=record["raw_tokens"],
         raw_tokens_exact=record["raw_tokens_exact"], last_access=record["last_access"],
         referenced_by=tuple(record["referenced_by"]), seq=record["seq"])
+
+
+def _unknown(session_id: str, scratch_id: str) -> UnknownScratchError:
+    return UnknownScratchError(
+        f"session {session_id[:80]!r} has no scratch entry {scratch_id}: it was never "
+        "stored in this session, or it was evicted or deleted; re-run the tool, or "
+        "list(session_id) to see what is held")
+
+
+def _entry_dict(record: Mapping[str, Any], args: dict[str, Any],
+                structured: dict[str, Any]) -> dict[str, Any]:
+    """What :meth:`ScratchEntry.to_dict` and :meth:`ScratchStore.entry_dict`
+    return, from a stored record or an entry's fields (the same names)."""
+    return {
+        "scratch_id": record["scratch_id"], "session_id": record["session_id"],
+        "tool_name": record["tool_name"], "args": args, "size": record["size"],
+        "sha256": record["sha256"], "provenance_hash": record["sha256"],
+        "content_sha256": record["content_sha256"], "raw_type": record["raw_type"],
+        "created": record["created"], "created_at": _iso(record["created"]),
+        "freshness": record["freshness"], "freshness_ttl": record["freshness_ttl"],
+        "ttl": record["ttl"], "pinned": record["pinned"], "pin_reason": record["pin_reason"],
+        "persistence": "PINNED" if record["pinned"] else "EPHEMERAL",
+        "summary": record["summary"], "summary_tokens": record["summary_tokens"],
+        "summary_exact": record["summary_exact"], "kind": record["kind"],
+        "structured": structured, "raw_tokens": record["raw_tokens"],
+        "raw_tokens_exact": record["raw_tokens_exact"], "last_access": record["last_access"],
+        "referenced_by": list(record["referenced_by"]), "seq": record["seq"]}
+
+
+def _copy_plain(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars): several times
+    faster than copy.deepcopy or a JSON round trip, which matters on reads."""
+    if type(value) is dict:
+        return {k: _copy_plain(v) for k, v in value.items()}
+    if type(value) is list or type(value) is tuple:     # a tuple reads back as a list
+        return [_copy_plain(v) for v in value]
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _session_digest(session_id: str) -> bytes:
+    # Cached: checking a session id looks at every character, and a session's
+    # entries are read again and again.  Exceptions are not cached.
+    return hashlib.sha256(_check_session_id(session_id).encode("utf-8")).digest()
 
 
 def _open_env(path: str, map_size: int) -> Any:
