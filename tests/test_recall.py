@@ -136,4 +136,15 @@ def test_empty_history(tmp_path):
     st = TranscriptStore(tmp_path / "store")
     st.create_session("s")
     ranked, info = recall(st, "s", "anything?", upto=0)
-    assert ranked == [] and info["horizon_turns"] == 0
+    assert len(ranked) == 0 and list(ranked) == [] and info["horizon_turns"] == 0
+
+
+def test_a_ranking_reads_as_a_sequence_of_scored_turns(tmp_path):
+    st = _store(tmp_path, _conversation())
+    ranked, _ = recall(st, "s", "What breed is the puppy?", upto=8)
+    items = list(ranked)
+    assert len(items) == len(ranked) == len(ranked.ids) == 8
+    assert items[0] == ranked[0] == (ranked.ids[0], ranked.scores[0])
+    assert items[0].score == 1.0                          # normalised to the best
+    assert ranked[1:3] == items[1:3] and ranked[-1] == items[-1]
+    assert ranked.scores == sorted(ranked.scores, reverse=True)

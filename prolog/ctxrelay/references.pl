@@ -196,10 +196,42 @@ token_words([t(W, K, _, _)|Ts], Ws) :-
 %   classify_intent/4 expects under the context key `mentioned`.
 %   @error type_error(text, Text)
 
+%
+%   Results are kept in a bounded table: assembly reads the words of the
+%   same recent turns on every turn of a conversation (for intent and for
+%   resolving references), and a turn never changes.
+
 mention_words(Text, Words) :-
+    must_be(text, Text),
+    (   mention_memo_key(Text, Key)
+    ->  (   mention_memo(Key, Text, Words0)
+        ->  Words = Words0
+        ;   mention_words_(Text, Words),
+            remember_mentions(Key, Text, Words)
+        )
+    ;   mention_words_(Text, Words)
+    ).
+
+mention_words_(Text, Words) :-
     text_words(Text, Words0),
     foldl(add_mention_forms, Words0, Forms, []),
     sort(Forms, Words).
+
+:- dynamic mention_memo/3.                  % Hash, Text, Words
+
+mention_memo_key(Text, Key) :-
+    (   string(Text) -> string_length(Text, Len) ; atom_length(Text, Len) ),
+    Len =< 16384,                           % long texts are rare: not kept
+    term_hash(Text, Key).
+
+remember_mentions(Key, Text, Words) :-
+    flag(ctxrelay_mention_memo, N, N + 1),
+    (   N >= 4096
+    ->  retractall(mention_memo(_, _, _)),
+        flag(ctxrelay_mention_memo, _, 0)
+    ;   true
+    ),
+    assertz(mention_memo(Key, Text, Words)).
 
 add_mention_forms(W, [W, S|Forms0], Forms) :-
     match_key(W, S),

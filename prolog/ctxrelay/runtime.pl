@@ -265,32 +265,14 @@ target_turn(scratch(Id), Recent, T) :-
     sub_string(C, _, _, _, Id),
     !.
 
-%   The words the recent turns mention, as mention_words/2 would give for
-%   their joined text (no word spans a line break, so the union per turn is
-%   the same set).  A turn never changes and consecutive turns of a
-%   conversation share almost all of their recent turns, so each turn's
-%   words are kept in a bounded table instead of being re-read every turn.
+%   The words the recent turns mention, as mention_words/2 gives for their
+%   joined text (no word spans a line break, so the union per turn is the
+%   same set; mention_words/2 keeps each turn's words, see there).
 recent_mentions(RecentTurns, Words) :-
-    findall(Ws, ( member(D, RecentTurns), get_dict(content, D, C), turn_mentions(C, Ws) ),
+    findall(Ws, ( member(D, RecentTurns), get_dict(content, D, C), mention_words(C, Ws) ),
             WordSets),
     append(WordSets, All),
     sort(All, Words).                       % one C sort beats 40 pairwise ord_unions
-
-:- dynamic mention_memo/3.                  % Hash, Content, Words
-
-turn_mentions(Content, Words) :-
-    term_hash(Content, Hash),
-    (   mention_memo(Hash, Content, Words0)
-    ->  Words = Words0
-    ;   mention_words(Content, Words),
-        flag(ctxrelay_mention_memo, N, N + 1),
-        (   N >= 4096
-        ->  retractall(mention_memo(_, _, _)),
-            flag(ctxrelay_mention_memo, _, 0)
-        ;   true
-        ),
-        assertz(mention_memo(Hash, Content, Words))
-    ).
 
 message_text(Message, _) :-
     var(Message),

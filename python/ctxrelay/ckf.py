@@ -87,6 +87,7 @@ from .embed import default_name, get_embedder
 from .errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
                      StoreError)
 from .lmdbenv import LmdbStore
+from .types import copy_plain
 from .textindex import TextIndex
 
 __all__ = [
@@ -245,7 +246,7 @@ class Fact:
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        out["metadata"] = json.loads(json.dumps(dict(self.metadata)))
+        out["metadata"] = copy_plain(dict(self.metadata))   # the caller's own copy
         return out
 
 

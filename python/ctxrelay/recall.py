@@ -237,9 +237,34 @@ def index_for(store: Any) -> RecallIndex:
 
 
 class Scored(NamedTuple):
-    # A tuple: recall builds one per turn of the horizon on every query.
     turn_id: int
     score: float
+
+
+class Ranking(Sequence[Scored]):
+    """Turn ids and scores, best first: a sequence of :class:`Scored`.
+
+    Kept as two plain lists (``ids``, ``scores``) because a ranking covers
+    every turn of the horizon and is rebuilt on every query; a caller that
+    walks all of it reads the lists, one that wants items indexes them.
+    """
+
+    __slots__ = ("ids", "scores")
+
+    def __init__(self, ids: list[int], scores: list[float]) -> None:
+        self.ids = ids
+        self.scores = scores
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [Scored(t, s) for t, s in zip(self.ids[i], self.scores[i])]
+        return Scored(self.ids[i], self.scores[i])
+
+    def __iter__(self) -> Any:
+        return map(Scored._make, zip(self.ids, self.scores))
 
 
 def participants_of(idx: _SessionIndex) -> list[str]:
@@ -326,7 +351,7 @@ def score_turns(idx: _SessionIndex, query: str,
 
 
 def recall(store: Any, session_id: str, query: str, *, upto: int,
-           dense: Any = None, embedder: Any = None) -> tuple[list[Scored], dict[str, Any]]:
+           dense: Any = None, embedder: Any = None) -> tuple[Ranking, dict[str, Any]]:
     """Turns ``1..upto`` of ``session_id`` ranked for ``query``, best first, with
     scores normalised to the best (1.0); turns older than the horizon come
     from the store's inverted index at half weight.
@@ -349,16 +374,20 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
             values = matrix @ np.asarray(vec, dtype=np.float32)
             sims = (ids, values)
     scores = score_turns(idx, query, sims, names)
-    out: list[Scored] = []
+    ranked_ids: list[int] = []
+    ranked_scores: list[float] = []
     if len(scores):
         top = float(scores.max()) or 1.0
         turn_ids = np.asarray(idx.ids, dtype=np.int64)
         order = np.lexsort((-turn_ids, -scores))      # best first, ties: newest
-        out = list(map(Scored._make, zip(turn_ids[order].tolist(), (scores[order] / top).tolist())))
+        ranked_ids = turn_ids[order].tolist()
+        ranked_scores = (scores[order] / top).tolist()
     first = idx.ids[0] if idx.ids else upto + 1
     if first > 1:
         hits = [(t, score) for t, score in store.rank(session_id, query, k=50) if t < first]
         best = max((score for _, score in hits), default=0.0)
-        out.extend(Scored(t, 0.5 * score / best) for t, score in hits if best > 0)
+        if best > 0:
+            ranked_ids.extend(t for t, _ in hits)
+            ranked_scores.extend(0.5 * score / best for _, score in hits)
         info["older_hits"] = len(hits)
-    return out, info
+    return Ranking(ranked_ids, ranked_scores), info

@@ -104,6 +104,7 @@ from .transcript import (
     _prepare_dirs,
     _registry_key,
 )
+from .types import copy_plain
 
 __all__ = [
     "FORMAT", "FRESHNESS_CLASSES", "FRESHNESS_TTL", "GATE_ACTIONS", "STALE_POLICIES",
@@ -256,7 +257,7 @@ class ScratchEntry:
         ``args`` and ``structured`` are copies: the entry is frozen, and a
         caller's edit of the dict must not reach it.
         """
-        return _entry_dict(vars(self), _copy_plain(self.args), _copy_plain(self.structured))
+        return _entry_dict(vars(self), copy_plain(self.args), copy_plain(self.structured))
 
 
 @dataclass(frozen=True)
@@ -1586,16 +1587,6 @@ def _entry_dict(record: Mapping[str, Any], args: dict[str, Any],
         "structured": structured, "raw_tokens": record["raw_tokens"],
         "raw_tokens_exact": record["raw_tokens_exact"], "last_access": record["last_access"],
         "referenced_by": list(record["referenced_by"]), "seq": record["seq"]}
-
-
-def _copy_plain(value: Any) -> Any:
-    """A deep copy of JSON-shaped data (dicts, lists, scalars): several times
-    faster than copy.deepcopy or a JSON round trip, which matters on reads."""
-    if type(value) is dict:
-        return {k: _copy_plain(v) for k, v in value.items()}
-    if type(value) is list or type(value) is tuple:     # a tuple reads back as a list
-        return [_copy_plain(v) for v in value]
-    return value
 
 
 @functools.lru_cache(maxsize=1024)

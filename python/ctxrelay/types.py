@@ -8,6 +8,16 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 
+def copy_plain(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars): several times
+    faster than copy.deepcopy or a JSON round trip, which matters on reads."""
+    if type(value) is dict:
+        return {k: copy_plain(v) for k, v in value.items()}
+    if type(value) is list or type(value) is tuple:     # a tuple reads back as a list
+        return [copy_plain(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class Turn:
     """One stored transcript turn. ``turn_id`` is 1-based within its session."""

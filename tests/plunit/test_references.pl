@@ -374,3 +374,27 @@ test(enumerations_not_text, error(type_error(text, [a|b]))) :-
     enumerations([a|b], _).
 
 :- end_tests(references_errors).
+
+:- begin_tests(ctxrelay_mention_memo).
+
+%   mention_words/2 keeps results; a kept result is the computed one, for
+%   strings and atoms alike, and a text past the length bound is not kept.
+test(kept_results_equal_computed_ones) :-
+    T = "Rotate the etcd-peer certs; check sync.RWMutex",
+    ctxrelay_references:mention_words_(T, Expected),
+    mention_words(T, First),
+    mention_words(T, Second),
+    atom_string(A, T),
+    mention_words(A, FromAtom),
+    assertion(First == Expected),
+    assertion(Second == Expected),
+    assertion(FromAtom == Expected).
+test(long_texts_are_not_kept) :-
+    length(Cs, 20000), maplist(=(0'a), Cs), string_codes(Long, Cs),
+    mention_words(Long, _),
+    term_hash(Long, H),
+    assertion(\+ ctxrelay_references:mention_memo(H, Long, _)).
+test(bad_input, [error(type_error(text, 42))]) :-
+    mention_words(42, _).
+
+:- end_tests(ctxrelay_mention_memo).
