@@ -202,7 +202,10 @@ class IngestSourceError(CtxRelayError):
 # -- records ------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=65536)
 def _iso(ts: float | None) -> str | None:
+    # Cached: every fact read formats three stored timestamps, and hot facts are
+    # read again and again (a key lookup's budget is 50 µs).
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(
