@@ -414,3 +414,35 @@ def test_cdr_steps_take_the_window_as_coverage(rt):
     restic = rt.fact("restic")["fact_id"]
     # A fact the context already covers is worth less (SPEC-024 novelty).
     assert scored.get(restic, 0.0) < plain[restic]
+
+
+def test_facts_past_their_ttl_are_swept_off_the_request_path(rt, monkeypatch):
+    # The sweep runs on the router's pool when due; a fake clock makes the TTL pass.
+    router = router_for(rt._store)
+    clock = [time.time()]
+    monkeypatch.setattr(router.facts(), "_clock", lambda: clock[0])   # the shared CKF
+    fid = rt.add_fact("The staging cluster's admin token is tok-7, valid for an hour.",
+                      ttl="PT1H")
+    query = "what is the staging admin token?"
+    assert fid in [i["id"] for i in rt.retrieve(query).items]
+    assert rt.fact(fid)["status"] == "ACTIVE"
+    clock[0] += 2 * 3600
+    router.expire_every = 0.0
+    router._next_expiry = 0.0
+    rt.retrieve(query)                          # due: starts the sweep, does not wait for it
+    router.drain()
+    assert router.expiry_error is None
+    assert rt.fact(fid)["status"] == "STALE"
+    other = rt.retrieve(query)
+    assert other.cache_hit is False             # the state hash moved with the sweep
+
+
+def test_the_sweep_waits_for_its_interval(rt):
+    router = router_for(rt._store)
+    calls = []
+    router._expire = lambda: calls.append(1) or 0
+    router.expire_every, router._next_expiry = 3600.0, 0.0
+    for _ in range(5):
+        router.expire_when_due()
+    router.drain()
+    assert calls == [1]                          # one sweep, then not before the hour is up

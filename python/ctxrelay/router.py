@@ -86,6 +86,11 @@ RING_ENTRIES = 128               # turns kept per session ring
 RING_BYTES = 256 << 10           # payload bytes per session ring (reserved on disk per session);
                                  # a longer turn is kept as a pointer into the transcript
 TOUCH_GRANULARITY = 1.0         # seconds: scratch uses closer than this are not re-recorded
+# Facts past their TTL are marked STALE by a background sweep this often (the
+# first one a minute after the router is made, so a short-lived process that
+# asks once does not pay for a scan it will not use).
+EXPIRE_EVERY_S = 300.0
+EXPIRE_FIRST_S = 60.0
 EMBED_MEMO = 1024                # query texts whose embedding is kept
 POOL_WORKERS = 4                 # the shared pool for blended fetches (2-core machines)
 
@@ -183,7 +188,8 @@ class Router:
     """Rolling log, hot cache and the other primitives' handles of one transcript store."""
 
     def __init__(self, st: Any, *, ring_entries: int = RING_ENTRIES,
-                 ring_bytes: int = RING_BYTES, cache: HotCache | None = None) -> None:
+                 ring_bytes: int = RING_BYTES, cache: HotCache | None = None,
+                 expire_every: float = EXPIRE_EVERY_S) -> None:
         # A weak reference: router_for's registry is keyed weakly by the store,
         # and a strong one here would keep every closed store (and its rings) alive.
         self._st_ref = weakref.ref(st)
@@ -205,6 +211,9 @@ class Router:
         self._etags: dict[str | None, tuple[str, set[str], int | None]] = {}
         self._touches: dict[tuple[str, str], Any] = {}
         self._pending: set[Any] = set()
+        self.expire_every = float(expire_every)
+        self._next_expiry = time.monotonic() + min(self.expire_every, EXPIRE_FIRST_S)
+        self.expiry_error: BaseException | None = None
 
     @property
     def _st(self) -> Any:
@@ -431,6 +440,7 @@ class Router:
         """Run ``plan`` (see the module doc): cache first, then the primitives."""
         start = time.perf_counter()
         steps = _check_plan(plan)
+        self.expire_when_due()
         query = plan.get("cache")
         timings: dict[str, float] = {}
         key = None
@@ -504,8 +514,40 @@ class Router:
                 self._pending.add(future)
                 future.add_done_callback(self._pending.discard)
 
+    # -- lifecycle: facts past their TTL (SPEC-009 §8.1) ----------------------------
+
+    def expire_when_due(self) -> None:
+        """Start a sweep of the CKF for facts past their TTL, off the caller's path,
+        when ``expire_every`` seconds have passed since the last one.
+
+        ``FactStore.expire`` reads every fact of a namespace (about 2 s at 100k
+        facts), so it runs on the router's pool, at most once per interval; a
+        fact it marks STALE changes the CKF state hash, so cached retrievals
+        that held it are not served again.  A store without a CKF is skipped.
+        """
+        now = time.monotonic()
+        if now < self._next_expiry:
+            return
+        with self._memo_lock:
+            if now < self._next_expiry:
+                return
+            self._next_expiry = now + self.expire_every
+            future = _shared_pool().submit(self._expire)
+            self._pending.add(future)
+            future.add_done_callback(self._pending.discard)
+
+    def _expire(self) -> int:
+        if not (self._dir / "ckf").is_dir():
+            return 0
+        try:
+            fs = self.facts()
+            return sum(fs.expire(namespace=ns) for ns in fs.namespaces())
+        except Exception as exc:   # a background sweep must not fail a later request
+            self.expiry_error = exc
+            return 0
+
     def drain(self) -> None:
-        """Wait for the deferred scratch touches submitted so far."""
+        """Wait for the deferred scratch touches and expiry sweeps submitted so far."""
         for future in list(self._pending):
             future.result()
 
