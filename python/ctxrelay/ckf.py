@@ -71,7 +71,7 @@ import uuid
 import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -926,8 +926,10 @@ class NativeBackend(CKFBackend):
         mem = _NsMem(namespace, nid, index, info["saved_gen"], hidden)
         return mem
 
-    def _fill(self, txn: Any, mem: _NsMem, chunk: int = 4096) -> None:
-        """Add every stored vector of a retrievable fact of the namespace, in seq order."""
+    def _visible_vectors(self, txn: Any, mem: _NsMem,
+                         chunk: int) -> Iterator[tuple[list[int], list[bytes]]]:
+        """The stored vectors of the namespace's retrievable facts, in seq order, as
+        ``(labels, raw float32 rows)`` chunks of at most ``chunk``."""
         labels: list[int] = []
         rows: list[bytes] = []
         for key, value in _prefix_items(txn, self._db.dbs[b"vectors"], _U64.pack(mem.nid)):
@@ -937,9 +939,14 @@ class NativeBackend(CKFBackend):
             labels.append(seq)
             rows.append(value)
             if len(labels) >= chunk:
-                self._add_rows(mem.index, labels, rows)
+                yield labels, rows
                 labels, rows = [], []
         if labels:
+            yield labels, rows
+
+    def _fill(self, txn: Any, mem: _NsMem, chunk: int = 4096) -> None:
+        """Add every stored vector of a retrievable fact of the namespace, in seq order."""
+        for labels, rows in self._visible_vectors(txn, mem, chunk):
             self._add_rows(mem.index, labels, rows)
 
     def _add_rows(self, index: VectorIndex, labels: list[int], rows: list[bytes]) -> None:
@@ -1134,21 +1141,9 @@ class NativeBackend(CKFBackend):
 
     def _build_sketch(self, txn: Any, mem: _NsMem, chunk: int = 2048) -> VectorSketch:
         """The sketch of every visible fact's stored vector, read in one pass."""
-        def chunks() -> Iterable[tuple[list[int], np.ndarray]]:
-            labels: list[int] = []
-            rows: list[bytes] = []
-            for key, value in _prefix_items(txn, self._db.dbs[b"vectors"], _U64.pack(mem.nid)):
-                seq = _U64.unpack(key[8:])[0]
-                if seq in mem.hidden:
-                    continue
-                labels.append(seq)
-                rows.append(value)
-                if len(labels) >= chunk:
-                    yield labels, np.frombuffer(b"".join(rows), dtype=np.float32)
-                    labels, rows = [], []
-            if labels:
-                yield labels, np.frombuffer(b"".join(rows), dtype=np.float32)
-        return VectorSketch.build(self.dim, chunks(), gen=mem.applied_gen)
+        chunks = ((labels, np.frombuffer(b"".join(rows), dtype=np.float32))
+                  for labels, rows in self._visible_vectors(txn, mem, chunk))
+        return VectorSketch.build(self.dim, chunks, gen=mem.applied_gen)
 
     def _sync_sketch(self, txn: Any, mem: _NsMem) -> VectorSketch | None:
         """Bring ``mem.sketch`` (if built) up to ``mem.applied_gen``: a vector changes

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import itertools
 import math
 import os
 import re
@@ -57,6 +56,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .errors import CtxRelayError, InvalidArgumentError
+from .memo import keep
 
 __all__ = [
     "Embedder", "HashingEmbedder", "MiniLMEmbedder", "CallableEmbedder", "EmbedderChoice",
@@ -163,16 +163,10 @@ class _VectorMemo:
             rows = [fresh[t] if r is None else r for t, r in zip(items, rows)]
             for t, v in fresh.items():
                 if len(t) <= self.MAX_CHARS:
-                    self._keep(memo, t, v.copy())   # not a view pinning the batch
+                    keep(memo, t, v.copy(), self.MAX_ENTRIES)   # not a view pinning the batch
         if not rows:
             return np.zeros((0, dim), dtype=np.float32)
         return np.stack(rows).astype(np.float32, copy=False)
-
-    def _keep(self, memo: dict[str, np.ndarray], text: str, vector: np.ndarray) -> None:
-        if len(memo) >= self.MAX_ENTRIES:
-            for old in list(itertools.islice(memo, self.MAX_ENTRIES // 4)):
-                memo.pop(old, None)
-        memo[text] = vector
 
 
 _VECTORS = _VectorMemo()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
 import json
 import os
 import tempfile
@@ -38,6 +37,7 @@ import tiktoken
 import tiktoken.model
 
 from .errors import InvalidArgumentError, TokenizerUnavailableError
+from .memo import keep
 
 __all__ = [
     "DEFAULT_ESTIMATE_PERCENT",
@@ -430,11 +430,7 @@ class _CountMemo:
     def remember(self, text: str, n: int) -> None:
         if len(text) > self.MAX_CHARS:
             return
-        counts = self._counts
-        if len(counts) >= self.MAX_ENTRIES:
-            for old in list(itertools.islice(counts, self.MAX_ENTRIES // 4)):
-                counts.pop(old, None)
-        counts[text] = n
+        keep(self._counts, text, n, self.MAX_ENTRIES)
 
 
 # One memo per loaded vocabulary object (held here, so its id stays its own).

@@ -943,11 +943,7 @@ class TranscriptStore:
         100,000-turn session as on a short one; pass None for exhaustive
         scoring.
         """
-        session_id = _check_session_id(session_id)
-        if not isinstance(query, str):
-            raise InvalidArgumentError(
-                f"query must be a str, not {type(query).__name__}; pass the search text")
-        k = _check_int(k, "k", minimum=0)
+        session_id, k = _check_search(session_id, query, k)
         wanted = None if roles is None else {_check_role(r) for r in _as_list(roles)}
 
         def read(txn: Any) -> list[Hit]:
@@ -969,11 +965,7 @@ class TranscriptStore:
     def rank(self, session_id: str, query: str, *, k: int = 10,
              max_postings: int | None = SEARCH_MAX_POSTINGS) -> list[tuple[int, float]]:
         """Like :meth:`search` without loading the turns: ``(turn_id, score)`` pairs, best first."""
-        session_id = _check_session_id(session_id)
-        if not isinstance(query, str):
-            raise InvalidArgumentError(
-                f"query must be a str, not {type(query).__name__}; pass the search text")
-        k = _check_int(k, "k", minimum=0)
+        session_id, k = _check_search(session_id, query, k)
         if not k:
             return []
         return self._read(lambda txn: self._index.search(
@@ -1322,6 +1314,15 @@ def _check_range(start: Any, end: Any) -> tuple[int, int | None]:
     if end is not None:
         end = _check_int(end, "end", minimum=0)
     return start, end
+
+
+def _check_search(session_id: str, query: Any, k: Any) -> tuple[str, int]:
+    """The checked session id and ``k`` of a search or rank call."""
+    session_id = _check_session_id(session_id)
+    if not isinstance(query, str):
+        raise InvalidArgumentError(
+            f"query must be a str, not {type(query).__name__}; pass the search text")
+    return session_id, _check_int(k, "k", minimum=0)
 
 
 def _as_list(values: Iterable[str]) -> list[str]:

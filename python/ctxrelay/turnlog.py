@@ -34,6 +34,7 @@ import numpy as np
 
 from .errors import InvalidArgumentError, UnknownSessionError
 from .lmdbenv import LmdbStore
+from .memo import keep
 from .textindex import tokenize
 from .types import Turn
 
@@ -472,9 +473,7 @@ class TurnLog(LmdbStore):
             derived = _STATE_MEMO.get(memo_key)
             if derived is None:
                 derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
-                if len(_STATE_MEMO) >= _STATE_MEMO_MAX:
-                    _STATE_MEMO.pop(next(iter(_STATE_MEMO)))
-                _STATE_MEMO[memo_key] = derived
+                keep(_STATE_MEMO, memo_key, derived, _STATE_MEMO_MAX)
             state = dataclasses.replace(derived, established=list(derived.established),
                                         open_questions=list(derived.open_questions),
                                         user_constraints=list(derived.user_constraints))
