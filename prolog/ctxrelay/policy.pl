@@ -61,6 +61,32 @@ policy_option_names(Names) :-
 %          margin leave nothing for the input
 
 policy(Options, Policy) :-
+    ground(Options),
+    term_hash(Options, Hash),
+    policy_memo(Hash, Options, Policy0),
+    !,
+    Policy = Policy0.
+policy(Options, Policy) :-
+    policy_(Options, Policy),
+    (   ground(Options)
+    ->  term_hash(Options, Hash),
+        remember_policy(Hash, Options, Policy)
+    ;   true
+    ).
+
+%   A policy is a function of its options and every turn of a session
+%   passes the same ones: the last few are kept (bounded) rather than
+%   checked and derived again on each turn.
+:- dynamic policy_memo/3.
+
+remember_policy(Hash, Options, Policy) :-
+    (   predicate_property(policy_memo(_, _, _), number_of_clauses(N)), N >= 64
+    ->  retractall(policy_memo(_, _, _))
+    ;   true
+    ),
+    assertz(policy_memo(Hash, Options, Policy)).
+
+policy_(Options, Policy) :-
     must_be(list, Options),
     maplist(known_option, Options),
     findall(Name-Value, option_value(Options, Name, Value), Pairs),

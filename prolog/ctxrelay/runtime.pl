@@ -188,7 +188,8 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     TimeLimit = Policy.time_limit,
     pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
     Pack = pack(Selected, Cost, Utility, Optimality),
-    order_pack(Selected, Units, Cands, Plan),
+    units_by_id(Cands, ById),
+    order_pack(Selected, Units, ById, Plan),
     render(Cands, Plan, Rendered),
     ledger(Rendered, Cands, Plan, Policy, Cost, Ledger0),
     Ledger = Ledger0.put(tiers, Tiers),
@@ -196,7 +197,7 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     statistics(cputime, T1),
     Ms is round((T1 - T0) * 1000),
     pack_report(Rendered, Units, Report),
-    boundary_status(Cands, Selected, Policy, BoundaryStatus),
+    boundary_status(Cands, ById, Selected, Policy, BoundaryStatus),
     storage_report(Cands, Analysis, Storage),
     headers(Ledger, BoundaryStatus, Ms, Analysis.put(storage, Storage), Headers),
     Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
@@ -565,7 +566,7 @@ mandatory_cost(unit(_, Variants, Props), C0, C) :-
 		 *       ORDER AND RENDER       *
 		 *******************************/
 
-%   order_pack(+Selected, +Units, +Cands, -Plan)
+%   order_pack(+Selected, +Units, +ById, -Plan)
 %
 %   Instructions first; then the context units (boundary, warm
 %   artifacts, thread summary) in the primacy-recency sandwich of
@@ -573,8 +574,7 @@ mandatory_cost(unit(_, Variants, Props), C0, C) :-
 %   the others by their utility relative to the best); then the
 %   conversation in chronological order (hot, retrieved, referenced and
 %   thread turns interleaved by turn id); the new message last.
-order_pack(Selected, Units, Cands, Plan) :-
-    units_by_id(Cands, ById),
+order_pack(Selected, Units, ById, Plan) :-
     maplist(unit_by_id(ById), Selected, Entries),
     include(entry_section(head), Entries, Head0),
     include(entry_section(context), Entries, Context),
@@ -775,11 +775,10 @@ report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.token
     ;   TurnIds = []
     ).
 
-boundary_status(Cands, Selected, Policy, Status) :-
+boundary_status(Cands, ById, Selected, Policy, Status) :-
     (   Policy.cold_history_boundary == true,
-        member(U, Cands.units), U.id == "boundary"
-    ->  units_by_id(Cands, ById),
-        findall(T, ( member(Id-_, Selected),
+        get_assoc("boundary", ById, U)
+    ->  findall(T, ( member(Id-_, Selected),
                      shown_turn(ById, Id, T) ), Shown0),
         sort(Shown0, Shown),
         get_dict(history_end, Cands, HistoryEnd),

@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextvars
 import json
 import re
+import weakref
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import tokens as tok
+from .memo import keep
 from .textindex import tokenize
 from .transcript import TranscriptStore
 from .types import Turn
@@ -152,6 +154,77 @@ def _add(units: dict[str, Unit], unit: Unit, model: str) -> Unit:
     return unit
 
 
+# A plain stored turn (no tool call, not a tool result) becomes the same
+# verbatim message with the same cost every time it is offered, and a turn
+# never changes once stored (the transcript is append-only).  Assembly offers
+# the same recent and recalled turns turn after turn, so each store object
+# keeps them: (session, turn id, tokenizer) -> (role, message, cost, exact).
+_PRICED: "weakref.WeakKeyDictionary[TranscriptStore, dict[tuple[Any, ...], _Priced]]" = \
+    weakref.WeakKeyDictionary()
+_PRICED_MAX = 16384
+# The tokenizer of the assembly in progress, as part of the memo's key: the
+# Tokenizer itself and its counter's id (a re-registered model counts anew).
+_TOKENIZER_KEY: contextvars.ContextVar[tuple[Any, ...] | None] = \
+    contextvars.ContextVar("tokenizer_key", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Priced:
+    role: str
+    message: dict[str, Any]
+    cost: int
+    exact: bool
+
+
+def _tokenizer_key(model: str) -> tuple[Any, ...]:
+    t = tok.resolve(model)
+    return (t, id(t.counter))
+
+
+def _priced_memo(store: TranscriptStore) -> dict[tuple[Any, ...], _Priced]:
+    memo = _PRICED.get(store)
+    if memo is None:
+        memo = _PRICED.setdefault(store, {})
+    return memo
+
+
+def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: str,
+                 **features: Any) -> Unit | None:
+    """The unit of a stored plain turn from the memo, or None (read the turn)."""
+    tkey = _TOKENIZER_KEY.get()
+    priced = None if tkey is None else _priced_memo(store).get((session_id, turn_id, tkey))
+    if priced is None:
+        return None
+    cap = _COST_CAP.get()
+    if cap is not None and len(priced.message.get("content") or "") > _MAX_TOKEN_BYTES * (cap + 1):
+        return None                       # over this assembly's cap: the bound applies
+    return Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
+                variants={"verbatim": dict(priced.message)},
+                costs={"verbatim": priced.cost}, exact=priced.exact,
+                features={"role": priced.role, **features})
+
+
+def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: str,
+              scratch: Any, model: str, **features: Any) -> Unit:
+    """``_add`` of a stored turn's unit, through the memo of plain turns."""
+    plain = turn.role != "tool" and not _tool_call_ids(turn)
+    if plain:
+        unit = _priced_unit(store, turn.session_id, turn.turn_id, kind, **features)
+        if unit is not None:
+            units[unit.id] = unit
+            return unit
+    unit = _add(units, _turn_unit(turn, kind, scratch, **features), model)
+    tkey = _TOKENIZER_KEY.get()
+    if plain and tkey is not None and _COST_CAP.get() is not None:
+        message = unit.variants["verbatim"]
+        cap = _COST_CAP.get()
+        if len(message.get("content") or "") <= _MAX_TOKEN_BYTES * (cap + 1):
+            keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
+                 _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
+                 _PRICED_MAX)
+    return unit
+
+
 def _turn_unit(turn: Turn, kind: str, scratch: Any = None, **features: Any) -> Unit:
     message = _message_for_turn(turn)
     seed_model = _STORED_COUNTS_MODEL.get()
@@ -211,6 +284,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     _COST_CAP.set(window_tokens)
     _STORE_USED.set(set())
     _STORED_COUNTS_MODEL.set(_stored_counts_model(store, model))
+    _TOKENIZER_KEY.set(_tokenizer_key(model))
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
     groups: list[list[str]] = []
@@ -239,7 +313,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     scratch = scratch_store_for(store)
     for turn in window:
         kind = "instructions" if turn.role == "system" else "turn"
-        _add(units, _turn_unit(turn, kind, scratch), model)
+        _add_turn(units, store, turn, kind, scratch, model)
     _tool_groups(window, call_owner, groups)
 
     thread_info: dict[str, Any] = {}
@@ -371,20 +445,31 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
     _used("index")
     offered, count = 0, 0
     loaded: dict[int, Turn] = {}
-    older = [t for t in ranked.ids if t < window_start]
-    for turn_id, score in zip(ranked.ids, ranked.scores):
+    older: list[int] | None = None
+    direct: set[str] = set()        # candidates this ranking scores (not marked below)
+    ids, scores = ranked.ids, ranked.scores
+    budget = _RETRIEVE_OVERSUPPLY * window_tokens
+    for at, turn_id in enumerate(ids):
+        if count >= max_retrieved or offered >= budget:
+            break
         uid = f"t{turn_id}"
-        if uid in units:
-            units[uid].features.setdefault("relevance", score)
+        if turn_id >= window_start or uid in units:
             continue
-        if turn_id >= window_start:
+        score = scores[at]
+        direct.add(uid)
+        unit = _priced_unit(store, session_id, turn_id, "retrieved", score=score)
+        if unit is not None:                        # a plain turn offered before: no read
+            if unit.features["role"] != "system":
+                units[uid] = unit
+                offered += unit.costs["verbatim"]
+                count += 1
             continue
-        if count >= max_retrieved or offered >= _RETRIEVE_OVERSUPPLY * window_tokens:
-            continue                                # still mark window turns' relevance
         if turn_id not in loaded:
             # One read for the next stretch of the ranking, not one per turn.
-            at = older.index(turn_id)
-            batch = [t for t in older[at:at + _READ_CHUNK] if t not in loaded]
+            if older is None:
+                older = [t for t in ids if t < window_start]
+            pos = older.index(turn_id)
+            batch = [t for t in older[pos:pos + _READ_CHUNK] if t not in loaded]
             loaded.update((t.turn_id, t) for t in store.turns(session_id, batch))
         turn = loaded[turn_id]
         if turn.role == "system":
@@ -393,6 +478,15 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
                                       scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
+    # Turns offered for another reason (the window, a resumed thread, the tool
+    # pair of a candidate) carry their place in the ranking as relevance.
+    score_of = dict(zip(ids, scores))
+    for uid, unit in units.items():
+        if uid in direct or len(unit.turn_ids) != 1 or uid != f"t{unit.turn_ids[0]}":
+            continue
+        score = score_of.get(unit.turn_ids[0])
+        if score is not None:
+            unit.features.setdefault("relevance", score)
     info["retrieved"] = count
     return info
 
@@ -412,7 +506,7 @@ def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, k
         if uid not in units:
             extra = features if member.turn_id == turn.turn_id else \
                 {k: 0.0 for k in features if k == "score"}
-            added.append(_add(units, _turn_unit(member, kind, scratch, **extra), model))
+            added.append(_add_turn(units, store, member, kind, scratch, model, **extra))
         ids.append(uid)
     if len(ids) > 1:
         groups.append(ids)
@@ -555,7 +649,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
         for turn in store.turns(session_id, wanted):
             if turn.role == "tool" or _tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
-            _add(units, _turn_unit(turn, "thread", scratch), model)
+            _add_turn(units, store, turn, "thread", scratch, model)
         full = log.thread(session_id, best.thread_id, store)
         text = full.state.summary(full.label)
         _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import functools
 import math
 import re
 import threading
+from array import array
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
@@ -62,9 +64,14 @@ _stem_lock = threading.Lock()      # the generated stemmer keeps state between c
 
 def analyze(text: str) -> list[str]:
     """Stemmed index terms of ``text`` (the store's tokenizer, then Snowball)."""
-    words = tokenize(text)
+    return [_stem(w) for w in tokenize(text)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    # A conversation repeats its vocabulary: each distinct word is stemmed once.
     with _stem_lock:
-        return _stemmer.stemWords(words)
+        return _stemmer.stemWord(word)
 
 
 def strip_names(text: str, names: Sequence[str]) -> str:
@@ -168,11 +175,24 @@ class _SessionIndex:
     sittings: list[int] = field(default_factory=list)
     days: list[dt.date | None] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
-    postings: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    # term -> (positions, term frequencies), typed arrays numpy reads in one copy
+    postings: dict[str, tuple[array, array]] = field(
+        default_factory=lambda: defaultdict(lambda: (array("q"), array("d"))))
+    names: set[str] = field(default_factory=set)     # named speakers (not role names)
     upto: int = 0
     _last_time: float | None = None
     _last_marker: Any = None
     _sitting: int = 0
+    _arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Turn ids, lengths and sittings as arrays, made again only after turns are added."""
+        cached = self._arrays
+        if cached is None or len(cached[0]) != len(self.ids):
+            cached = (np.asarray(self.ids, dtype=np.int64),
+                      np.asarray(self.lengths, dtype=np.float64), np.asarray(self.sittings))
+            self._arrays = cached
+        return cached
 
     def add(self, turn: Turn) -> None:
         day, when = _turn_day_and_time(turn)
@@ -186,9 +206,14 @@ class _SessionIndex:
         pos = len(self.ids)
         terms = Counter(analyze(turn.content))
         for term, tf in terms.items():
-            self.postings[term].append((pos, tf))
+            positions, freqs = self.postings[term]
+            positions.append(pos)
+            freqs.append(tf)
         self.ids.append(turn.turn_id)
-        self.speakers.append(turn.name or turn.role)
+        speaker = turn.name or turn.role
+        self.speakers.append(speaker)
+        if speaker and speaker not in ("user", "assistant"):
+            self.names.add(speaker)
         self.sittings.append(self._sitting)
         self.days.append(day)
         self.lengths.append(sum(terms.values()))
@@ -269,7 +294,7 @@ class Ranking(Sequence[Scored]):
 
 def participants_of(idx: _SessionIndex) -> list[str]:
     """The named speakers of the indexed turns (role names are not names)."""
-    return sorted({s for s in idx.speakers if s and s not in ("user", "assistant")})
+    return sorted(idx.names)
 
 
 def _aligned(turn_ids: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -300,28 +325,26 @@ def score_turns(idx: _SessionIndex, query: str,
     lexical_query = strip_names(query, participants)
     terms = list(dict.fromkeys(analyze(lexical_query)))
     terms = [t for t in terms if t not in QUESTION_WORDS] or terms
-    lengths = np.asarray(idx.lengths, dtype=np.float64)
+    turn_ids, lengths, sittings = idx.arrays()
     avgdl = float(lengths.mean()) or 1.0
     bm = np.zeros(n)
     for term in terms:
         plist = idx.postings.get(term)
-        if not plist:
+        if not plist or not plist[0]:
             continue
-        df = len(plist)
+        pos, tf = np.array(plist[0], dtype=np.int64), np.array(plist[1], dtype=np.float64)
+        df = len(pos)
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        pos = np.fromiter((p for p, _ in plist), dtype=np.int64, count=df)
-        tf = np.fromiter((f for _, f in plist), dtype=np.float64, count=df)
         norm = 1 - B + B * lengths[pos] / avgdl
         bm[pos] += idf * tf * (K1 + 1) / (tf + K1 * norm)
     s = bm / bm.max() if bm.max() > 0 else bm
     if dense is not None and len(dense[0]):
-        cos = _aligned(np.asarray(idx.ids, dtype=np.int64), *dense)
+        cos = _aligned(turn_ids, *dense)
         known = ~np.isnan(cos)
         if known.any():
             lo, hi = float(np.nanmin(cos)), float(np.nanmax(cos))
             dn = np.where(known, (np.nan_to_num(cos, nan=lo) - lo) / (hi - lo) if hi > lo else 0.0, 0.0)
             s = s + W_DENSE * dn
-    sittings = np.asarray(idx.sittings)
     mentions = date_mentions(query)
     if mentions:
         closeness = np.array([date_closeness(mentions, d) for d in idx.days])
@@ -378,7 +401,7 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
     ranked_scores: list[float] = []
     if len(scores):
         top = float(scores.max()) or 1.0
-        turn_ids = np.asarray(idx.ids, dtype=np.int64)
+        turn_ids = idx.arrays()[0]
         order = np.lexsort((-turn_ids, -scores))      # best first, ties: newest
         ranked_ids = turn_ids[order].tolist()
         ranked_scores = (scores[order] / top).tolist()

@@ -416,14 +416,16 @@ class _CountMemo:
     MAX_CHARS = 16384
 
     def __init__(self, enc: tiktoken.Encoding) -> None:
-        self._encode = enc.encode
+        # Ordinary encoding: "<|endoftext|>" in user text is plain text, not an
+        # error or a special token (the same ids as encode(disallowed_special=()),
+        # without its per-call checks).
+        self._encode = enc.encode_ordinary
         self._counts: dict[str, int] = {}
 
     def __call__(self, text: str) -> int:
         n = self._counts.get(text)
         if n is None:
-            # disallowed_special=() : "<|endoftext|>" in user text is plain text, not an error
-            n = len(self._encode(text, disallowed_special=()))
+            n = len(self._encode(text))
             self.remember(text, n)
         return n
 

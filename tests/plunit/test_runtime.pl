@@ -146,3 +146,24 @@ test(union_per_turn_is_the_joined_text) :-
     assertion(Second == Expected).
 
 :- end_tests(ctxrelay_recent_mentions).
+
+:- begin_tests(ctxrelay_policy_memo).
+
+%   A remembered policy is the one policy_/2 derives; options that differ
+%   get their own; a refused policy is refused again (never remembered).
+test(remembered_equals_derived) :-
+    Opts = [max_context_tokens(3000), output_reserve(200), model("gpt-4o")],
+    ctxrelay_policy:policy(Opts, First),
+    ctxrelay_policy:policy(Opts, Second),
+    ctxrelay_policy:policy_(Opts, Derived),
+    assertion(First =@= Derived),
+    assertion(Second =@= Derived),
+    ctxrelay_policy:policy([max_context_tokens(2000)|Opts], Other),
+    assertion(Other.input_budget =\= Derived.input_budget).
+
+test(refused_every_time, [error(domain_error(positive_input_budget, _))]) :-
+    Opts = [max_context_tokens(100), output_reserve(90), safety_margin(20)],
+    catch(ctxrelay_policy:policy(Opts, _), error(domain_error(_, _), _), true),
+    ctxrelay_policy:policy(Opts, _).
+
+:- end_tests(ctxrelay_policy_memo).

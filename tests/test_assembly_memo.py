@@ -1,0 +1,90 @@
+"""The memo of stored turns' units (ctxrelay.assembly._PRICED).
+
+A plain stored turn is offered with the same message and cost on every
+assembly; the memo must never change what an assembly produces: not after
+it fills, not when the model's tokenizer is registered anew, not when a
+smaller budget caps a long turn's count.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ctxrelay import ContextOverflowError, Runtime, assembly, tokens
+
+POLICY = dict(max_context_tokens=900, output_reserve=100, safety_margin=20, min_recent_turns=2,
+              embedder="hashing")
+
+
+def chat(rt: Runtime, session: str, n: int) -> None:
+    rt.create_session(session)
+    topics = ["etcd quorum", "backup window", "budget figure", "latency target"]
+    for i in range(n):
+        topic = topics[i % len(topics)]
+        rt.append(session, "user", f"what about the {topic} item {i}?")
+        rt.append(session, "assistant", f"the {topic} item {i} is settled as plan {i * 7}")
+
+
+def signature(r) -> tuple:
+    return ([(u.id, u.kind, u.tokens) for u in r.pack], r.ledger.total, r.ledger.exact,
+            r.messages)
+
+
+@pytest.fixture
+def rt(store_dir):
+    with Runtime(store_dir) as runtime:
+        yield runtime
+
+
+def test_memo_serves_the_same_units_as_a_fresh_count(rt):
+    chat(rt, "s", 60)
+    assembly._PRICED.clear()
+    cold = rt.assemble("s", "remind me of the budget figure item 10", **POLICY)
+    assert assembly._PRICED, "the first assembly fills the memo"
+    warm = rt.assemble("s", "remind me of the budget figure item 10", **POLICY)
+    assert signature(warm) == signature(cold)
+    # Every unit a memo entry produced costs what a fresh count says.
+    for key, priced in list(next(iter(assembly._PRICED.values())).items()):
+        fresh, exact = assembly.message_cost(priced.message, "cl100k_base")
+        assert (fresh, exact) == (priced.cost, priced.exact), key
+
+
+def test_a_tokenizer_registered_anew_is_counted_anew(rt):
+    chat(rt, "s", 40)
+    policy = {**POLICY, "model": "memo-test-model", "max_context_tokens": 4000}
+    try:
+        tokens.register("memo-test-model", lambda text: len(text.split()), exact=True,
+                        framing="openai-chat")
+        by_words = rt.assemble("s", "what about the backup window?", **policy)
+        tokens.register("memo-test-model", lambda text: len(text), exact=True, framing="openai-chat")
+        by_chars = rt.assemble("s", "what about the backup window?", **policy)
+    finally:
+        tokens.unregister("memo-test-model")
+    words = {u.id: u.tokens for u in by_words.pack if u.kind == "turn"}
+    chars = {u.id: u.tokens for u in by_chars.pack if u.kind == "turn"}
+    shared = set(words) & set(chars)
+    assert shared
+    assert all(chars[i] > words[i] for i in shared), "costs must follow the new counter"
+
+
+def test_a_capped_count_is_not_taken_from_an_uncapped_one(rt):
+    rt.create_session("s")
+    long_text = "alpha beta gamma delta " * 3000          # ~12k tokens, 69 KB
+    rt.append("s", "user", long_text)
+    for i in range(6):
+        rt.append("s", "assistant" if i % 2 else "user", f"short turn {i}")
+    roomy = dict(POLICY, max_context_tokens=40000, provider_context_tokens=64000,
+                 min_recent_turns=8)
+    big = rt.assemble("s", "and the alpha?", **roomy)
+    exact_cost = next(u.tokens for u in big.pack if u.turn_ids == [1])
+    assert exact_cost > 10000
+    # A 50-token budget stops counting past ~52 KB: the long turn is charged
+    # the cheap lower bound (one token per KB), not the memo's exact count,
+    # and the mandatory tail fails closed with that figure.
+    small = dict(POLICY, max_context_tokens=60, output_reserve=10, safety_margin=0,
+                 min_recent_turns=8)
+    with pytest.raises(ContextOverflowError) as err:
+        rt.assemble("s", "and the alpha?", **small)
+    mandatory = int(re.search(r"mandatory_tokens = (\d+)", str(err.value)).group(1))
+    assert mandatory < 200 < exact_cost
