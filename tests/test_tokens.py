@@ -601,3 +601,12 @@ def test_the_memo_is_bounded(monkeypatch):
     long_text = "word " * (type(memo).MAX_CHARS // 5 + 10)
     memo(long_text)
     assert long_text not in memo._counts                 # long texts are not kept
+
+
+def test_a_resolved_tokenizer_counts_like_its_name():
+    held = tokens.resolve("gpt-4")
+    assert tokens.resolve(held) is held
+    text = "Resolve once, count many: <|endoftext|> stays plain text."
+    assert tokens.count(text, held) == tokens.count(text, "gpt-4")
+    msgs = [{"role": "user", "content": text, "name": "ops"}]
+    assert tokens.count_messages(msgs, held) == tokens.count_messages(msgs, "gpt-4")

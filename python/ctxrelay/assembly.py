@@ -115,7 +115,7 @@ _STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
     contextvars.ContextVar("stored_counts_model", default=None)
 
 
-def _stored_counts_model(store: TranscriptStore, model: str) -> str | None:
+def _stored_counts_model(store: TranscriptStore, model: "str | tok.Tokenizer") -> Any:
     """``model`` when the store counted turns with its exact vocabulary, else None."""
     from .transcript import DEFAULT_TOKENIZER
     tokenizer = tok.resolve(model)
@@ -125,7 +125,7 @@ def _stored_counts_model(store: TranscriptStore, model: str) -> str | None:
     return None
 
 
-def message_cost(message: dict[str, Any], model: str) -> tuple[int, bool]:
+def message_cost(message: dict[str, Any], model: "str | tok.Tokenizer") -> tuple[int, bool]:
     """Tokens one message adds to a request, framing included, reply priming excluded.
 
     Past the assembly's cap a lower bound stands in for the count: at least
@@ -145,7 +145,7 @@ def _terms(text: str) -> set[str]:
     return set(tokenize(text))
 
 
-def _add(units: dict[str, Unit], unit: Unit, model: str) -> Unit:
+def _add(units: dict[str, Unit], unit: Unit, model: "str | tok.Tokenizer") -> Unit:
     for name, msg in unit.variants.items():
         n, exact = message_cost(msg, model)
         unit.costs[name] = n
@@ -176,7 +176,7 @@ class _Priced:
     exact: bool
 
 
-def _tokenizer_key(model: str) -> tuple[Any, ...]:
+def _tokenizer_key(model: "str | tok.Tokenizer") -> tuple[Any, ...]:
     t = tok.resolve(model)
     return (t, id(t.counter))
 
@@ -205,7 +205,7 @@ def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: st
 
 
 def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: str,
-              scratch: Any, model: str, **features: Any) -> Unit:
+              scratch: Any, model: "str | tok.Tokenizer", **features: Any) -> Unit:
     """``_add`` of a stored turn's unit, through the memo of plain turns."""
     plain = turn.role != "tool" and not _tool_call_ids(turn)
     if plain:
@@ -283,8 +283,9 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     window_tokens = int(options["window_tokens"])
     _COST_CAP.set(window_tokens)
     _STORE_USED.set(set())
-    _STORED_COUNTS_MODEL.set(_stored_counts_model(store, model))
-    _TOKENIZER_KEY.set(_tokenizer_key(model))
+    counter = tok.resolve(model)      # resolved once: every unit below is counted with it
+    _STORED_COUNTS_MODEL.set(_stored_counts_model(store, counter))
+    _TOKENIZER_KEY.set(_tokenizer_key(counter))
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
     groups: list[list[str]] = []
@@ -293,13 +294,14 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
 
     system_text = str(options.get("system") or "")
     if system_text:
+        system_message = {"role": "system", "content": system_text}
         _add(units, Unit(id="system", kind="system", turn_ids=[],
-                         variants={"verbatim": {"role": "system", "content": system_text}}), model)
+                         variants={"verbatim": system_message}), counter)
     query_text = ""
     if message is not None:
         query_text = str(message)
         _add(units, Unit(id="message", kind="message", turn_ids=[],
-                         variants={"verbatim": {"role": "user", "content": query_text}}), model)
+                         variants={"verbatim": {"role": "user", "content": query_text}}), counter)
 
     window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent)
     if message is None and window:
@@ -313,23 +315,23 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     scratch = scratch_store_for(store)
     for turn in window:
         kind = "instructions" if turn.role == "system" else "turn"
-        _add_turn(units, store, turn, kind, scratch, model)
+        _add_turn(units, store, turn, kind, scratch, counter)
     _tool_groups(window, call_owner, groups)
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
     if options.get("threads", True):
         thread_info, dense = _thread_context(store, session_id, message, query_text, window,
-                                             history_end, units, model, options, scratch)
+                                             history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:
         from .embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
         info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
                                    window_tokens, int(options.get("max_retrieved", 200)),
-                                   units, groups, model, scratch, dense, embedder)
+                                   units, groups, counter, scratch, dense, embedder)
 
     if options.get("warm", True) and warm_store is not None:
-        _warm_units(warm_store, session_id, query_text, history_end, units, excludes, model)
+        _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
 
     tail_first = max(1, history_end - min_recent + 1)
     if options.get("boundary", True) and history_end > min_recent:
@@ -340,7 +342,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         _add(units, Unit(id="boundary", kind="boundary", turn_ids=[],
                          variants={"verbatim": {"role": "system", "content": text}},
                          features={"omitted_first": first, "omitted_last": last,
-                                   "omitted_count": count, "omitted_tokens": prefix_tokens}), model)
+                                   "omitted_count": count, "omitted_tokens": prefix_tokens}),
+             counter)
     info.update(window_start=window_start, tail_first=tail_first,
                 total_turns=history_end)
     info.update(thread_info)
@@ -352,7 +355,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     if any(u.kind == "scratch" for u in units.values()):
         _used("pointer")
     info["store_used"] = sorted(_STORE_USED.get())
-    priming = tok.count_messages([], model).n
+    priming = tok.count_messages([], counter).n
     cands = Candidates(session_id, model, units, priming, groups, excludes, info)
     return {"handle": cands, "units": [u.summary() for u in units.values()],
             "groups": groups, "excludes": excludes, "priming": priming, "info": info}
@@ -427,7 +430,7 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
 
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
               history_end: int, window_tokens: int, max_retrieved: int,
-              units: dict[str, Unit], groups: list[list[str]], model: str,
+              units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
               scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
@@ -492,8 +495,9 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
 
 
 def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,
-                          units: dict[str, Unit], groups: list[list[str]], model: str,
-                          scratch: Any, **features: Any) -> list[Unit]:
+                          units: dict[str, Unit], groups: list[list[str]],
+                          model: "str | tok.Tokenizer", scratch: Any,
+                          **features: Any) -> list[Unit]:
     """Add ``turn`` with its tool call and results (packed together), return the new units.
 
     ``features`` go to ``turn`` itself; the family members it pulls in carry
@@ -532,7 +536,8 @@ def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Tu
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
-                units: dict[str, Unit], excludes: list[list[str]], model: str) -> None:
+                units: dict[str, Unit], excludes: list[list[str]],
+                model: "str | tok.Tokenizer") -> None:
     from .warm import variants as warm_variants
     q = _terms(query)
     for art in warm_store.latest(session_id):
@@ -597,8 +602,9 @@ def host_only_tokens(cands: Candidates, plan: list[list[str]], model: str) -> in
 
 
 def _thread_context(store: TranscriptStore, session_id: str, message: Any, query_text: str,
-                    window: list[Turn], history_end: int, units: dict[str, Unit], model: str,
-                    options: dict[str, Any], scratch: Any) -> tuple[dict[str, Any], Any]:
+                    window: list[Turn], history_end: int, units: dict[str, Unit],
+                    model: "str | tok.Tokenizer", options: dict[str, Any],
+                    scratch: Any) -> tuple[dict[str, Any], Any]:
     """Topic thread of the new message, its similarity, and a resumed thread's turns.
 
     The turn log is brought up to date first (only turns added since the last

@@ -681,8 +681,14 @@ def _builtin(key: str, given: str) -> Tokenizer:
 _exact_builtins: dict[tuple[str, str | None], Tokenizer] = {}
 
 
-def resolve(model_or_encoding: str) -> Tokenizer:
-    """The :class:`Tokenizer` for a model or encoding name (registered names first)."""
+def resolve(model_or_encoding: "str | Tokenizer") -> Tokenizer:
+    """The :class:`Tokenizer` for a model or encoding name (registered names first).
+
+    A :class:`Tokenizer` is returned as it is, so every counting function
+    takes one in place of a name: a caller counting many texts resolves once.
+    """
+    if type(model_or_encoding) is Tokenizer:
+        return model_or_encoding
     memo_key = (model_or_encoding, os.environ.get("TIKTOKEN_CACHE_DIR"))
     known = _exact_builtins.get(memo_key) if isinstance(model_or_encoding, str) else None
     if known is not None and not _registry:
