@@ -71,25 +71,39 @@ py_call_plain(Call, Result) :-
 %   The one adapter for janus booleans: @true -> true, @false -> false,
 %   inside dicts and lists too.  @none (Python's None) is kept: janus maps
 %   it back to None when the value returns to Python.
+%   Every value of every crossing goes through here (a managed turn
+%   converts about a thousand), so strings and numbers leave first and
+%   the walks are plain recursion rather than maplist/3.
 py_plain(V, V) :- var(V), !.
+py_plain(V, V) :- atomic(V), !.
 py_plain(@(true), true) :- !.
 py_plain(@(false), false) :- !.
 py_plain(D0, D) :-
     is_dict(D0, Tag),
     !,
     dict_pairs(D0, Tag, Pairs0),
-    maplist(plain_pair, Pairs0, Pairs),
+    plain_pairs(Pairs0, Pairs),
     dict_pairs(D, Tag, Pairs).
 py_plain(L0, L) :-
     is_list(L0),
     !,
-    maplist(py_plain, L0, L).
+    plain_list(L0, L).
 py_plain(V, V).
+
+plain_list([], []).
+plain_list([H0|T0], [H|T]) :-
+    py_plain(H0, H),
+    plain_list(T0, T).
 
 %   User JSON (metadata, tool arguments) keeps Python's constants, so it
 %   returns to Python unchanged.
-plain_pair(K-V0, K-V) :-
-    (   opaque_key(K) -> V = V0 ; py_plain(V0, V) ).
+plain_pairs([], []).
+plain_pairs([K-V0|T0], [K-V|T]) :-
+    (   atomic(V0) -> V = V0
+    ;   opaque_key(K) -> V = V0
+    ;   py_plain(V0, V)
+    ),
+    plain_pairs(T0, T).
 
 opaque_key(metadata).
 opaque_key(args).

@@ -167,3 +167,29 @@ test(refused_every_time, [error(domain_error(positive_input_budget, _))]) :-
     ctxrelay_policy:policy(Opts, _).
 
 :- end_tests(ctxrelay_policy_memo).
+
+:- begin_tests(ctxrelay_py_plain).
+
+%   Python's booleans become plain atoms at any depth, except inside
+%   user JSON (metadata, args, structured), which keeps them for the
+%   way back; None, strings, numbers and variables are left alone.
+test(booleans_at_any_depth) :-
+    In = _{a: @(true), b:[@(false), _{c: @(true), d:"true"}], e: @(none), f:1.5,
+           metadata:_{flag: @(true)}, g:[], h:"x"},
+    ctxrelay_errors:py_plain(In, Out),
+    assertion(Out.a == true),
+    assertion(Out.b =@= [false, _{c:true, d:"true"}]),
+    assertion(Out.e == @(none)),
+    assertion(Out.f == 1.5),
+    assertion(Out.metadata =@= _{flag: @(true)}),
+    assertion(Out.g == []),
+    assertion(Out.h == "x").
+
+test(unbound_stays_unbound) :-
+    ctxrelay_errors:py_plain([X, @(true)], Out),
+    Out = [Y, B],
+    assertion(B == true),
+    assertion(var(Y)),
+    assertion(X == Y).
+
+:- end_tests(ctxrelay_py_plain).
