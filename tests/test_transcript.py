@@ -997,3 +997,17 @@ def test_rank_is_search_without_the_turns(store, session):
         store.rank(session, 5)
     with pytest.raises(UnknownSessionError):
         store.rank("nobody", "etcd")
+
+
+def test_write_generation_moves_with_writes_only(tmp_path):
+    st = TranscriptStore(tmp_path / "t.lmdb")
+    st.create_session("s")
+    before = st.write_generation()
+    st.history("s")
+    st.turn_count("s")
+    assert st.write_generation() == before, "reads do not move it"
+    st.append("s", "user", "hello")
+    after = st.write_generation()
+    assert after is not None and after > before
+    st.close()
+    assert st.write_generation() is None

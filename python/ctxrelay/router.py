@@ -255,10 +255,7 @@ class Router:
     # -- rolling log: writes ------------------------------------------------------
 
     def _generation(self) -> int | None:
-        # The transcript has no public "last write" counter; LMDB's last
-        # transaction id is one (every commit, by any process, advances it).
-        env = getattr(self._st, "_env", None)
-        return None if env is None else env.info()["last_txnid"]
+        return self._st.write_generation()
 
     def _read(self, session_id: str, n: int) -> list[list[Any]]:
         return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]

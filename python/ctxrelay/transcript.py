@@ -552,6 +552,13 @@ class TranscriptStore:
     def closed(self) -> bool:
         return self._env is None
 
+    def write_generation(self) -> int | None:
+        """A number that moves with every committed write, by any process (LMDB's
+        last transaction id); None once closed.  Equal numbers mean nothing was
+        written in between, so a reader may keep what it derived from the store."""
+        env = self._env
+        return None if env is None else int(env.info()["last_txnid"])
+
     @property
     def tokenizer_name(self) -> str:
         if self._token_counter is not None:
