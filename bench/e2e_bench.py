@@ -13,6 +13,7 @@ cold        every message is new text (no cache can answer it); p50/p95 of
             embedding the message subtracted (the target's figure).
 repeat      the same message assembled again with nothing changed: the hot
             cache answers the knowledge access.
+by intent   the same per classified intent (a drill-down walks the graph: CDGR).
 stages      where the time goes (Python-side, from a profile-free timer).
 embed       one message embedded with the bench's embedder and, if installed,
             with MiniLM, which a deployment with semantic embeddings adds.
@@ -140,6 +141,7 @@ def main() -> int:
                 box, orig_embed = embedding_time_per_call()
                 stages.clear()
                 total, net, headers, knowledge, packed_facts = [], [], [], [], []
+                by_intent: dict[str, list[float]] = defaultdict(list)
                 for i in range(args.repeat):
                     text = message(i)
                     box["s"] = 0.0
@@ -150,6 +152,7 @@ def main() -> int:
                     net.append(dt - box["s"])
                     headers.append(r.headers)
                     knowledge.append(r.status["knowledge"])
+                    by_intent[str(r.status["intent"])].append(dt - box["s"])
                     packed_facts.append(sum(1 for u in r.pack if u.kind == "fact"))
                 stage_ms = {k: round(v / args.repeat * 1000, 3) for k, v in stages.items()}
                 repeat_t = []
@@ -167,6 +170,8 @@ def main() -> int:
                     "cold_total": percentiles(total),
                     "cold_without_message_embedding": percentiles(net),
                     "message_embedding_ms_p50": round(sorted(embed_share)[len(embed_share) // 2], 3),
+                    "by_intent_without_message_embedding": {
+                        intent: percentiles(ts) for intent, ts in sorted(by_intent.items())},
                     "repeat_same_message": percentiles(repeat_t),
                     "repeat_cache_hit": r2.headers.get("CRP-Context-Cache-Hit"),
                     "python_stages_mean_ms": stage_ms,
