@@ -715,3 +715,5 @@ def test_both_back_ends_satisfy_the_interface(tmp_path):
         assert log.read_recent("s", 5) == ["b", "c"]
         with pytest.raises(EntryTooLargeError):
             log.append("s", "x" * 11)
+        assert log.drop("s") is True and log.read_recent("s", 5) == []
+        assert log.drop("s") is False

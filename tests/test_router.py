@@ -446,3 +446,13 @@ def test_the_sweep_waits_for_its_interval(rt):
         router.expire_when_due()
     router.drain()
     assert calls == [1]                          # one sweep, then not before the hour is up
+
+
+def test_archiving_a_session_drops_its_ring_and_reads_still_work(rt):
+    router = router_for(rt._store)
+    assert "s" in router.rolling.sessions()
+    tail = rt.last("s", 5)
+    rt.archive_session("s")
+    assert "s" not in router.rolling.sessions(), "an archived session holds no ring"
+    assert rt.recent("s", 5) == tail              # rebuilt from the transcript on read
+    assert "s" in router.rolling.sessions()

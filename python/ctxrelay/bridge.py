@@ -51,6 +51,9 @@ def sessions(st: TranscriptStore) -> list[dict]:
 
 def archive_session(st: TranscriptStore, session_id: str) -> None:
     st.archive_session(session_id)
+    # Appends now raise: the session's rolling ring is dead weight until it
+    # is read again (which rebuilds it from the transcript).
+    router_for(st).forget(session_id)
 
 
 def append(st: TranscriptStore, session_id: str, role: str, content: str,

@@ -210,6 +210,8 @@ class RollingLogBackend(Protocol):
 
     def roll_off(self, session_id: str, n: int = 1) -> int: ...
 
+    def drop(self, session_id: str) -> bool: ...
+
     def stats(self, session_id: str | None = None) -> RingStats | LogStats: ...
 
 
@@ -824,6 +826,12 @@ class MemoryRollingLog:
                 state[1] -= len(ring.popleft()[2])
                 dropped += 1
             return dropped
+
+    def drop(self, session_id: str) -> bool:
+        """Forget the session's ring; returns False if it had none."""
+        _session_bytes(session_id)
+        with self._lock:
+            return self._rings.pop(session_id, None) is not None
 
     def close(self) -> None:
         """Nothing to release; present so both back ends can be closed alike."""

@@ -296,6 +296,14 @@ class Router:
                           "it is re-synced from the transcript on the next read",
                           RuntimeWarning, stacklevel=2)
 
+    def forget(self, session_id: str) -> bool:
+        """Drop the session's ring (for an archived session: no appends can follow,
+        so its footprint goes to zero); a later read rebuilds it from the
+        transcript.  Returns False if it had none."""
+        with self._sync_lock, _Flock(self._lock_fd):
+            self._verified.pop(session_id, None)
+            return self.rolling.drop(session_id)
+
     def sync(self, session_id: str, *, rebuild: bool = False) -> None:
         """Re-sync the session's ring from the transcript tail (rebuilding it if asked)."""
         with self._sync_lock, _Flock(self._lock_fd):
