@@ -214,10 +214,9 @@ def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: 
             units[unit.id] = unit
             return unit
     unit = _add(units, _turn_unit(turn, kind, scratch, **features), model)
-    tkey = _TOKENIZER_KEY.get()
-    if plain and tkey is not None and _COST_CAP.get() is not None:
+    tkey, cap = _TOKENIZER_KEY.get(), _COST_CAP.get()
+    if plain and tkey is not None and cap is not None:
         message = unit.variants["verbatim"]
-        cap = _COST_CAP.get()
         if len(message.get("content") or "") <= _MAX_TOKEN_BYTES * (cap + 1):
             keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
                  _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
