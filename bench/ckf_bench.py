@@ -194,8 +194,11 @@ def measure(store: FactStore, data: np.ndarray, ids: list[str], qvecs: np.ndarra
                                                   graph._w)) / 2**20, 1) if graph else 0.0,
         "ids_and_heads": round((mem.id_seqs.nbytes + mem.id_names.nbytes
                                 + 85 * len(mem.id_names)           # the id strings
-                                + sum(a.nbytes for a in mem.name_index)
-                                + 33 * len(mem.id_seqs)) / 2**20, 1)}
+                                + sys.getsizeof(mem.seq_of)        # id -> seq (ints cached)
+                                + 28 * len(mem.seq_of)
+                                + 33 * len(mem.id_names)) / 2**20, 1),
+        "sketch_and_adjacency_tables": round(
+            ((graph._pos.nbytes - graph._labels.nbytes) if graph else 0) / 2**20, 1)}
     results = [store.cdgr(q, k=10, hops=2) for q in qvecs[:100]]
     out["cdgr_connectors_per_query"] = round(float(np.mean(
         [sum(r.role == "connector" for r in res) for res in results])), 2)

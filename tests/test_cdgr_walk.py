@@ -91,7 +91,7 @@ def walk_both(s: FactStore, queries: list[str], **kw) -> tuple[list, list, list[
     candidate's vector read); and (scored, candidates) per bounded connector step."""
     sizes: list[tuple[int, int]] = []
     backend = s.backend
-    scoring, vectors = backend.scoring, backend.vectors
+    scoring, vectors = backend.scoring_arrays, backend.vectors
     last: dict[str, int] = {}
 
     def spy_scoring(ns, ids):
@@ -103,11 +103,11 @@ def walk_both(s: FactStore, queries: list[str], **kw) -> tuple[list, list, list[
             sizes.append((len(ids), last.pop("n")))
         return vectors(ns, ids)
 
-    backend.scoring, backend.vectors = spy_scoring, spy_vectors
+    backend.scoring_arrays, backend.vectors = spy_scoring, spy_vectors
     try:
         bounded = [s.cdgr(q, **kw) for q in queries]
     finally:
-        del backend.scoring, backend.vectors
+        del backend.scoring_arrays, backend.vectors
     backend.similarity_bounds = lambda *a: None
     try:
         exact = [s.cdgr(q, **kw) for q in queries]

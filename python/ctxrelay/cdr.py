@@ -56,7 +56,8 @@ __all__ = [
     "NOVELTY_MODES", "NGRAM_N", "NGRAM_STEP", "NGRAM_CAP", "STALE_FLOOR", "FRESH_FRACTION",
     "MIN_CONNECTOR_RELEVANCE", "SPEC_EDGE_THRESHOLD", "DEFAULT_MAX_HOPS",
     "DEFAULT_CONNECTOR_BUDGET", "MAX_CONNECTOR_CANDIDATES",
-    "parse_ttl", "recency_factor", "coverage_scores", "residual_pulls", "novelty",
+    "parse_ttl", "recency_factor", "recency_factors", "coverage_scores", "residual_pulls",
+    "novelty",
     "ngrams", "ngram_blacklist", "ngram_overlap", "ngram_penalty", "cdr_scores",
     "Reach", "reach_from", "reach_layers", "bridge_value", "split_budget", "assemble_order",
 ]
@@ -144,6 +145,21 @@ def recency_factor(age_seconds: float, ttl_seconds: float | None) -> float:
     if age >= ttl_seconds:
         return STALE_FLOOR
     return 1.0 - (1.0 - STALE_FLOOR) * ((age - fresh) / (ttl_seconds - fresh))
+
+
+def recency_factors(age_seconds: np.ndarray, ttl_seconds: np.ndarray) -> np.ndarray:
+    """:func:`recency_factor` of arrays (a NaN TTL: none): the same floats, since
+    the same IEEE operations run in the same order."""
+    ttl = np.asarray(ttl_seconds, dtype=np.float64)
+    timeless = np.isnan(ttl)
+    if timeless.all():              # the usual case: most facts never expire
+        return np.ones(ttl.shape)
+    age = np.maximum(np.asarray(age_seconds, dtype=np.float64), 0.0)
+    fresh = FRESH_FRACTION * ttl
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = 1.0 - (1.0 - STALE_FLOOR) * ((age - fresh) / (ttl - fresh))
+        out = np.where(age >= ttl, STALE_FLOOR, out)
+        return np.where((age <= fresh) | timeless, 1.0, out)
 
 
 # -- coverage, residuals and novelty -------------------------------------------

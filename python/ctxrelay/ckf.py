@@ -35,6 +35,10 @@ On-disk layout of the native backend under ``<path>`` (e.g. ``<store>/ckf/``)::
       access          ns seq -> access count (u64) + last access (f64)
       members         ns seq -> community id (u32)
       sources         ns(8) source id -> JSON source record (SPEC-009 §4.5)
+      expiry          ns(8) due(8, order-preserving f64) seq(8) -> fact id, for every
+                      ACTIVE fact with a TTL (due = ingested_at + ttl): a TTL sweep
+                      reads only what is due (namespaces made before it existed get
+                      it built by their first sweep)
       terms.post/.docs/.ns   the BM25 term -> fact index (ctxrelay.textindex)
     <path>/hnsw/ns-<id>.bin   one hnswlib index per namespace (SPEC-009 §9.1)
 
@@ -72,7 +76,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
@@ -80,8 +84,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import cdr as _cdr
-from .ckf_graph import (Adjacency, VectorIndex, anchor_reach, community_keywords, label_of,
-                        leiden)
+from .ckf_graph import (Adjacency, VectorIndex, anchor_links, anchor_reach, community_keywords,
+                        label_of, leiden)
+from .ckf_labels import LabelPositions
 from .ckf_sketch import VectorSketch
 from .embed import default_name, get_embedder
 from .errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
@@ -91,7 +96,7 @@ from .types import copy_plain
 from .textindex import TextIndex
 
 __all__ = [
-    "FactStore", "CKFBackend", "NativeBackend",
+    "FactStore", "CKFBackend", "NativeBackend", "FactIds", "HeadArrays",
     "Fact", "ScoredFact", "Hit", "Community", "CoverageEntry", "IngestReport",
     "SourceRecord", "CKFStats", "Chunk", "chunk_text",
     "UnknownFactError", "FactKeyExistsError", "InvalidFactError", "StatusTransitionError",
@@ -129,12 +134,14 @@ DEFAULT_SOURCE_TYPE = "user"
 DEFAULT_NAMESPACE = "default"
 KNN = 20                      # SPEC-009 §5.2: neighbours looked at per fact
 MIN_COMMUNITY_SIZE = 3        # SPEC-009 §5.3
+EXPIRE_BATCH = 16             # facts marked STALE per write transaction of a TTL sweep (~1 ms)
+BACKFILL_BATCH = 512          # records read per transaction building an old store's expiry index
+DECODED_FACTS = 4096          # decoded fact records kept per store (validated on each read)
 RECLUSTER_EVERY = 50          # SPEC-009 §5.5: new facts between automatic reclusterings
 REBUILD_FRACTION = 0.20       # SPEC-009 §3.3
 AUTO_EF_MIN = 5000            # visible elements from which ef_search is tuned per index
 SAVE_EVERY = 1000             # index operations between snapshot saves (at least)
 ID_CACHE_ENTRIES = 1_000_000  # fact id <-> LMDB key pairs kept in memory (they never change)
-RECENT_IDS = 8192             # ids of the latest searches and walks kept per namespace
 DEFAULT_DEPTH = 0.5           # SPEC-024 §3.1: depth weight of a coverage entry not given one
 CHUNK_MAX_TOKENS = 512        # SPEC-009 §4.2
 FACT_MIN_TOKENS = 10          # SPEC-009 §2.1
@@ -202,7 +209,6 @@ class IngestSourceError(CtxRelayError):
 # -- records ------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1 << 16)
-@functools.lru_cache(maxsize=65536)
 def _iso(ts: float | None) -> str | None:
     # Cached: every fact read formats three stored timestamps, and hot facts are
     # read again and again (a key lookup's budget is 50 µs).
@@ -251,6 +257,19 @@ class Fact:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["metadata"] = copy_plain(dict(self.metadata))   # the caller's own copy
         return out
+
+
+def _fresh_copy(fact: Fact) -> Fact:
+    """A copy of a decoded fact with its own metadata dict: callers own what they get.
+    Built through ``__dict__``, not the constructor: a frozen dataclass sets each of
+    its twenty fields through ``object.__setattr__``, which costs more than the copy."""
+    out = object.__new__(Fact)
+    out.__dict__.update(fact.__dict__)
+    if fact.metadata:
+        out.__dict__["metadata"] = copy_plain(dict(fact.metadata))
+    else:
+        out.__dict__["metadata"] = {}
+    return out
 
 
 @dataclass(frozen=True)
@@ -401,6 +420,47 @@ class CKFStats:
         return out
 
 
+@dataclass(frozen=True)
+class HeadArrays:
+    """The scoring heads of a list of facts as arrays (:meth:`CKFBackend.scoring_arrays`):
+    status bytes (``b"A"``, ``b"S"``, ``b"D"``, ``b"Q"``; ``b""`` for an unknown
+    fact), importance, ``modified_at`` epoch and TTL seconds (NaN: none)."""
+
+    status: np.ndarray
+    importance: np.ndarray
+    modified: np.ndarray
+    ttl: np.ndarray
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[str, float, float, float | None] | None]
+                  ) -> "HeadArrays":
+        return cls(np.array([b"" if r is None else _STATUS_BYTE[r[0]] for r in rows], dtype="S1"),
+                   np.array([0.0 if r is None else r[1] for r in rows], dtype=np.float64),
+                   np.array([math.nan if r is None else r[2] for r in rows], dtype=np.float64),
+                   np.array([math.nan if r is None or r[3] is None else r[3] for r in rows],
+                            dtype=np.float64))
+
+    def rows(self) -> list[tuple[str, float, float, float | None] | None]:
+        """:meth:`CKFBackend.scoring`'s tuples."""
+        return [None if st == b"" else (_BYTE_STATUS[st], imp, mod, None if t != t else t)
+                for st, imp, mod, t in zip(self.status.tolist(), self.importance.tolist(),
+                                           self.modified.tolist(), self.ttl.tolist())]
+
+    def take(self, at: np.ndarray) -> "HeadArrays":
+        return HeadArrays(self.status[at], self.importance[at], self.modified[at], self.ttl[at])
+
+    @property
+    def retrievable(self) -> np.ndarray:
+        return (self.status == b"A") | (self.status == b"S")
+
+    def recency(self, now: float) -> np.ndarray:
+        """SPEC-027 §3.2's factor; a STALE fact is penalised like one past its TTL
+        (SPEC-009 §2.2)."""
+        r = _cdr.recency_factors(now - self.modified, self.ttl)
+        stale = self.status == b"S"
+        return np.where(stale, np.minimum(r, _cdr.STALE_FLOOR), r) if stale.any() else r
+
+
 # -- the backend interface (SPEC-038 §2.1) --------------------------------------
 
 class CKFBackend(ABC):
@@ -465,6 +525,10 @@ class CKFBackend(ABC):
         ranking needs, cheaper than :meth:`get` where the store can do better."""
         return [None if f is None else (f.status, f.importance, _epoch(f.modified_at),
                                         f.ttl_seconds) for f in self.get(namespace, fact_ids)]
+
+    def scoring_arrays(self, namespace: str, fact_ids: Sequence[str]) -> HeadArrays:
+        """:meth:`scoring` as arrays, which a ranking of hundreds of facts reads."""
+        return HeadArrays.from_rows(self.scoring(namespace, fact_ids))
 
     @abstractmethod
     def lookup_key(self, namespace: str, key: str, *, any_status: bool = False) -> str | None:
@@ -533,6 +597,18 @@ class CKFBackend(ABC):
     @abstractmethod
     def scan(self, namespace: str) -> Iterable[Fact]: ...
 
+    def due_facts(self, namespace: str, *, now: float) -> list[str]:
+        """The ACTIVE facts whose ``ingested_at + ttl`` is before ``now`` (SPEC-009
+        §8.1), in store order.  This default reads every fact; a store that keeps
+        them ordered by due time reads only those (the native one does)."""
+        return [f.fact_id for f in self.scan(namespace) if f.status == "ACTIVE"
+                and f.ttl_seconds is not None and now > _epoch(f.ingested_at) + f.ttl_seconds]
+
+    def expire_facts(self, namespace: str, fact_ids: Sequence[str], *, now: float) -> int:
+        """Mark those of ``fact_ids`` still ACTIVE and past their TTL STALE; how many."""
+        due = set(self.due_facts(namespace, now=now))
+        return self.set_status(namespace, [f for f in fact_ids if f in due], "STALE", now=now)
+
     @abstractmethod
     def source(self, namespace: str, source_id: str) -> SourceRecord | None: ...
 
@@ -557,6 +633,32 @@ class CKFBackend(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+class FactIds(tuple):
+    """Fact ids as a backend returned them, with its own handle for each (the native
+    backend: the facts' LMDB seqs in one namespace).  Passed back to the same backend
+    they spare it looking every id up again; a tuple, so ids and handles stay aligned."""
+
+    handles: np.ndarray
+    owner: Any
+
+    def __new__(cls, ids: Iterable[str], handles: np.ndarray, owner: Any) -> "FactIds":
+        self = super().__new__(cls, ids)
+        self.handles, self.owner = handles, owner
+        return self
+
+    def pick(self, at: Sequence[int] | np.ndarray) -> "FactIds":
+        """The ids at positions ``at``, with their handles."""
+        at = np.asarray(at, dtype=np.int64)
+        return FactIds([self[i] for i in at.tolist()], self.handles[at], self.owner)
+
+
+def _pick(ids: Sequence[str], at: Sequence[int] | np.ndarray) -> Sequence[str]:
+    """``ids`` at positions ``at``, keeping a backend's handles (:class:`FactIds`)."""
+    if isinstance(ids, FactIds):
+        return ids.pick(at)
+    return [ids[i] for i in np.asarray(at, dtype=np.int64).tolist()]
 
 
 class _Candidates(dict):
@@ -585,7 +687,7 @@ class _FactDb(LmdbStore):
     KIND = "fact store"
     FORMAT = b"ctxrelay.ckf/1"
     DB_NAMES = (b"meta", b"ns", b"facts", b"ids", b"vectors", b"keys", b"edges", b"hidden",
-                b"ixlog", b"access", b"members", b"sources")
+                b"ixlog", b"access", b"members", b"sources", b"expiry")
 
     def text_index(self, prefix: str) -> TextIndex:
         """The BM25 index kept in this environment (its three databases are created once)."""
@@ -604,33 +706,28 @@ class _Heads:
     change of ``last_mod`` means a writer this backend did not see, and the heads
     are read again whole."""
 
-    def __init__(self, seqs: np.ndarray, rows: np.ndarray, stamp: float) -> None:
+    def __init__(self, seqs: LabelPositions, rows: np.ndarray, stamp: float) -> None:
         self.seqs = seqs
-        self.status = np.array([_BYTE_STATUS.get(b, "") for b in rows["status"].tolist()],
-                               dtype=object)
+        self.status = rows["status"].copy()
         self.importance = rows["importance"].astype(np.float64)
         self.modified = rows["modified"].astype(np.float64)
         self.ttl = rows["ttl"].astype(np.float64)
-        self.fresh = np.ones(len(seqs), dtype=bool)
+        self.fresh = np.ones(len(seqs.labels), dtype=bool)
         self.stamp = stamp
 
     def stale(self, seqs: Iterable[int]) -> None:
-        seqs = np.fromiter(seqs, dtype=np.int64)
-        if len(seqs) and len(self.seqs):
-            pos = np.minimum(np.searchsorted(self.seqs, seqs), len(self.seqs) - 1)
-            self.fresh[pos[self.seqs[pos] == seqs]] = False
+        pos = self.seqs.find(np.fromiter(seqs, dtype=np.int64))
+        self.fresh[pos[pos >= 0]] = False
 
-    def rows(self, seqs: np.ndarray) -> list[tuple[str, float, float, float | None] | None]:
-        """The heads of ``seqs`` (None where not held or not fresh)."""
-        if not len(self.seqs):
-            return [None] * len(seqs)
-        pos = np.minimum(np.searchsorted(self.seqs, seqs), len(self.seqs) - 1)
-        ok = (self.seqs[pos] == seqs) & self.fresh[pos]
-        ttl = self.ttl[pos]
-        return [(st, imp, mod, None if t != t else t) if good else None     # NaN: no TTL
-                for good, st, imp, mod, t in zip(
-                    ok.tolist(), self.status[pos].tolist(), self.importance[pos].tolist(),
-                    self.modified[pos].tolist(), ttl.tolist())]
+    def arrays(self, seqs: np.ndarray) -> tuple[HeadArrays, np.ndarray]:
+        """The heads of ``seqs`` and where they are known (held and fresh); the
+        status of the others is ``b""``."""
+        pos = self.seqs.find(seqs)
+        ok = pos >= 0
+        ok[ok] = self.fresh[pos[ok]]
+        status = self.status[pos]
+        status[~ok] = b""
+        return HeadArrays(status, self.importance[pos], self.modified[pos], self.ttl[pos]), ok
 
 
 @dataclass
@@ -647,21 +744,45 @@ class _NsMem:
     graph: Adjacency | None = None
     #: fact ids by seq as of the graph's build (sorted seqs; ids as str objects, so a
     #: walk's few thousand names are one ``tolist``)
-    id_seqs: np.ndarray | None = None
+    id_seqs: LabelPositions | None = None
     id_names: np.ndarray | None = None
-    #: the ids of ``id_names`` sorted (as bytes), with their seqs
-    name_index: tuple[np.ndarray, np.ndarray] | None = None
+    #: the seq of each id of ``id_names`` (ids never change, so it is never stale)
+    seq_of: dict[str, int] | None = None
     #: int8 sketch of the visible facts' vectors, for CDGR's bounds (built on first use)
     sketch: VectorSketch | None = None
     #: scoring heads by seq (built with the graph)
     heads: _Heads | None = None
-    #: id -> seq of the facts named by the latest searches and walks: a retrieval
-    #: asks about the ids it was just given, and a small dict stays in the CPU cache
-    recent: dict[str, int] = field(default_factory=dict)
+    #: the latest ids looked up in ``seq_of`` and their seqs: a walk asks about the
+    #: same list of candidates twice (scoring heads, then bounds)
+    resolved: tuple[list[str], np.ndarray] | None = None
 
 
 def _fkey(nid: int, seq: int) -> bytes:
     return _U64.pack(nid) + _U64.pack(seq)
+
+
+def _due(status: str, rec: Mapping[str, Any]) -> float | None:
+    """When an ACTIVE fact with a TTL is past it (SPEC-009 §8.1): ``ingested_at + ttl``,
+    with ``ingested_at`` as a read returns it (ISO, microseconds), as expire always
+    compared it.  None for a fact the sweep never changes."""
+    ttl = rec.get("ttl_seconds")
+    if status != "ACTIVE" or ttl is None:
+        return None
+    # _epoch(_iso(t)) without the formatting (and without filling _iso's cache)
+    return datetime.fromtimestamp(rec["ingested_at"], timezone.utc).timestamp() + ttl
+
+
+def _due_bytes(due: float) -> bytes:
+    """An f64 as 8 bytes that sort like the numbers (sign bit flipped, negatives
+    inverted), so the expiry index is read in order of due time."""
+    bits = _U64.unpack(struct.pack(">d", due))[0]
+    return _U64.pack(bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | 1 << 63)
+
+
+def _due_of_bytes(raw: bytes) -> float:
+    bits = _U64.unpack(raw)[0]
+    bits = bits ^ (1 << 63) if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+    return struct.unpack(">d", _U64.pack(bits))[0]
 
 
 def _component(fact_id: str, content_hash: str, status: str, modified: float) -> int:
@@ -703,6 +824,11 @@ class NativeBackend(CKFBackend):
         self._fkeys: dict[str, bytes] = {}
         self._names: dict[bytes, str] = {}
         self._written: list[bytes] = []     # record keys put by the running write
+        self._token = object()              # the owner of the FactIds this backend hands out
+        # fact key -> (record, access, membership bytes, label keywords, Fact): a
+        # retrieval reads the same few facts again and again, and decoding the JSON
+        # record costs more than reading the three values that validate the entry
+        self._decoded: dict[bytes, tuple[bytes, bytes | None, bytes | None, Any, Fact]] = {}
         self.threads = max(1, int(threads))
         try:
             os.makedirs(self._hnsw_dir, exist_ok=True)
@@ -807,31 +933,25 @@ class NativeBackend(CKFBackend):
         return out
 
     def _seqs_by_name(self, nid: int, fact_ids: Sequence[str]) -> np.ndarray | None:
-        """Seqs of ``fact_ids`` in namespace ``nid`` from its name index (-1 where it
-        has none: ids added since it was built, other namespaces, not ids), or
-        None when there is no index or too few ids to be worth it."""
-        if len(fact_ids) < 16:
-            return None
+        """Seqs of ``fact_ids`` in namespace ``nid`` from its in-memory id table (-1
+        where it has none: ids added since it was built, other namespaces, not
+        ids), or None when there is no table."""
+        if isinstance(fact_ids, FactIds) and fact_ids.owner == (self._token, nid):
+            return fact_ids.handles.copy()
         mem = next((m for m in self._mems.values() if m.nid == nid), None)
-        if mem is None or mem.name_index is None or not len(mem.name_index[0]):
+        if mem is None or mem.seq_of is None:
             return None
-        recent = mem.recent.get
+        last = mem.resolved
+        if last is not None and len(last[0]) == len(fact_ids) and \
+                all(a is b for a, b in zip(last[0], fact_ids)):
+            return last[1].copy()
+        get = mem.seq_of.get
         try:
-            found = np.array([recent(f, -1) for f in fact_ids], dtype=np.int64)
+            found = np.array([get(f, -1) for f in fact_ids], dtype=np.int64)
         except TypeError:           # an unhashable "id"
             return None
-        miss = np.flatnonzero(found < 0)
-        if not len(miss):
-            return found
-        try:
-            wanted = np.array([fact_ids[i].encode() for i in miss.tolist()])
-        except (AttributeError, UnicodeEncodeError):
-            return None
-        if wanted.dtype.kind != "S" or wanted.dtype.itemsize != _ID_LEN:
-            return None             # a longer string would match the ids it starts with
-        names, seqs = mem.name_index
-        pos = np.minimum(np.searchsorted(names, wanted), len(names) - 1)
-        found[miss] = np.where(names[pos] == wanted, seqs[pos], -1)
+        if len(fact_ids) >= 16:
+            mem.resolved = (list(fact_ids), found.copy())
         return found
 
     def _name_of(self, txn: Any, fkey: bytes) -> str:
@@ -861,7 +981,7 @@ class NativeBackend(CKFBackend):
         txn.put(b"next_ns", _U64.pack(nid + 1), db=meta)
         info = {"id": nid, "gen": 0, "saved_gen": 0, "changed": 0, "adds": 0,
                 "digest": "0", "cdigest": "", "labels": {}, "edges": 0, "last_mod": 0.0,
-                "counts": {s: 0 for s in STATUSES}}
+                "counts": {s: 0 for s in STATUSES}, "expiry": 1}
         self._put_info(txn, namespace, info)
         return info
 
@@ -1068,30 +1188,26 @@ class NativeBackend(CKFBackend):
             seqs.append(key[8:])
             heads.append(value[:_JSON_AT])
         rows = np.frombuffer(b"".join(heads), dtype=_HEAD_ROW)
-        mem.id_seqs = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.int64)
-        mem.id_names = np.array([n.decode() for n in rows["id"].tolist()], dtype=object)
-        order = np.argsort(rows["id"])
-        mem.name_index = (rows["id"][order], mem.id_seqs[order])
+        labels = np.frombuffer(b"".join(seqs), dtype=">u8").astype(np.int64)
+        mem.id_seqs = LabelPositions(labels)
+        names = [n.decode() for n in rows["id"].tolist()]
+        mem.id_names = np.array(names, dtype=object)
+        mem.seq_of = dict(zip(names, labels.tolist()))
+        mem.resolved = None
         mem.heads = _Heads(mem.id_seqs, rows, stamp)
 
     def _ids_of(self, txn: Any, mem: _NsMem, seqs: np.ndarray) -> list[str]:
         """Fact ids of ``seqs`` (from the array built with the graph where it has them)."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        out: list[str | None] = [None] * len(seqs)
-        if mem.id_seqs is not None and len(mem.id_seqs) and len(seqs):
-            pos = np.minimum(np.searchsorted(mem.id_seqs, seqs), len(mem.id_seqs) - 1)
-            hit = mem.id_seqs[pos] == seqs
-            if hit.all():
-                names = mem.id_names[pos].tolist()
-                if len(mem.recent) > RECENT_IDS:
-                    mem.recent.clear()
-                mem.recent.update(zip(names, seqs.tolist()))
-                return names
-            for i, name in zip(np.flatnonzero(hit).tolist(), mem.id_names[pos[hit]].tolist()):
-                out[i] = name
+        if mem.id_seqs is None or not len(seqs):
+            pos = np.full(len(seqs), -1, dtype=np.int64)
+        else:
+            pos = mem.id_seqs.find(seqs)
+            if (pos >= 0).all():
+                return mem.id_names[pos].tolist()
         nsb = _U64.pack(mem.nid)
-        return [name if name is not None else self._name_of(txn, nsb + _U64.pack(seq))
-                for name, seq in zip(out, seqs.tolist())]
+        return [mem.id_names[p] if p >= 0 else self._name_of(txn, nsb + _U64.pack(seq))
+                for p, seq in zip(pos.tolist(), seqs.tolist())]
 
     def _sync_graph(self, txn: Any, mem: _NsMem) -> Adjacency | None:
         """Bring ``mem.graph`` (if built) up to ``mem.applied_gen``.
@@ -1211,7 +1327,7 @@ class NativeBackend(CKFBackend):
             mem.index.save(self._index_path(mem.nid))
             self._settle_graph(txn, old)
             mem.graph, mem.id_seqs, mem.id_names = old.graph, old.id_seqs, old.id_names
-            mem.sketch, mem.name_index, mem.heads = old.sketch, old.name_index, old.heads
+            mem.sketch, mem.seq_of, mem.heads = old.sketch, old.seq_of, old.heads
             self._prune(txn, info, info["gen"])
             info["saved_gen"] = info["gen"]
             info["changed"] = 0
@@ -1235,6 +1351,17 @@ class NativeBackend(CKFBackend):
         head = _HEAD.pack(rec["importance"], rec["modified_at"], math.nan if ttl is None else ttl)
         txn.put(fkey, fact_id.encode() + _STATUS_BYTE[rec["status"]] + head +
                 json.dumps(rec).encode(), db=self._db.dbs[b"facts"])
+
+    def _move_due(self, txn: Any, fkey: bytes, fact_id: str, old: float | None,
+                  new: float | None) -> None:
+        """Keep the expiry index entry of one fact at its due time (or none)."""
+        if old == new:
+            return
+        nsb, seq = fkey[:8], fkey[8:]
+        if old is not None:
+            txn.delete(nsb + _due_bytes(old) + seq, db=self._db.dbs[b"expiry"])
+        if new is not None:
+            txn.put(nsb + _due_bytes(new) + seq, fact_id.encode(), db=self._db.dbs[b"expiry"])
 
     def _locate(self, txn: Any, info: dict[str, Any], fact_id: str) -> bytes:
         raw = txn.get(fact_id.encode(), db=self._db.dbs[b"ids"]) if isinstance(fact_id, str) else None
@@ -1293,9 +1420,10 @@ class NativeBackend(CKFBackend):
         info["edges"] -= len(others)
 
     def _status_change(self, txn: Any, info: dict[str, Any], fkey: bytes, status: str,
-                       now: float) -> bool:
+                       now: float, only_if: Callable[[str, dict[str, Any]], bool] | None = None
+                       ) -> bool:
         fact_id, old, rec = self._record(txn, fkey)
-        if old == status:
+        if old == status or (only_if is not None and not only_if(old, rec)):
             return False
         if status not in TRANSITIONS[old]:
             raise StatusTransitionError(
@@ -1305,6 +1433,7 @@ class NativeBackend(CKFBackend):
                    f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
         seq = _U64.unpack(fkey[8:])[0]
         old_c = _component(fact_id, rec["content_hash"], old, rec["modified_at"])
+        self._move_due(txn, fkey, fact_id, _due(old, rec), _due(status, rec))
         rec["status"] = status
         rec["modified_at"] = self._tick(info, now)
         if status == "DELETED":
@@ -1423,6 +1552,7 @@ class NativeBackend(CKFBackend):
                 t = self._tick(info, now)
                 rec = dict(rec0, status="ACTIVE", ingested_at=t, modified_at=t)
                 self._put_record(txn, fkey, fact_id, rec)
+                self._move_due(txn, fkey, fact_id, None, _due("ACTIVE", rec))
                 txn.put(fact_id.encode(), fkey, db=self._db.dbs[b"ids"])
                 txn.put(fkey, vec.tobytes(), db=self._db.dbs[b"vectors"])
                 if rec.get("key") is not None:
@@ -1474,6 +1604,7 @@ class NativeBackend(CKFBackend):
                 if new_key is not None:
                     txn.put(nsb + new_key.encode(), fkey, db=keys_db)
             old_c = _component(fact_id, rec["content_hash"], status, rec["modified_at"])
+            due_before = _due(status, rec)
             if vector is not None:
                 self._terms.remove(txn, nid, seq, rec["content"])
                 self._terms.add(txn, nid, seq, changes["content"])
@@ -1495,6 +1626,7 @@ class NativeBackend(CKFBackend):
             rec.update({k: v for k, v in changes.items()})
             rec["modified_at"] = self._tick(info, now)
             self._put_record(txn, fkey, fact_id, rec)
+            self._move_due(txn, fkey, fact_id, due_before, _due(status, rec))
             self._redigest(info, old_c, _component(fact_id, rec["content_hash"], status,
                                                    rec["modified_at"]))
             return _Applied(fkey)
@@ -1566,15 +1698,28 @@ class NativeBackend(CKFBackend):
     # -- reading -------------------------------------------------------------------------
 
     def _fact(self, txn: Any, info: dict[str, Any], fkey: bytes, namespace: str) -> Fact:
-        fact_id, status, rec = self._record(txn, fkey)
-        raw = txn.get(fkey, db=self._db.dbs[b"access"])
-        count, last = _ACCESS.unpack(raw) if raw else (0, None)
-        raw = txn.get(fkey, db=self._db.dbs[b"members"])
-        community = _U32.unpack(raw)[0] if raw else None
-        label = None
-        if community is not None:
-            kws = info["labels"].get(str(community))
-            label = label_of(kws) if kws is not None else None
+        dbs = self._db.dbs
+        record = txn.get(fkey, db=dbs[b"facts"])
+        access = txn.get(fkey, db=dbs[b"access"])
+        member = txn.get(fkey, db=dbs[b"members"])
+        community = _U32.unpack(member)[0] if member else None
+        kws = None if community is None else info["labels"].get(str(community))
+        known = self._decoded.get(fkey)
+        if known is not None and known[0] == record and known[1] == access \
+                and known[2] == member and known[3] == kws:
+            return _fresh_copy(known[4])
+        fact = self._decode_fact(record, access, community, kws, namespace)
+        if len(self._decoded) >= DECODED_FACTS:
+            self._decoded.clear()
+        self._decoded[fkey] = (record, access, member, kws, fact)
+        return _fresh_copy(fact)
+
+    def _decode_fact(self, record: bytes, access: bytes | None, community: int | None,
+                     kws: Any, namespace: str) -> Fact:
+        fact_id, status = record[:_ID_LEN].decode(), _BYTE_STATUS[record[_ID_LEN:_ID_LEN + 1]]
+        rec = json.loads(record[_JSON_AT:])
+        count, last = _ACCESS.unpack(access) if access else (0, None)
+        label = label_of(kws) if kws is not None else None
         return Fact(fact_id=fact_id, namespace=namespace, content=rec["content"],
                     content_hash=rec["content_hash"], key=rec.get("key"),
                     source_id=rec.get("source_id"), source_location=rec.get("source_location"),
@@ -1594,7 +1739,10 @@ class NativeBackend(CKFBackend):
 
     def scoring(self, namespace: str, fact_ids: Sequence[str]) -> list[tuple[str, float, float,
                                                                           float | None] | None]:
-        def fn(txn: Any) -> list[Any]:
+        return self.scoring_arrays(namespace, fact_ids).rows()
+
+    def scoring_arrays(self, namespace: str, fact_ids: Sequence[str]) -> HeadArrays:
+        def fn(txn: Any) -> HeadArrays:
             info = self._info_ro(txn, namespace)
             mem = self._mems.get(namespace)
             heads = None if mem is None or info is None else mem.heads
@@ -1602,13 +1750,15 @@ class NativeBackend(CKFBackend):
             if heads is not None and heads.stamp == info["last_mod"]:
                 seqs = self._seqs_by_name(mem.nid, fact_ids)
             if seqs is None:
-                return self._heads_of(txn, info, fact_ids)
-            out = heads.rows(seqs)
-            missing = [i for i, r in enumerate(out) if r is None]
-            if missing:
-                for i, r in zip(missing, self._heads_of(txn, info,
-                                                        [fact_ids[i] for i in missing])):
-                    out[i] = r
+                return HeadArrays.from_rows(self._heads_of(txn, info, fact_ids))
+            out, ok = heads.arrays(seqs)
+            missing = np.flatnonzero(~ok)
+            if len(missing):
+                read = HeadArrays.from_rows(self._heads_of(
+                    txn, info, [fact_ids[i] for i in missing.tolist()]))
+                for mine, theirs in ((out.status, read.status), (out.importance, read.importance),
+                                     (out.modified, read.modified), (out.ttl, read.ttl)):
+                    mine[missing] = theirs
             return out
         return self._db.read(fn)
 
@@ -1745,13 +1895,11 @@ class NativeBackend(CKFBackend):
                 full_p = np.zeros((len(labels), n_a))
                 full_h[:, cols], full_p[:, cols] = hop, product
                 hop, product = full_h, full_p
-            linked = np.zeros((n_a, n_a), dtype=bool)
-            col = {s: j for j, s in enumerate(seqs)}
-            at, nbrs, _ = graph.gather(np.asarray(visible, dtype=np.int64))
-            for a, b in zip(at.tolist(), nbrs.tolist()):
-                if b in col:
-                    linked[col[visible[a]], col[b]] = True
-            return self._ids_of(txn, mem, labels), hop, product, linked
+            # a hidden anchor's row is empty and no row names it: its row and column stay False
+            linked = anchor_links(graph, seqs)
+            names = FactIds(self._ids_of(txn, mem, labels), np.asarray(labels, dtype=np.int64),
+                            (self._token, mem.nid))
+            return names, hop, product, linked
         with self._lock:
             return self._db.read(fn)
 
@@ -1818,6 +1966,76 @@ class NativeBackend(CKFBackend):
             return [self._fact(txn, info, key, namespace) for key, _ in
                     _prefix_items(txn, self._db.dbs[b"facts"], _U64.pack(info["id"]))]
         return self._db.read(fn)
+
+    def due_facts(self, namespace: str, *, now: float) -> list[str]:
+        self._index_expiry(namespace)
+
+        def fn(txn: Any) -> list[str]:
+            info = self._info_ro(txn, namespace)
+            if info is None:
+                return []
+            prefix = _U64.pack(info["id"])
+            found: list[tuple[bytes, str]] = []
+            cursor = txn.cursor(db=self._db.dbs[b"expiry"])
+            if cursor.set_range(prefix):
+                for key, value in cursor.iternext():
+                    if key[:8] != prefix or not now > _due_of_bytes(key[8:16]):
+                        break
+                    found.append((key[16:], value.decode()))
+            found.sort()        # seq order, as a scan would give them
+            return [fid for _, fid in found]
+        return self._db.read(fn)
+
+    def expire_facts(self, namespace: str, fact_ids: Sequence[str], *, now: float) -> int:
+        def still_due(status: str, rec: dict[str, Any]) -> bool:   # a write may have come first
+            due = _due(status, rec)
+            return due is not None and now > due
+
+        def fn(txn: Any, info: dict[str, Any], mem: _NsMem) -> int:
+            fkeys = [self._fkey_of(txn, info, fid) for fid in fact_ids]
+            return sum(self._status_change(txn, info, fkey, "STALE", now, still_due)
+                       for fkey in fkeys if fkey is not None)
+        with self._lock:
+            if not self._exists(namespace):
+                return 0
+            return self._write(namespace, fn)
+
+    def _index_expiry(self, namespace: str) -> None:
+        """Build the expiry index of a namespace made before there was one.
+
+        In transactions of ``BACKFILL_BATCH`` records, so a request waits for one
+        batch at most; writes made meanwhile keep the entries of the facts they
+        touch, so the index is whole once the last batch sets ``expiry``.
+        """
+        info = self._db.read(lambda txn: self._info_ro(txn, namespace))
+        start: int | None = None if info is None or info.get("expiry") else 0
+        while start is not None:
+            def fn(txn: Any, start: int = start) -> int | None:
+                info = self._info(txn, namespace)
+                if info is None or info.get("expiry"):
+                    return None
+                prefix = _U64.pack(info["id"])
+                done = 0
+                cursor = txn.cursor(db=self._db.dbs[b"facts"])
+                found = cursor.set_range(prefix + _U64.pack(start))
+                for key, value in (cursor.iternext() if found else ()):
+                    if key[:8] != prefix:
+                        break
+                    if done >= BACKFILL_BATCH:
+                        return _U64.unpack(key[8:])[0]
+                    done += 1
+                    ttl = _HEAD.unpack_from(value, _ID_LEN + 1)[2]
+                    if value[_ID_LEN:_ID_LEN + 1] != b"A" or ttl != ttl:    # NaN: no TTL
+                        continue
+                    rec = json.loads(value[_JSON_AT:])
+                    self._move_due(txn, key, value[:_ID_LEN].decode(), None, _due("ACTIVE", rec))
+                info["expiry"] = 1
+                self._put_info(txn, namespace, info)
+                return None
+            with self._lock:
+                start = self._db.write(fn)
+            if start is not None:
+                time.sleep(0)       # let waiting threads run between batches
 
     def source(self, namespace: str, source_id: str) -> SourceRecord | None:
         def fn(txn: Any) -> SourceRecord | None:
@@ -2476,13 +2694,23 @@ class FactStore:
         return self.set_status(key_or_id, "DELETED", namespace=namespace)
 
     def expire(self, *, namespace: str | None = None) -> int:
-        """Mark ACTIVE facts whose ``ingested_at + ttl`` has passed STALE (SPEC-009 §8.1)."""
+        """Mark ACTIVE facts whose ``ingested_at + ttl`` has passed STALE (SPEC-009 §8.1);
+        returns how many.
+
+        The native backend reads only the due facts from its expiry index, and
+        they are marked ``EXPIRE_BATCH`` per transaction: a sweep run beside
+        requests (the router's) never holds the store, or the GIL, for long.
+        """
         self._live()
         ns = _check_namespace(namespace)
         now = self._clock()
-        due = [f.fact_id for f in self.backend.scan(ns) if f.status == "ACTIVE"
-               and f.ttl_seconds is not None and now > _epoch(f.ingested_at) + f.ttl_seconds]
-        return self.backend.set_status(ns, due, "STALE", now=now) if due else 0
+        due = self.backend.due_facts(ns, now=now)
+        changed = 0
+        for lo in range(0, len(due), EXPIRE_BATCH):
+            if lo:
+                time.sleep(0)           # let waiting threads run between batches
+            changed += self.backend.expire_facts(ns, due[lo:lo + EXPIRE_BATCH], now=now)
+        return changed
 
     def record_access(self, fact_ids: Sequence[str], *, namespace: str | None = None) -> None:
         """Count an envelope inclusion of each fact (does not change the ETag)."""
@@ -2611,10 +2839,10 @@ class FactStore:
                        _cdr.ngram_blacklist(recent_outputs or ()), novelty,
                        self._clock() if now is None else float(now))
 
-    def _score(self, ns: str, ids: Sequence[str], rows: Sequence[tuple[str, float, float, Any]],
+    def _score(self, ns: str, ids: Sequence[str], heads: HeadArrays,
                relevance: np.ndarray, win: _Window,
                vecs: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """The CDR terms of facts given their :meth:`CKFBackend.scoring` rows; vectors
+        """The CDR terms of facts given their scoring heads; vectors
         (``vecs`` if given) are read only for a coverage or residual set, contents
         only for the n-gram guard."""
         n = len(ids)
@@ -2632,15 +2860,8 @@ class FactStore:
             ngp = np.zeros(n)
         return {"relevance": np.asarray(relevance, dtype=np.float64), "coverage": coverage_s,
                 "pull": pull, "novelty": _cdr.novelty(coverage_s, win.novelty),
-                "recency": np.array([self._recency(r[0], r[2], r[3], win.now) for r in rows],
-                                    dtype=np.float64),
-                "ngram": ngp, "importance": np.array([r[1] for r in rows], dtype=np.float64)}
-
-    @staticmethod
-    def _recency(status: str, modified: float, ttl: float | None, now: float) -> float:
-        r = _cdr.recency_factor(now - modified, ttl)
-        # SPEC-009 §2.2: a STALE fact is penalised like one past its TTL.
-        return min(r, _cdr.STALE_FLOOR) if status == "STALE" else r
+                "recency": heads.recency(win.now), "ngram": ngp,
+                "importance": heads.importance}
 
     def cdr(self, query: Any, *, coverage: Any = (), residual: Any = (),
             recent_outputs: Any = (), k: int = 10, novelty: str = "on",
@@ -2675,22 +2896,24 @@ class FactStore:
         if not hits:
             return []
         ids = [fid for fid, _ in hits]
-        rows = self.backend.scoring(ns, ids)
-        keep = [i for i, r in enumerate(rows) if r is not None and r[0] in RETRIEVABLE]
-        relevance = np.array([hits[i][1] for i in keep])
-        ids = [ids[i] for i in keep]
-        rows = [rows[i] for i in keep]
-        t = self._score(ns, ids, rows, relevance, win)
+        heads = self.backend.scoring_arrays(ns, ids)
+        keep = np.flatnonzero(heads.retrievable)
+        relevance = np.array([sim for _, sim in hits], dtype=np.float64)[keep]
+        ids = [ids[i] for i in keep.tolist()]
+        t = self._score(ns, ids, heads.take(keep), relevance, win)
         scores = _cdr.cdr_scores(t["importance"], t["relevance"], t["pull"], t["novelty"],
                                  t["recency"], t["ngram"])
-        order = sorted(range(len(ids)), key=lambda i: (-scores[i], -t["relevance"][i], ids[i]))
-        order = order[:k]
+        rel = t["relevance"].tolist()
+        score_of = scores.tolist()
+        order = sorted(range(len(ids)), key=lambda i: (-score_of[i], -rel[i], ids[i]))[:k]
         facts = dict(zip([ids[i] for i in order], self.backend.get(ns, [ids[i] for i in order])))
-        return [ScoredFact(facts[ids[i]], float(scores[i]), float(t["relevance"][i]), role=role,
-                           novelty=float(t["novelty"][i]), recency=float(t["recency"][i]),
-                           coverage=float(t["coverage"][i]),
-                           residual_pull=float(t["pull"][i]),
-                           ngram_penalty=float(t["ngram"][i])) for i in order]
+        scores_l = scores.tolist()
+        terms = {name: t[name][order].tolist() for name in ("relevance", "novelty", "recency",
+                                                           "coverage", "pull", "ngram")}
+        return [ScoredFact(facts[ids[i]], scores_l[i], terms["relevance"][x], role=role,
+                           novelty=terms["novelty"][x], recency=terms["recency"][x],
+                           coverage=terms["coverage"][x], residual_pull=terms["pull"][x],
+                           ngram_penalty=terms["ngram"][x]) for x, i in enumerate(order)]
 
     # -- CDGR (SPEC-025) ------------------------------------------------------------------
 
@@ -2730,7 +2953,7 @@ class FactStore:
         bridged = self._bridged(nodes, hop, product, link)
         if not bridged:
             return anchors
-        ids = sorted(bridged)
+        ids = _pick(nodes, [bridged[x][1] for x in sorted(bridged)])
         n_pairs = bridged.n_pairs
         exact: dict[str, tuple[float, list[float]]] = {}
 
@@ -2750,23 +2973,25 @@ class FactStore:
         by_id = {a.fact_id: a for a in anchors}
         placed: list[tuple[str, tuple[str, str]]] = []
         touched: dict[str, dict[str, _cdr.Reach]] = {}
+        linked_to = link.tolist()               # Python lists: a few lookups each, no numpy scalars
+        terms = {name: t[name].tolist() for name in ("relevance", "novelty", "recency",
+                                                    "coverage", "pull", "ngram")}
         for score, node, i in chosen:
             r, strength = bridged[node][1], exact[node][1]
-            touched[node] = dict(zip((a for a, h in zip(anchor_ids, hop[r]) if h),
-                                     (_cdr.Reach(int(h), s) for h, s in
-                                      zip(hop[r][hop[r] > 0], strength))))
-            pairs = [(a, b) for x, a in enumerate(touched[node])
-                     for b in list(touched[node])[x + 1:] if not link[rank[a], rank[b]]]
+            reached = [(a, h) for a, h in zip(anchor_ids, hop[r].tolist()) if h]
+            touched[node] = {a: _cdr.Reach(h, s) for (a, h), s in zip(reached, strength)}
+            names = [a for a, _ in reached]
+            pairs = [(a, b) for x, a in enumerate(names)
+                     for b in names[x + 1:] if not linked_to[rank[a]][rank[b]]]
             best = min(pairs, key=lambda p: (max(rank[p[0]], rank[p[1]]),
                                              min(rank[p[0]], rank[p[1]])))
             placed.append((node, best))
             by_id[node] = ScoredFact(
-                facts[node], score, float(t["relevance"][i]), role="connector",
-                novelty=float(t["novelty"][i]), recency=float(t["recency"][i]),
-                coverage=float(t["coverage"][i]), residual_pull=float(t["pull"][i]),
-                ngram_penalty=float(t["ngram"][i]), bridge=exact[node][0],
-                bridges=tuple(tuple(p) for p in pairs),
-                hops=min(r.hops for r in touched[node].values()))
+                facts[node], score, terms["relevance"][i], role="connector",
+                novelty=terms["novelty"][i], recency=terms["recency"][i],
+                coverage=terms["coverage"][i], residual_pull=terms["pull"][i],
+                ngram_penalty=terms["ngram"][i], bridge=exact[node][0],
+                bridges=tuple(pairs), hops=min(h for _, h in reached))
         order = _cdr.assemble_order(
             anchor_ids, placed, distance=lambda c, a: touched[c][a].hops if a in touched[c] else 99)
         return [by_id[x] for x in order]
@@ -2788,28 +3013,42 @@ class FactStore:
         """
         reached = hop > 0
         n_reached = reached.sum(axis=1)
-        linked_pairs = ((reached.astype(np.int64) @ link.astype(np.int64)) * reached).sum(1) // 2
+        # float64 BLAS: the counts are small integers, exact in floats
+        rf = reached.astype(np.float64)
+        linked_pairs = ((rf @ link.astype(np.float64)) * rf).sum(1).astype(np.int64) // 2
         n_pairs = n_reached * (n_reached - 1) // 2 - linked_pairs
         cap = _cdr.MAX_CONNECTOR_CANDIDATES
-        with np.errstate(divide="ignore", invalid="ignore"):
-            approx = np.where(reached, product ** (1.0 / np.maximum(hop, 1)), 0.0)
+        # strength = product ** (1 / hops), within an ulp or two of libm's pow (an
+        # unreached cell has product 0, so its square root is 0 too)
+        approx = np.sqrt(product)
+        np.copyto(approx, product, where=hop == 1)
+        deep = hop == 3
+        if deep.any():
+            np.copyto(approx, np.cbrt(product), where=deep)
         if len(nodes) <= cap:
             rows = np.arange(len(nodes))
         else:
-            best = np.where(reached, approx, -np.inf).max(axis=1)
-            order = np.lexsort((-best, -n_reached))
-            edge = order[cap - 1]
-            n_edge, b_edge = n_reached[edge], best[edge]
+            # The cut-off is the cap-th row by (anchors reached desc, strongest way
+            # desc): its anchor count from the counts, its strength by partition.
+            best = approx.max(axis=1)           # strengths are >= 0 and unreached cells 0
+            counts = np.bincount(n_reached)
+            ahead = np.cumsum(counts[::-1])[::-1]       # rows reaching >= c anchors
+            n_edge = int(np.flatnonzero(ahead >= cap)[-1])
             sure = np.flatnonzero(n_reached > n_edge)
-            # Rows ranked ahead of the cut-off row in its anchor count, and those
-            # within rounding of its strength, are ranked again with exact strengths
-            # (a row further below cannot overtake one of them).
-            band = np.flatnonzero((n_reached == n_edge) &
-                                  (best >= b_edge - 1e-9 * max(1.0, abs(b_edge))))
+            same = n_reached == n_edge
+            m = cap - len(sure)
+            b_edge = -np.partition(-best[same], m - 1)[m - 1]
+            # Rows with the cut-off row's anchor count and a strength beyond rounding
+            # of its strength are in (above) or out (below) whatever the rounding; those
+            # within it are ranked again with exact strengths (libm's pow, as value_of).
+            tol = 1e-9 * max(1.0, abs(b_edge))
+            above = np.flatnonzero(same & (best > b_edge + tol))
+            band = np.flatnonzero(same & (best >= b_edge - tol) & (best <= b_edge + tol))
             exact = {r: max(p ** (1.0 / h) for h, p in zip(hs, ps) if h) for r, hs, ps in
                      zip(band.tolist(), hop[band].tolist(), product[band].tolist())}
             ranked = sorted(exact, key=lambda r: (-exact[r], nodes[r]))
-            rows = np.concatenate([sure, np.asarray(ranked[:cap - len(sure)], dtype=np.int64)])
+            rows = np.concatenate([sure, above, np.asarray(
+                ranked[:cap - len(sure) - len(above)], dtype=np.int64)])
         # a strength is positive exactly when its product is, in numpy as in libm
         values = n_pairs[rows] * (approx[rows].sum(axis=1) / n_reached[rows])
         keep = (n_pairs[rows] > 0) & (product[rows] > 0).any(axis=1)
@@ -2832,9 +3071,8 @@ class FactStore:
         only the candidates whose upper bound reaches the ``n_conn``-th best
         lower bound are read and scored exactly, which gives the same result.
         """
-        rows = self.backend.scoring(ns, ids)
-        recency = np.array([self._recency(r[0], r[2], r[3], win.now) for r in rows],
-                           dtype=np.float64)
+        heads = self.backend.scoring_arrays(ns, ids)
+        recency = heads.recency(win.now)
         floor = self.min_connector_relevance
         exact = np.arange(len(ids))
         if len(ids) > n_conn:
@@ -2859,12 +3097,12 @@ class FactStore:
                 hi = np.where(np.isnan(hi), np.inf, hi) + 1e-9 * np.abs(hi)
                 cut = np.partition(lo, len(lo) - n_conn)[len(lo) - n_conn]
                 exact = np.flatnonzero(hi >= cut)
-        sub = [ids[i] for i in exact]
+        sub = _pick(ids, exact)
         vecs = self.backend.vectors(ns, sub)
         # float64 row by row: a fact's relevance must not depend on which others
         # are scored with it (BLAS kernels round differently by batch shape)
         relevance = (vecs.astype(np.float64) * q.astype(np.float64)).sum(axis=1)
-        t = self._score(ns, sub, [rows[i] for i in exact], relevance, win, vecs)
+        t = self._score(ns, sub, heads.take(exact), relevance, win, vecs)
         exact_values = np.array([value_of(x) for x in sub], dtype=np.float64)
         scores = (exact_values * t["novelty"] * t["recency"] *
                   np.maximum(t["relevance"], floor)).tolist()

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from .ckf_labels import LabelPositions
+
 __all__ = ["VectorSketch"]
 
 _EPS = 1e-3
@@ -53,6 +55,7 @@ class VectorSketch:
         self.dim = int(dim)
         self.gen = int(gen)
         self._labels = _EMPTY_I
+        self._pos = LabelPositions(_EMPTY_I)
         self._codes = np.zeros((0, self.dim), dtype=np.int8)
         self._scale = np.zeros(0)
         self._norm = np.zeros(0)
@@ -75,6 +78,7 @@ class VectorSketch:
                   norm: np.ndarray) -> None:
         order = np.argsort(labels, kind="stable")
         self._labels, self._codes = labels[order], np.ascontiguousarray(codes[order])
+        self._pos = LabelPositions(self._labels)
         self._scale, self._norm = scale[order], norm[order]
 
     def __len__(self) -> int:
@@ -84,7 +88,7 @@ class VectorSketch:
 
     @property
     def nbytes(self) -> int:
-        return self._codes.nbytes + self._labels.nbytes + self._scale.nbytes + \
+        return self._codes.nbytes + self._pos.nbytes + self._scale.nbytes + \
             self._norm.nbytes + sum(self.dim + 16 for r in self._over.values() if r is not None)
 
     def _in_base(self, label: int) -> bool:
@@ -127,13 +131,15 @@ class VectorSketch:
         ``approx[i, k] ± err[i, k]``.  A label without a row gets ``err = inf``."""
         labels = np.asarray(labels, dtype=np.int64)
         q = np.asarray(queries, dtype=np.float32).reshape(-1, self.dim)
-        n = len(labels)
-        codes = np.zeros((n, self.dim), dtype=np.int8)
-        scale = np.zeros(n)
-        norm = np.full(n, np.inf)
-        if len(self._labels):
-            pos = np.minimum(np.searchsorted(self._labels, labels), len(self._labels) - 1)
-            hit = self._labels[pos] == labels
+        pos = self._pos.find(labels)
+        hit = pos >= 0
+        if hit.all():       # the usual case: one gather per array, no masked copies
+            codes = self._codes[pos].astype(np.float32)
+            scale, norm = self._scale[pos], self._norm[pos]
+        else:
+            codes = np.zeros((len(labels), self.dim), dtype=np.float32)
+            scale = np.zeros(len(labels))
+            norm = np.full(len(labels), np.inf)
             codes[hit] = self._codes[pos[hit]]
             scale[hit], norm[hit] = self._scale[pos[hit]], self._norm[pos[hit]]
         if self._over:
@@ -144,7 +150,7 @@ class VectorSketch:
                         scale[i], norm[i] = 0.0, np.inf
                     else:
                         codes[i], scale[i], norm[i] = row
-        approx = (codes.astype(np.float32) @ q.T).astype(np.float64) * scale[:, None]
+        approx = (codes @ q.T).astype(np.float64) * scale[:, None]
         q64 = q.astype(np.float64)
         l1, l2 = np.abs(q64).sum(axis=1), np.linalg.norm(q64, axis=1)
         with np.errstate(invalid="ignore"):       # inf · 0 for a zero query: unknown row

@@ -525,10 +525,12 @@ class Router:
         """Start a sweep of the CKF for facts past their TTL, off the caller's path,
         when ``expire_every`` seconds have passed since the last one.
 
-        ``FactStore.expire`` reads every fact of a namespace (about 2 s at 100k
-        facts), so it runs on the router's pool, at most once per interval; a
-        fact it marks STALE changes the CKF state hash, so cached retrievals
-        that held it are not served again.  A store without a CKF is skipped.
+        ``FactStore.expire`` reads only the due facts (the CKF keeps its facts
+        with a TTL ordered by due time) and marks them in small transactions,
+        so a sweep beside requests costs them little; it still runs on the
+        router's pool, at most once per interval.  A fact it marks STALE
+        changes the CKF state hash, so cached retrievals that held it are not
+        served again.  A store without a CKF is skipped.
         """
         now = time.monotonic()
         if now < self._next_expiry:
