@@ -246,6 +246,26 @@ def growth(key_path: list[str], rows: dict) -> dict:
     return {"by_size": vals, "ratio_largest_to_smallest": ratio}
 
 
+# Rows embedded or read back per call: the hashing embedder builds float64 rows, so
+# embedding a million facts in one call needs 8 GB on top of the store (a 1M run
+# was OOM-killed at 23.7 GB before this).
+CHUNK = 50_000
+
+
+def embed_chunked(emb: object, texts: list[str]) -> np.ndarray:
+    out = np.empty((len(texts), emb.dim), dtype=np.float32)
+    for i in range(0, len(texts), CHUNK):
+        out[i:i + CHUNK] = emb.embed_batch(texts[i:i + CHUNK])
+    return out
+
+
+def stored_vectors(store: FactStore, ids: list[str], dim: int) -> np.ndarray:
+    out = np.empty((len(ids), dim), dtype=np.float32)
+    for i in range(0, len(ids), CHUNK):
+        out[i:i + CHUNK] = store.backend.vectors("default", ids[i:i + CHUNK])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="10000,100000", help="store sizes (ascending)")
@@ -284,14 +304,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"skip {size}: {skipped[str(size)]}", flush=True)
                 continue
             t0 = time.perf_counter()
-            vecs = emb.embed_batch(facts[lo:size])
+            vecs = embed_chunked(emb, facts[lo:size])
             embed_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             ids += store.add_facts(facts[lo:size], vectors=vecs, batch_size=5000)
             store.flush()
             build_s = time.perf_counter() - t0
             rate = (size - lo) / build_s
-            data = np.vstack([data, store.backend.vectors("default", ids[lo:])])
+            del vecs                               # the store holds them now
+            new_rows = stored_vectors(store, ids[lo:], emb.dim)
+            data = new_rows if not len(data) else np.vstack([data, new_rows])
             row = {"ingest": {"facts": size - lo, "build_s": round(build_s, 1),
                               "facts_per_s": round(rate), "embed_facts_per_s":
                               round((size - lo) / embed_s)}}
