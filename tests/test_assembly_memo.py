@@ -88,3 +88,28 @@ def test_a_capped_count_is_not_taken_from_an_uncapped_one(rt):
         rt.assemble("s", "and the alpha?", **small)
     mandatory = int(re.search(r"mandatory_tokens = (\d+)", str(err.value)).group(1))
     assert mandatory < 200 < exact_cost
+
+
+def test_the_candidates_are_released_when_no_alternative_can_need_them(rt, monkeypatch):
+    # janus frees a Python object released inside Prolog at its next call into
+    # Python (it holds no GIL there); rt.stats() makes one.
+    import weakref
+    chat(rt, "s", 30)
+    refs = []
+    original = assembly.candidates
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        refs.append(weakref.ref(out["handle"]))
+        return out
+    monkeypatch.setattr(assembly, "candidates", spy)
+    rt.assemble("s", "what about the backup window?", **POLICY)
+    rt.stats("s")
+    assert refs and refs[-1]() is None, "the best pack is returned: nothing can use them"
+    packs = rt.packs("s", "and the budget figure?", **POLICY)
+    next(packs)
+    rt.stats("s")
+    assert refs[-1]() is not None, "an alternative pack may still be asked for"
+    packs.close()
+    rt.stats("s")
+    assert refs[-1]() is None

@@ -171,10 +171,25 @@ assemble(Session, Message, Result, Options) :-
 assemble_best(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
     once(assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result)).
 
+%   The candidates live in Python behind one reference (Cands.handle):
+%   about a hundred units and their messages.  Left to Prolog's atom
+%   garbage collector they pile up over dozens of turns and make every
+%   full Python collection slower, so the reference is released as soon
+%   as no alternative pack can need it (the last one given, or a cut).
 assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Result) :-
+    Holder = handle(_),
+    call_cleanup(assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Holder,
+                           Result),
+                 release_handle(Holder)).
+
+release_handle(handle(Handle)) :-
+    (   var(Handle) -> true ; catch(py_free(Handle), _, true) ).
+
+assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Holder, Result) :-
     statistics(cputime, T0),
     message_may_fit(Text, Policy),
     candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands0),
+    nb_setarg(1, Holder, Cands0.handle),
     conversation_analysis(Store, Text, Cands0, Cands1, Analysis00),
     context_mode(Text, Policy.mode, HistoryEnd, Mode),
     mode_blend(Mode, Analysis00.blend, ModeBlend),
@@ -340,6 +355,7 @@ knowledge_units(Store, Text, Analysis0, Policy, Cands0, Cands, Analysis) :-
                                  as(python)|NSOpts], Retrieved),
         py_api(py_call_plain('ctxrelay.assembly':add_router_fact_units(Cands0.handle, Retrieved),
                              Out)),
+        py_free(Retrieved),                 % its facts are units now
         append(Cands0.units, Out.units, Units),
         Cands = Cands0.put(units, Units),
         Knowledge = _{facts:Out.facts, novelty:Novelty, method:Method,
