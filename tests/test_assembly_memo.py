@@ -113,3 +113,25 @@ def test_the_candidates_are_released_when_no_alternative_can_need_them(rt, monke
     packs.close()
     rt.stats("s")
     assert refs[-1]() is None
+
+
+def test_host_only_tokens_count_each_packed_units_record():
+    import json as _json
+    units = {
+        "t7": assembly.Unit(id="t7", kind="turn", turn_ids=[7],
+                            variants={"verbatim": {"role": "user", "content": "hi"}},
+                            features={"role": "user", "relevance": 0.123456789}),
+        "f3": assembly.Unit(id="f3", kind="fact", turn_ids=[],
+                            variants={"verbatim": {"role": "user", "content": "k"}},
+                            features={"fact_id": "abc", "score": 0.5, "source": "doc.md"}),
+    }
+    cands = assembly.Candidates("s", "gpt-4", units, 3, [], [], {})
+    plan = [["t7", "verbatim"], ["f3", "verbatim"]]
+    records = [{"id": "t7", "turn_ids": [7], "role": "user"},
+               {"id": "f3", "turn_ids": [], "fact_id": "abc", "source": "doc.md"}]
+    expected = sum(tokens.count(_json.dumps(r, sort_keys=True), "gpt-4").n for r in records)
+    assert assembly.host_only_tokens(cands, plan, "gpt-4") == expected
+    units["t7"].features["relevance"] = 0.9            # a per-query score: not in the record
+    assert assembly.host_only_tokens(cands, plan, "gpt-4") == expected
+    units["t7"].features["scratch_id"] = "sc-1"        # a field of the unit: counted
+    assert assembly.host_only_tokens(cands, plan, "gpt-4") > expected

@@ -206,7 +206,7 @@ assemble_(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Holder, Result)
     units_by_id(Cands, ById),
     order_pack(Selected, Units, ById, Plan),
     render(Cands, Plan, Rendered),
-    ledger(Rendered, Cands, Plan, Policy, Cost, Ledger0),
+    ledger(Rendered, Policy, Cost, Ledger0),
     Ledger = Ledger0.put(tiers, Tiers),
     fail_closed(Ledger, Policy),
     statistics(cputime, T1),
@@ -686,17 +686,20 @@ render(Cands, Plan, Rendered) :-
 		 *            LEDGER            *
 		 *******************************/
 
-%   ledger(+Rendered, +Cands, +Plan, +Policy, +PackCost, -Ledger)
+%   ledger(+Rendered, +Policy, +PackCost, -Ledger)
 %
 %   Every provider-visible stage with its observed and charged tokens.
 %   Charged is what the packer accounted (content of the stage's units);
 %   framing collects the per-message overhead and the reply priming.
 %   The totals must add up; host-only metadata is counted, not charged.
-ledger(Rendered, Cands, Plan, Policy, PackCost, Ledger) :-
+ledger(Rendered, Policy, PackCost, Ledger) :-
     Units = Rendered.units,
     findall(Stage, stage_name(_, Stage), Stages0),
     sort(Stages0, Stages),
-    maplist(stage_entry(Units), Stages, Entries0),
+    map_list_to_pairs(unit_stage, Units, Keyed),
+    keysort(Keyed, Sorted),
+    group_pairs_by_key(Sorted, ByStage),
+    maplist(stage_entry(ByStage), Stages, Entries0),
     include(used_stage, Entries0, Entries),
     sum_key(framing, Units, Framing0),
     Framing is Framing0 + Rendered.priming,
@@ -712,8 +715,7 @@ ledger(Rendered, Cands, Plan, Policy, PackCost, Ledger) :-
     ->  Exact = true
     ;   Exact = false
     ),
-    py_api(py_call('ctxrelay.assembly':host_only_tokens(Cands.handle, Plan, Policy.model),
-                   HostOnly)),
+    HostOnly = Rendered.host_only,
     Ledger = ledger{stages:Entries,
                     framing:framing{observed:Framing, charged:Framing},
                     total:Total, observed_total:Rendered.observed_total,
@@ -736,17 +738,18 @@ stage_name(thread_summary, thread).
 stage_name(fact, knowledge).
 stage_name(message, message).
 
-stage_entry(Units, Stage, stage{name:Stage, observed:Tokens, charged:Tokens,
-                                exact:Exact, units:N}) :-
-    include(in_stage(Stage), Units, Us),
+stage_entry(ByStage, Stage, stage{name:Stage, observed:Tokens, charged:Tokens,
+                                  exact:Exact, units:N}) :-
+    (   memberchk(Stage-Us, ByStage) -> true ; Us = [] ),
     length(Us, N),
     sum_key(content_tokens, Us, Tokens),
     (   all_exact(Us) -> Exact = true ; Exact = false ).
 
-in_stage(Stage, Unit) :-
+%   The stage a rendered unit is charged to (`none`: a kind no stage lists).
+unit_stage(Unit, Stage) :-
     get_dict(kind, Unit, KindS),
     atom_string(Kind, KindS),
-    stage_name(Kind, Stage).
+    (   stage_name(Kind, Stage0) -> Stage = Stage0 ; Stage = none ).
 
 used_stage(Entry) :-
     (   get_dict(charged, Entry, C), C > 0

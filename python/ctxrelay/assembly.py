@@ -570,7 +570,8 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
     """Render ``plan`` ([unit id, variant] in order) and count it as the provider will.
 
     Returns the messages, the per-unit charged tokens, the per-stage ledger
-    figures and the observed total (a fresh count of the whole request).
+    figures, the observed total (a fresh count of the whole request) and the
+    host-only tokens (:func:`host_only_tokens`).
     """
     messages: list[dict[str, Any]] = []
     per_unit: list[dict[str, Any]] = []
@@ -588,16 +589,30 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
     return {"messages": messages, "units": per_unit,
             "observed_total": observed.n if observed else cands.priming,
             "observed_exact": observed.exact if observed else True,
-            "priming": cands.priming}
+            "priming": cands.priming,
+            "host_only": host_only_tokens(cands, plan, cands.model)}
 
 
-def host_only_tokens(cands: Candidates, plan: list[list[str]], model: str) -> int:
-    """Tokens of what the host keeps beside the request (turn metadata): never sent."""
-    meta: list[Any] = []
+# Scores that chose this pack: reported with the pack, not part of a unit's record.
+_PER_QUERY = frozenset({"relevance", "score"})
+
+
+def host_only_tokens(cands: Candidates, plan: list[list[str]],
+                     model: "str | tok.Tokenizer") -> int:
+    """Tokens of what the host keeps beside the request: one metadata record per
+    packed unit (its id, turn ids and own fields, as sorted-key JSON), never sent.
+
+    Each record is counted on its own, so a unit packed again on the next turn
+    costs a memo lookup rather than another BPE pass over the whole list.
+    """
+    counter = tok.resolve(model)
+    total = 0
     for unit_id, _variant in plan:
         unit = cands.unit(unit_id)
-        meta.append({"id": unit.id, "turn_ids": unit.turn_ids, **unit.features})
-    return tok.count(json.dumps(meta, sort_keys=True, default=str), model).n
+        record = {k: v for k, v in unit.features.items() if k not in _PER_QUERY}
+        record.update(id=unit.id, turn_ids=unit.turn_ids)
+        total += counter.count(json.dumps(record, sort_keys=True, default=str)).n
+    return total
 
 
 def _thread_context(store: TranscriptStore, session_id: str, message: Any, query_text: str,
