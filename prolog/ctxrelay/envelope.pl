@@ -12,6 +12,7 @@
 :- use_module(library(apply)).
 :- use_module(library(pairs)).
 :- use_module(library(aggregate)).
+:- use_module(library(ordsets)).
 :- use_module(library(yall)).
 
 /** <module> Envelope: the primacy-recency sandwich and the tier blend
@@ -205,7 +206,7 @@ gate_items(Units, Groups, Items) :-
     sort(Grouped0, Grouped),
     findall(item(T, C, U, [Id]),
             ( member(Unit, Units), Unit = unit(Id, _, Props),
-              \+ memberchk(Id, Grouped),
+              \+ ord_memberchk(Id, Grouped),
               \+ memberchk(mandatory(true), Props),
               unit_item(Unit, T, C, U) ),
             Singles),
@@ -215,8 +216,16 @@ gate_items(Units, Groups, Items) :-
 unit_item(unit(_, Variants, Props), Tier, Cost, Utility) :-
     memberchk(kind(Kind), Props),
     (   unit_tier(Kind, Tier0) -> Tier = Tier0 ; Tier = c ),
-    aggregate_all(min(C), member(variant(_, C, _), Variants), Cost),
-    aggregate_all(max(U), member(variant(_, _, U), Variants), Utility).
+    Variants = [variant(_, C0, U0)|More],           % no variant: not an item
+    cheapest_and_best(More, C0, U0, Cost, Utility).
+
+%   The lowest cost and the highest utility over the variants (each
+%   gate reads ~100 units: one pass, not two aggregate_all/3 calls).
+cheapest_and_best([], C, U, C, U).
+cheapest_and_best([variant(_, C1, U1)|Vs], C0, U0, C, U) :-
+    C2 is min(C0, C1),
+    U2 is max(U0, U1),
+    cheapest_and_best(Vs, C2, U2, C, U).
 
 group_item(Ids, Units, item(Tier, Cost, Utility, Ids)) :-
     findall(U, ( member(Id, Ids), member(U, Units), U = unit(Id, _, _) ), Members),
@@ -256,7 +265,7 @@ first_fit([C-Ids|Rest], Left, Chosen) :-
 
 gate_keeps(Kept, unit(Id, _, Props)) :-
     (   memberchk(mandatory(true), Props) -> true
-    ;   memberchk(Id, Kept)
+    ;   ord_memberchk(Id, Kept)
     ).
 
 gated_constraints(Constraints, Kept, Units, Gated) :-
