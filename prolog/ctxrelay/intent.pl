@@ -73,6 +73,9 @@ intent(tool_reference).
 %       "the map") count only when a modifier of the noun was mentioned
 %       ("the TLS config" after "TLS"), and definition questions about
 %       mentioned terms are clarifications.
+%     - refs: references/2 of Text, when the caller has already found
+%       them (the managed runtime resolves them before classifying);
+%       they are not looked for again.
 %
 %   Evidence is evidence{step:Step, refs:Refs, matched:Matched}: Step
 %   names the rule that decided (tool_reference, clarify_marker,
@@ -95,7 +98,11 @@ classify_intent(Text, Context, Intent, Evidence) :-
     context_threshold(Context, Threshold),
     context_mentioned(Context, Mentioned),
     text_tokens(Text, Tokens),
-    token_references(Tokens, Refs),
+    (   get_dict(refs, Context, Refs0)
+    ->  must_be(list, Refs0),
+        Refs = Refs0
+    ;   token_references(Tokens, Refs)
+    ),
     classify_(Tokens, Refs, Similarity, Threshold, Mentioned, Intent, Step, Matched),
     Evidence = evidence{step:Step, refs:Refs, matched:Matched}.
 

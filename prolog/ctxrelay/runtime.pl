@@ -254,7 +254,7 @@ conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
     recent_mentions(Info.recent_turns, Mentioned),
     IntentContext = _{topic_similarity:Info.get(topic_similarity, 0.0),
                       topic_threshold:Info.get(topic_threshold, 0.5),
-                      mentioned:Mentioned},
+                      mentioned:Mentioned, refs:Refs},
     classify_intent(Text, IntentContext, Intent, _Evidence),
     intent_blend(Intent, Blend),
     Cands = Cands1.put(_{referenced:TurnIds, intent:Intent, blend:Blend}),

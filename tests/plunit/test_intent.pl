@@ -163,6 +163,13 @@ test(evidence_dict_similarity, M == matched{kind:similarity, similarity:0.2, thr
     classify_intent("raft", _{topic_similarity:0.2}, _, Ev),
     evidence_dict(Ev, D),
     M = D.matched.
+test(given_refs_are_used_as_found, [I1, Ev1] == [I2, Ev2]) :-
+    Text = "fix that bug, then the second option",
+    ctxrelay_references:references(Text, Refs),
+    classify_intent(Text, _{}, I1, Ev1),
+    classify_intent(Text, _{refs:Refs}, I2, Ev2).
+test(given_refs_decide, I == continue) :-
+    classify_intent("fix that bug", _{refs:[], topic_similarity:0.9}, I, _).
 test(no_choicepoint_left, Det == true) :-
     call_cleanup(classify_intent("that output, go on", _{topic_similarity:0.2}, _, _),
                  Det = true).
@@ -183,5 +190,7 @@ test(threshold_not_number, error(type_error(number, x))) :-
     classify_intent("go on", _{topic_threshold:x}, _, _).
 test(mentioned_not_list, error(type_error(list, foo))) :-
     classify_intent("go on", _{mentioned:foo}, _, _).
+test(refs_not_list, error(type_error(list, foo))) :-
+    classify_intent("go on", _{refs:foo}, _, _).
 
 :- end_tests(intent_errors).
