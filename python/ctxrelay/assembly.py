@@ -132,12 +132,19 @@ def message_cost(message: dict[str, Any], model: "str | tok.Tokenizer") -> tuple
     one token per ``_MAX_TOKEN_BYTES`` bytes, which is already over the cap,
     so the unit is never packed (or, if mandatory, the turn fails closed).
     """
-    cap = _COST_CAP.get()
-    content = message.get("content")
-    if cap is not None and isinstance(content, str) and len(content) > _MAX_TOKEN_BYTES * (cap + 1):
-        return len(content.encode("utf-8", "surrogatepass")) // _MAX_TOKEN_BYTES, False
+    if _past_cap(message):
+        return len(message["content"].encode("utf-8", "surrogatepass")) // _MAX_TOKEN_BYTES, False
     counted = tok.count_messages([message], model, prime_reply=False)
     return counted.n, counted.exact
+
+
+def _past_cap(message: dict[str, Any]) -> bool:
+    """Whether the assembly in progress charges ``message`` its lower bound
+    (content too long to fit its cap) instead of counting it."""
+    cap = _COST_CAP.get()
+    content = message.get("content")
+    return cap is not None and isinstance(content, str) \
+        and len(content) > _MAX_TOKEN_BYTES * (cap + 1)
 
 
 def _terms(text: str) -> set[str]:
@@ -195,8 +202,7 @@ def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: st
     priced = None if tkey is None else _priced_memo(store).get((session_id, turn_id, tkey))
     if priced is None:
         return None
-    cap = _COST_CAP.get()
-    if cap is not None and len(priced.message.get("content") or "") > _MAX_TOKEN_BYTES * (cap + 1):
+    if _past_cap(priced.message):
         return None                       # over this assembly's cap: the bound applies
     return Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
                 variants={"verbatim": dict(priced.message)},
@@ -214,13 +220,12 @@ def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: 
             units[unit.id] = unit
             return unit
     unit = _add(units, _turn_unit(turn, kind, scratch, **features), model)
-    tkey, cap = _TOKENIZER_KEY.get(), _COST_CAP.get()
-    if plain and tkey is not None and cap is not None:
-        message = unit.variants["verbatim"]
-        if len(message.get("content") or "") <= _MAX_TOKEN_BYTES * (cap + 1):
-            keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
-                 _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
-                 _PRICED_MAX)
+    tkey = _TOKENIZER_KEY.get()
+    message = unit.variants["verbatim"]
+    if plain and tkey is not None and not _past_cap(message):     # a count, not the bound
+        keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
+             _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
+             _PRICED_MAX)
     return unit
 
 
