@@ -64,7 +64,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from _common import percentiles, timed, write  # noqa: E402
 
-from ctxrelay import embed  # noqa: E402
+from ctxrelay.text import embed  # noqa: E402
 
 ETCD = ROOT / "examples" / "conversations" / "etcd_ops.jsonl"
 LOCOMO = Path(os.environ.get("CTXRELAY_LOCOMO", "/work/shared/data/locomo/locomo-dev.json"))

@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import percentiles, timed, write  # noqa: E402
 
-from ctxrelay.ckf import FactStore  # noqa: E402
-from ctxrelay.embed import get_embedder  # noqa: E402
+from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
+from ctxrelay.text.embed import get_embedder  # noqa: E402
 
 EF_SWEEP = (32, 50, 64, 100)
 

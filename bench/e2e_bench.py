@@ -38,8 +38,9 @@ from _common import git_rev, percentiles, write  # noqa: E402
 from assembly_bench import TOPICS, VERBS, synthetic_jsonl  # noqa: E402
 
 from ctxrelay import Runtime  # noqa: E402
-from ctxrelay import assembly, embed  # noqa: E402
-from ctxrelay.ckf import FactStore  # noqa: E402
+from ctxrelay.retrieval import candidates as assembly
+from ctxrelay.text import embed  # noqa: E402
+from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
 
 POLICY = dict(max_context_tokens=4096, output_reserve=512, safety_margin=64, min_recent_turns=4,
               embedder="hashing", knowledge=True, max_facts=12)

@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import git_rev, percentiles, write  # noqa: E402
 
-from ctxrelay import ckf as ckf_mod  # noqa: E402
-from ctxrelay.ckf import CKFBackend, FactStore  # noqa: E402
-from ctxrelay.embed import get_embedder  # noqa: E402
+from ctxrelay.knowledge import fabric as ckf_mod  # noqa: E402
+from ctxrelay.knowledge.fabric import CKFBackend, FactStore  # noqa: E402
+from ctxrelay.text.embed import get_embedder  # noqa: E402
 
 T0 = 1_800_000_000.0
 HOUR = 3600.0

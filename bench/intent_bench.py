@@ -15,7 +15,7 @@ reports, per split (``dev``: the turns the marker lists were checked against;
   and, separately, per call from Python through janus.
 
 The caller's part is what a runtime would do: the topic similarity is the
-maximum cosine (``ctxrelay.embed`` ``hashing`` embedder) between the turn and
+maximum cosine (``ctxrelay.text.embed`` ``hashing`` embedder) between the turn and
 the previous turns, the threshold is that embedder's ``topic_same``, and
 ``mentioned`` is ``mention_words/2`` of the previous turns.
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 import janus_swi as janus  # noqa: E402
 
 import ctxrelay  # noqa: E402,F401  (embeds Prolog, puts library(ctxrelay) on the path)
-from ctxrelay.embed import get_embedder  # noqa: E402
+from ctxrelay.text.embed import get_embedder  # noqa: E402
 from _common import write  # noqa: E402
 
 DATA = HERE / "data" / "intents.jsonl"

@@ -33,8 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import percentiles, write  # noqa: E402
 
-from ctxrelay import Runtime, tokens  # noqa: E402
-from ctxrelay.embed import get_embedder  # noqa: E402
+from ctxrelay import Runtime
+from ctxrelay.text import tokens  # noqa: E402
+from ctxrelay.text.embed import get_embedder  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 MODEL = "gpt-4"

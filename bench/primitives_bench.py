@@ -44,8 +44,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_rev, write  # noqa: E402
 
-from ctxrelay.cache import HotCache  # noqa: E402
-from ctxrelay.rolling import MemoryRollingLog, RollingLog  # noqa: E402
+from ctxrelay.storage.cache import HotCache  # noqa: E402
+from ctxrelay.storage.rolling import MemoryRollingLog, RollingLog  # noqa: E402
 
 DIM = 384
 N_RECENT = 8

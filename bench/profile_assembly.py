@@ -26,7 +26,7 @@ from e2e_bench import POLICY, QUESTIONS, facts  # noqa: E402
 import janus_swi as janus  # noqa: E402
 
 from ctxrelay import Runtime  # noqa: E402
-from ctxrelay.ckf import FactStore  # noqa: E402
+from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
 
 
 def build(root: Path, n: int) -> None:

@@ -6,7 +6,7 @@ and freshness classes) goes through ``Runtime.record_tool_output``; every
 ``--ingest-every`` turns a small document goes through ``Runtime.ingest``;
 every ``--assemble-every`` turns ``Runtime.assemble`` builds a pack (hashing
 embedder).  After every user turn the promotion rules run
-(``ctxrelay.promotion.promote_after_turn``, as the runtime will call them),
+(``ctxrelay.knowledge.promotion.promote_after_turn``, as the runtime will call them),
 so some user turns name values or point back at tool outputs.
 
 At ``--checkpoints`` points it samples the process RSS, the disk used by
@@ -168,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--turns must be at least twice --checkpoints, and --checkpoints >= 2")
 
     from ctxrelay import Runtime
-    from ctxrelay.ckf import FactStore
-    from ctxrelay.promotion import promote_after_turn
-    from ctxrelay.scratch import open_scratch_store
-    from ctxrelay.transcript import open_store
+    from ctxrelay.knowledge.fabric import FactStore
+    from ctxrelay.knowledge.promotion import promote_after_turn
+    from ctxrelay.storage.lmdb.scratch import open_scratch_store
+    from ctxrelay.storage.lmdb.transcript import open_store
 
     rng = random.Random(args.seed)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ctxrelay-soak-"))

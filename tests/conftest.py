@@ -33,8 +33,8 @@ def mounted_tmpfs(mount_point: Path, size: str):
     try:
         yield mount_point
     finally:
-        from ctxrelay import scratch
-        from ctxrelay.transcript import close_all
+        from ctxrelay.storage.lmdb import scratch
+        from ctxrelay.storage.lmdb.transcript import close_all
         close_all()
         scratch.close_all()
         subprocess.run(["umount", "-l", str(mount_point)], check=True)

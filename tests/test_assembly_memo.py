@@ -1,4 +1,4 @@
-"""The memo of stored turns' units (ctxrelay.assembly._PRICED).
+"""The memo of stored turns' units (ctxrelay.retrieval.candidates._PRICED).
 
 A plain stored turn is offered with the same message and cost on every
 assembly; the memo must never change what an assembly produces: not after
@@ -11,7 +11,9 @@ import re
 
 import pytest
 
-from ctxrelay import ContextOverflowError, Runtime, assembly, tokens
+from ctxrelay import ContextOverflowError, Runtime
+from ctxrelay.retrieval import candidates as assembly
+from ctxrelay.text import tokens
 
 POLICY = dict(max_context_tokens=900, output_reserve=100, safety_margin=20, min_recent_turns=2,
               embedder="hashing")

@@ -1,4 +1,4 @@
-"""Hot cache (ctxrelay.cache): LRU, TTL, ETag and scope in the key, bucketing rates."""
+"""Hot cache (ctxrelay.storage.cache): LRU, TTL, ETag and scope in the key, bucketing rates."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from ctxrelay.cache import (CacheKey, HotCache, HotCacheBackend, InvalidEmbeddingError,
+from ctxrelay.storage.cache import (CacheKey, HotCache, HotCacheBackend, InvalidEmbeddingError,
                             SignProjection)
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 

@@ -1,7 +1,7 @@
 """The CDGR walk's in-memory structures (issue #5: CDGR walk p50 <= 3 ms).
 
 The walk keeps, per namespace, an int8 sketch of the stored vectors
-(:class:`ctxrelay.ckf_sketch.VectorSketch`) to bound connector relevance and
+(:class:`ctxrelay.knowledge.sketch.VectorSketch`) to bound connector relevance and
 coverage without reading every candidate's vector, plus a name index for the
 candidates' ids.  These tests check that the bounds hold, that a walk using
 them returns exactly what a walk reading every vector returns, and that the
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctxrelay import cdr as cdr_mod
-from ctxrelay.ckf import FactStore
-from ctxrelay.ckf_sketch import VectorSketch
-from ctxrelay.embed import CallableEmbedder
+from ctxrelay.knowledge import cdr as cdr_mod
+from ctxrelay.knowledge.fabric import FactStore
+from ctxrelay.knowledge.sketch import VectorSketch
+from ctxrelay.text.embed import CallableEmbedder
 
 TOPICS = {
     "kubernetes": "pod node cluster kubelet scheduler container deployment replica service ingress",

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import cdr
-from ctxrelay.ckf import EmbeddingModelMismatchError, FactStore
-from ctxrelay.embed import CallableEmbedder
+from ctxrelay.knowledge import cdr
+from ctxrelay.knowledge.fabric import EmbeddingModelMismatchError, FactStore
+from ctxrelay.text.embed import CallableEmbedder
 from ctxrelay.errors import InvalidArgumentError
 
 DAY = 86400.0

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrelay import ckf as ckf_mod
-from ctxrelay.ckf import (Chunk, FactKeyExistsError, FactStore, IngestSourceError,
+from ctxrelay.knowledge import fabric as ckf_mod
+from ctxrelay.knowledge.fabric import (Chunk, FactKeyExistsError, FactStore, IngestSourceError,
                           InvalidFactError, StatusTransitionError, UnknownFactError, chunk_text)
-from ctxrelay.ckf_graph import VectorIndex
-from ctxrelay.embed import CallableEmbedder, get_embedder
+from ctxrelay.knowledge.graph import VectorIndex
+from ctxrelay.text.embed import CallableEmbedder, get_embedder
 from ctxrelay.errors import InvalidArgumentError, InvalidMetadataError, StoreError
-from ctxrelay.tokens import count
+from ctxrelay.text.tokens import count
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ def test_persistence_across_reopen(tmp_path):
 CRASHER = """
 import os, sys
 sys.path.insert(0, {python!r})
-from ctxrelay.ckf import FactStore
+from ctxrelay.knowledge.fabric import FactStore
 s = FactStore({path!r}, embedder="hashing", recluster_every=None)
 ids = s.add_facts(["first fact about kubelet and pods", "second fact about ovens and dough"])
 s.flush()
@@ -184,7 +184,7 @@ def test_a_second_instance_on_the_same_path_is_refused(store):
 def test_embedder_change_is_refused(tmp_path):
     path = tmp_path / "ckf"
     FactStore(path, embedder="hashing").close()
-    from ctxrelay.embed import HashingEmbedder
+    from ctxrelay.text.embed import HashingEmbedder
     with pytest.raises(ckf_mod.EmbeddingModelMismatchError, match="hashing-v1-1024"):
         FactStore(path, embedder=HashingEmbedder(dim=256))
 
@@ -592,7 +592,7 @@ def test_progress_bar_only_on_a_tty(store, monkeypatch, capsys):
 
 
 def test_the_native_backend_implements_the_backend_interface(tmp_path):
-    from ctxrelay.ckf import CKFBackend, NativeBackend
+    from ctxrelay.knowledge.fabric import CKFBackend, NativeBackend
     abstract = {name for name in dir(CKFBackend)
                 if getattr(getattr(CKFBackend, name), "__isabstractmethod__", False)}
     assert {"add_facts", "search", "neighbourhood", "delete", "stats", "lookup_key",
@@ -610,9 +610,9 @@ def test_the_native_backend_implements_the_backend_interface(tmp_path):
 
 # -- graph walks: the in-memory adjacency against the stored edges ----------------------------
 
-from ctxrelay import cdr as cdr_mod  # noqa: E402
-from ctxrelay.ckf import CKFBackend  # noqa: E402
-from ctxrelay.ckf_graph import Adjacency, anchor_reach  # noqa: E402
+from ctxrelay.knowledge import cdr as cdr_mod  # noqa: E402
+from ctxrelay.knowledge.fabric import CKFBackend  # noqa: E402
+from ctxrelay.knowledge.graph import Adjacency, anchor_reach  # noqa: E402
 
 
 def stored_adjacency(s, ns="default"):

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import ckf as ckf_mod
-from ctxrelay.ckf import FactStore, _due, _epoch
+from ctxrelay.knowledge import fabric as ckf_mod
+from ctxrelay.knowledge.fabric import FactStore, _due, _epoch
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0

@@ -14,10 +14,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import cdr
-from ctxrelay.ckf import FactIds, FactStore
-from ctxrelay.ckf_graph import argsort_keys
-from ctxrelay.ckf_labels import LabelPositions
+from ctxrelay.knowledge import cdr
+from ctxrelay.knowledge.fabric import FactIds, FactStore
+from ctxrelay.knowledge.graph import argsort_keys
+from ctxrelay.knowledge.labels import LabelPositions
 
 TOPICS = {
     "kubernetes": "pod node cluster kubelet scheduler container deployment replica service ingress",

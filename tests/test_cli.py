@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrelay import cli
+from ctxrelay.apps import cli
 from ctxrelay.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +182,7 @@ def test_expected_commands_exist():
 
 
 def test_help_path_imports_only_the_standard_library():
-    """cli.py loaded on its own (not as ctxrelay.cli) answers --help without the package."""
+    """cli.py loaded on its own (not as ctxrelay.apps.cli) answers --help without the package."""
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('cli_alone', {str(cli.__file__)!r})\n"
@@ -412,7 +412,7 @@ def test_check_passes_on_a_healthy_store(ops):
 def _damage(store: Path, turn_id: int, value: bytes | None) -> None:
     """Rewrite or delete one turn record of the store's first session, below the API.
 
-    Uses the on-disk layout documented in ctxrelay.transcript (database ``turns``,
+    Uses the on-disk layout documented in ctxrelay.storage.lmdb.transcript (database ``turns``,
     key = session number + turn id, both u64 big-endian; the first session is 1),
     through py-lmdb only: no private ctxrelay API.
     """
@@ -519,7 +519,7 @@ def test_ingest_missing_path(ops, tmp_path):
 # -- serve -------------------------------------------------------------------------------
 
 def test_serve_without_a_server_module(ops, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ctxrelay.server", None)   # as if it did not exist
+    monkeypatch.setitem(sys.modules, "ctxrelay.apps.server", None)   # as if it did not exist
     rc, _, err = ops("serve")
     assert rc == 2
     assert "server is not available in this version" in err
@@ -531,8 +531,8 @@ def test_serve_delegates_to_server_main(ops, store_dir, monkeypatch):
     def fake_main(argv):
         seen["argv"], seen["store"] = argv, os.environ.get(cli.STORE_ENV)
         return 0
-    monkeypatch.setitem(sys.modules, "ctxrelay.server",
-                        types.SimpleNamespace(main=fake_main, __name__="ctxrelay.server"))
+    monkeypatch.setitem(sys.modules, "ctxrelay.apps.server",
+                        types.SimpleNamespace(main=fake_main, __name__="ctxrelay.apps.server"))
     monkeypatch.delenv(cli.STORE_ENV, raising=False)
     rc, _, err = ops("serve", "--", "--port", "8080")
     assert rc == 0, err

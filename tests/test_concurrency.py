@@ -20,7 +20,7 @@ import janus_swi as janus
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.transcript import TranscriptStore, close_all, open_store
+from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.transcript import close_all, open_store
+from ctxrelay.storage.lmdb.transcript import close_all, open_store
 
 POLICY = dict(embedder="hashing", max_context_tokens=1500, output_reserve=100,
               min_recent_turns=4)
@@ -71,7 +71,7 @@ def test_prolog_looking_text_through_context_is_a_syntax_error_not_a_call(rt):
 
 
 def test_provenance_of_rendered_units(rt, tmp_path):
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     close_all()
     FactStore(tmp_path / "store" / "ckf", embedder="hashing", recluster_every=None).close()
     with Runtime(tmp_path / "store") as again:

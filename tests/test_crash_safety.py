@@ -23,9 +23,9 @@ import lmdb
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay import transcript as transcript_mod
+from ctxrelay.storage.lmdb import transcript as transcript_mod
 from ctxrelay.errors import StoreError, StoreFullError
-from ctxrelay.transcript import TranscriptStore, close_all, open_store
+from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -41,8 +41,10 @@ POLICY = dict(embedder="hashing", max_context_tokens=4000, output_reserve=300)
 def _close_stores():
     yield
     close_all()
-    from ctxrelay import ckf, scratch, warm
-    from ctxrelay.lmdbenv import close_all as close_lmdb
+    from ctxrelay.knowledge import fabric as ckf
+    from ctxrelay.storage.lmdb import scratch
+    from ctxrelay.storage.lmdb import warm
+    from ctxrelay.storage.lmdb.base import close_all as close_lmdb
     scratch.close_all()
     warm.close_all()
     close_lmdb()
@@ -115,7 +117,7 @@ def test_managed_turn_killed_before_the_reply_retries_without_duplicates(tmp_pat
 # -- warm artifacts -----------------------------------------------------------------------
 
 def test_warm_publication_killed_keeps_every_acknowledged_version(tmp_path):
-    from ctxrelay.warm import WarmStore
+    from ctxrelay.storage.lmdb.warm import WarmStore
     store = tmp_path / "store"
     with TranscriptStore(store) as ts:
         ts.create_session("w")
@@ -143,7 +145,7 @@ def test_warm_publication_killed_keeps_every_acknowledged_version(tmp_path):
 
 
 def test_warm_check_repairs_a_stale_latest_record(tmp_path):
-    from ctxrelay.warm import WarmStore
+    from ctxrelay.storage.lmdb.warm import WarmStore
     with WarmStore(tmp_path / "warm") as warm:
         for n in range(3):
             warm.publish("s", 1, 4, f"summary {n}")
@@ -159,7 +161,7 @@ def test_warm_check_repairs_a_stale_latest_record(tmp_path):
 # -- the knowledge fabric -----------------------------------------------------------------
 
 def _assert_ckf_consistent(path: Path, acked: list[list[str]]) -> None:
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     with FactStore(path, embedder="hashing", recluster_every=None) as facts:
         for i, *fact_ids in acked:
             assert fact_ids, f"document {i} made no fact"
@@ -194,7 +196,7 @@ def test_ckf_killed_after_the_index_file_is_replaced(tmp_path):
     done = acks(lines)
     assert len(done) == 2                 # document 2 is stored, its rebuild was killed
     _assert_ckf_consistent(store / "ckf", done)
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     with FactStore(store / "ckf", embedder="hashing", recluster_every=None) as facts:
         [hit] = facts.search_terms("uniqword2x", k=1)     # committed before the rebuild
         assert facts.search_ann(doc_text(2), k=1)[0].fact_id == hit.fact_id
@@ -209,7 +211,7 @@ def _scratch_session(store: Path) -> None:
 
 
 def test_scratch_killed_between_blob_and_metadata_leaves_an_invisible_orphan(tmp_path):
-    from ctxrelay.scratch import ScratchStore
+    from ctxrelay.storage.lmdb.scratch import ScratchStore
     store = tmp_path / "store"
     _scratch_session(store)
     kill_after(spawn("scratch", store, "t", 5, crash_at="blob-written"),
@@ -252,7 +254,7 @@ def test_a_retried_tool_output_with_the_same_key_returns_the_first_entry(tmp_pat
 
 
 def test_scratch_writes_killed_at_random_keep_every_acknowledged_output(tmp_path):
-    from ctxrelay.scratch import open_scratch_store
+    from ctxrelay.storage.lmdb.scratch import open_scratch_store
     store = tmp_path / "store"
     _scratch_session(store)
     wanted = random.Random(8).randint(10, 25)
@@ -281,7 +283,7 @@ def test_scratch_writes_killed_at_random_keep_every_acknowledged_output(tmp_path
 def _check(store: Path, capsys, *args: str) -> tuple[int, dict]:
     import json
 
-    from ctxrelay import cli
+    from ctxrelay.apps import cli
     close_all()                   # the CLI opens the store as a fresh program would
     capsys.readouterr()
     code = cli.main(["--store", str(store), "--json", "check", *args])
@@ -353,7 +355,7 @@ def test_check_repairs_a_damaged_turn_log(tmp_path, capsys):
         for i in range(6):
             rt.append("s", "user", f"etcd compaction question {i}")
         rt.assemble("s", "and the defrag?", **POLICY)
-    from ctxrelay.lmdbenv import close_all as close_lmdb
+    from ctxrelay.storage.lmdb.base import close_all as close_lmdb
     close_lmdb()                                  # the turn log the assembly opened
     env = lmdb.open(str(store / "turnlog"), max_dbs=16, subdir=True)
     try:
@@ -380,7 +382,8 @@ def test_check_repairs_warm_and_scratch_records(tmp_path, capsys):
             rt.publish_artifact("s", 1, 1, f"summary {n}")
             rt.record_tool_output("s", "ls", {"n": n}, f"file{n}\n")
     close_all()
-    from ctxrelay import scratch, warm
+    from ctxrelay.storage.lmdb import scratch
+    from ctxrelay.storage.lmdb import warm
     scratch.close_all()
     warm.close_all()
     env = lmdb.open(str(store / "warm"), max_dbs=16, subdir=True)

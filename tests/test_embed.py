@@ -1,4 +1,4 @@
-"""ctxrelay.embed: the Embedder protocol, hashing, MiniLM, the callable adapter, the registry.
+"""ctxrelay.text.embed: the Embedder protocol, hashing, MiniLM, the callable adapter, the registry.
 
 The MiniLM tests skip when the semantic extra is not installed (``make setup``
 installs it); everything else runs on numpy alone.
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import embed
-from ctxrelay.embed import (CallableEmbedder, EmbedderOutputError, EmbedderUnavailableError,
+from ctxrelay.text import embed
+from ctxrelay.text.embed import (CallableEmbedder, EmbedderOutputError, EmbedderUnavailableError,
                             HashingEmbedder, MiniLMEmbedder, UnknownEmbedderError)
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 
@@ -125,7 +125,7 @@ def test_hashing_folds_case_and_unicode_compatibility_forms():
 def _digest_in_subprocess(seed: str) -> str:
     code = textwrap.dedent(f"""
         import hashlib, json
-        from ctxrelay.embed import HashingEmbedder
+        from ctxrelay.text.embed import HashingEmbedder
         m = HashingEmbedder().embed_batch(json.loads({json.dumps(json.dumps(TEXTS))}))
         print(m.dtype, m.shape, hashlib.sha256(m.tobytes()).hexdigest())
     """)
@@ -416,7 +416,7 @@ def test_minilm_loads_with_no_hub_and_no_network(tmp_path):
         socket.socket.connect = refuse
         socket.socket.connect_ex = refuse
         socket.create_connection = refuse
-        from ctxrelay import embed
+        from ctxrelay.text import embed
         m = embed.get_embedder("minilm").embed_batch(["etcd snapshot backups", ""])
         print(os.environ["HF_HUB_OFFLINE"], os.environ["TRANSFORMERS_OFFLINE"], m.shape, m.dtype,
               round(float((m[0] ** 2).sum()), 4), float(abs(m[1]).sum()))
@@ -481,7 +481,7 @@ def test_vector_spaces_do_not_share_memo_entries():
 
 
 def test_the_vector_memo_is_bounded(monkeypatch):
-    from ctxrelay.embed import _VectorMemo
+    from ctxrelay.text.embed import _VectorMemo
     memo = _VectorMemo()
     monkeypatch.setattr(_VectorMemo, "MAX_ENTRIES", 32)
     e = HashingEmbedder(dim=64)

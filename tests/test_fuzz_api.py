@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ctxrelay import ContextOverflowError, Runtime
 from ctxrelay.errors import (CtxRelayError, InvalidArgumentError, InvalidContentError,
                              InvalidMetadataError, InvalidRoleError, UnknownSessionError)
-from ctxrelay.transcript import close_all, open_store
+from ctxrelay.storage.lmdb.transcript import close_all, open_store
 
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -45,7 +45,7 @@ def _has_surrogate(text: str) -> bool:
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "store"
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(path / "ckf", embedder="hashing", recluster_every=None).close()
     with Runtime(path) as runtime:
         runtime.create_session("f")

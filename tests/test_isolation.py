@@ -15,7 +15,7 @@ import pytest
 
 from ctxrelay import Runtime
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError
-from ctxrelay.transcript import close_all
+from ctxrelay.storage.lmdb.transcript import close_all
 
 SECRET = "zebra42secret"
 POLICY = dict(embedder="hashing", max_context_tokens=4000, output_reserve=300)
@@ -23,7 +23,7 @@ POLICY = dict(embedder="hashing", max_context_tokens=4000, output_reserve=300)
 
 @pytest.fixture
 def rt(tmp_path):
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(tmp_path / "store" / "ckf", embedder="hashing", recluster_every=None).close()
     with Runtime(tmp_path / "store") as runtime:
         for name in ("a", "b"):
@@ -105,7 +105,7 @@ def test_path_shaped_scratch_ids_are_refused(rt, scratch_id):
 def test_hot_cache_scopes_never_share_an_entry(scope_a, scope_b):
     import numpy as np
 
-    from ctxrelay.cache import HotCache
+    from ctxrelay.storage.cache import HotCache
     cache = HotCache(min_similarity=None)
     query = np.random.default_rng(3).normal(size=64)
     key_a = cache.key(query, "etag1", scope_a)

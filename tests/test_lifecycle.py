@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ctxrelay.embed import get_embedder
-from ctxrelay.transcript import TranscriptStore
-from ctxrelay.turnlog import _DENSE_SESSIONS, TurnLog
+from ctxrelay.text.embed import get_embedder
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.storage.lmdb.turnlog import _DENSE_SESSIONS, TurnLog
 
 
 def test_turn_log_keeps_dense_windows_of_the_latest_sessions_only(tmp_path):

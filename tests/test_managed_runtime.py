@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxrelay import ContextOverflowError, Runtime
-from ctxrelay import providers, tokens
+from ctxrelay import providers
+from ctxrelay.text import tokens
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 
 from conftest import ROOT

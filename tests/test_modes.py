@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.document import conversation_seeds, subqueries
+from ctxrelay.retrieval.document import conversation_seeds, subqueries
 from ctxrelay.errors import CtxRelayError
 
 POLICY = dict(max_context_tokens=1500, output_reserve=200, embedder="hashing")
@@ -25,7 +25,7 @@ FACTS = ["etcd TLS certificates are rotated by replacing the peer and client cer
 
 @pytest.fixture
 def rt(tmp_path: Path):
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(tmp_path / "store" / "ckf", embedder="hashing").close()
     with Runtime(tmp_path / "store") as runtime:
         runtime.create_session("s")

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from ctxrelay import bridge
-from ctxrelay.ckf import FactStore
-from ctxrelay.embed import get_embedder
+from ctxrelay.bridge import stores as bridge
+from ctxrelay.knowledge.fabric import FactStore
+from ctxrelay.text.embed import get_embedder
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.promotion import (name_key, parse_namings, promote_after_turn,
+from ctxrelay.knowledge.promotion import (name_key, parse_namings, promote_after_turn,
                                 promote_scratch_entry, scratch_mentions, specifics,
                                 statements)
-from ctxrelay.scratch import open_scratch_store
-from ctxrelay.transcript import open_store
-from ctxrelay.turnlog import TurnLog
+from ctxrelay.storage.lmdb.scratch import open_scratch_store
+from ctxrelay.storage.lmdb.transcript import open_store
+from ctxrelay.storage.lmdb.turnlog import TurnLog
 
 
 @pytest.fixture

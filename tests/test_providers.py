@@ -26,7 +26,7 @@ from ctxrelay.errors import (
 )
 
 try:
-    from ctxrelay.tokens import count, count_messages
+    from ctxrelay.text.tokens import count, count_messages
 except ImportError:  # pragma: no cover - depends on another module being present
     count = count_messages = None  # type: ignore[assignment]
 
@@ -180,7 +180,7 @@ def test_echo_digest_changes_when_any_message_changes(change: Callable[[list], N
 
 def test_echo_usage_counts_prompt_and_reply_tokens() -> None:
     if count_messages is None:
-        pytest.skip("ctxrelay.tokens.count_messages is not importable; echo usage is None then")
+        pytest.skip("ctxrelay.text.tokens.count_messages is not importable; echo usage is None then")
     reply = P.complete(MESSAGES)
     usage = reply["usage"]
     assert usage["prompt_tokens"] == count_messages(MESSAGES, "cl100k_base").n > 0
@@ -190,7 +190,7 @@ def test_echo_usage_counts_prompt_and_reply_tokens() -> None:
 
 def test_echo_counts_with_the_model_option_when_given() -> None:
     if count_messages is None:
-        pytest.skip("ctxrelay.tokens.count_messages is not importable; echo usage is None then")
+        pytest.skip("ctxrelay.text.tokens.count_messages is not importable; echo usage is None then")
     reply = P.complete(MESSAGES, {"model": "gpt-4o"})
     assert reply["model"] == "gpt-4o"
     assert reply["usage"]["prompt_tokens"] == count_messages(MESSAGES, "gpt-4o").n

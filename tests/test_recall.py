@@ -1,4 +1,4 @@
-"""Cold recall: lexical + dense + the conversation's structure (ctxrelay.recall)."""
+"""Cold recall: lexical + dense + the conversation's structure (ctxrelay.retrieval.recall)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrelay.recall import (_aligned, analyze, date_closeness, date_mentions, index_for, recall,
+from ctxrelay.retrieval.recall import (_aligned, analyze, date_closeness, date_mentions, index_for, recall,
                              score_turns, strip_names)
-from ctxrelay.transcript import TranscriptStore
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
 
 
 def _store(tmp_path: Path, turns: list[tuple[str, str, str, str]]) -> TranscriptStore:
@@ -117,7 +117,7 @@ def test_dense_scores_join_the_lexical_ones(tmp_path):
 
 
 def test_index_is_bounded_by_the_horizon_and_older_turns_come_from_search(tmp_path, monkeypatch):
-    import ctxrelay.recall as recall_module
+    import ctxrelay.retrieval.recall as recall_module
     monkeypatch.setattr(recall_module, "HORIZON", 40)
     HORIZON = 40
     st = TranscriptStore(tmp_path / "store")

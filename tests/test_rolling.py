@@ -1,4 +1,4 @@
-"""Rolling context log (ctxrelay.rolling): ring semantics, file format, crashes, model test."""
+"""Rolling context log (ctxrelay.storage.rolling): ring semantics, file format, crashes, model test."""
 from __future__ import annotations
 
 import collections
@@ -24,13 +24,13 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, r
 
 from ctxrelay.errors import (CorruptStoreError, CtxRelayError, InvalidArgumentError,
                              InvalidContentError, InvalidSessionIdError)
-from ctxrelay.rolling import (MAX_SESSION_ID_BYTES, CorruptRingError, EntryTooLargeError,
+from ctxrelay.storage.rolling import (MAX_SESSION_ID_BYTES, CorruptRingError, EntryTooLargeError,
                               LogRecord, MemoryRollingLog, RingConfigMismatchError,
                               RollingLog, RollingLogBackend, RollingLogClosedError)
 
-import ctxrelay.rolling as rolling_module  # noqa: E402
+import ctxrelay.storage.rolling as rolling_module  # noqa: E402
 
-PACKAGE_DIR = Path(rolling_module.__file__).resolve().parent
+PACKAGE_DIR = Path(rolling_module.__file__).resolve().parent.parent   # the ctxrelay package
 
 
 def encoded_size(entry) -> int:
@@ -76,13 +76,13 @@ def check_entry(entry) -> tuple[str, int]:
 WORKER_MAIN = '''
 import dataclasses, json, os, sys, types
 
-# Import ctxrelay.rolling without running ctxrelay/__init__.py, which embeds
+# Import ctxrelay.storage.rolling without running ctxrelay/__init__.py, which embeds
 # SWI-Prolog: the worker then starts in tens of milliseconds, so the kill test
 # can afford many kills.  rolling.py needs only ctxrelay.errors.
 package = types.ModuleType("ctxrelay")
 package.__path__ = [os.environ["CTXRELAY_PACKAGE_DIR"]]
 sys.modules["ctxrelay"] = package
-from ctxrelay.rolling import RollingLog
+from ctxrelay.storage.rolling import RollingLog
 
 
 def run_append(path, session, cap_n, cap_b, tag, limit, ack_every, go=""):
@@ -442,7 +442,7 @@ def test_a_crash_at_any_store_of_an_append_leaves_a_valid_ring(tmp_path, monkeyp
     """Every store of many appends (filling, evicting by count and bytes, wrapping) is
     made to fail in turn, whole or half-written; the ring read afterwards is always the
     state before the append, that state minus evicted entries, or the state after."""
-    from ctxrelay import rolling
+    from ctxrelay.storage import rolling
     real_write = rolling._Ring._write
     cap_n, cap_b = 4, 64
     crash_at = [-1]

@@ -1,6 +1,6 @@
 """The storage router: rolling log in the write path, hot cache first, blended fetches.
 
-Rolling-log tests drive ``ctxrelay.bridge`` directly (the functions Prolog
+Rolling-log tests drive ``ctxrelay.bridge.stores`` directly (the functions Prolog
 calls on every append), so they cover the hook without paying a janus
 crossing per turn; the facade tests go through ``Runtime`` and Prolog.
 """
@@ -15,11 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import Runtime, bridge, router as router_mod
-from ctxrelay.ckf import FactStore
+from ctxrelay import Runtime
+from ctxrelay.bridge import stores as bridge
+from ctxrelay.retrieval import router as router_mod
+from ctxrelay.knowledge.fabric import FactStore
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
-from ctxrelay.router import Router, entry_values, router_for, rrf
-from ctxrelay.transcript import TranscriptStore
+from ctxrelay.retrieval.router import Router, entry_values, router_for, rrf
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.types import RetrievalResult, Turn
 
 

@@ -13,7 +13,7 @@ POLICY = dict(embedder="hashing", max_context_tokens=2000)
 
 @pytest.fixture
 def rt(tmp_path: Path):
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(tmp_path / "store" / "ckf", embedder="hashing").close()
     with Runtime(tmp_path / "store") as runtime:
         runtime.create_session("s")

@@ -1,4 +1,4 @@
-"""Tests of ctxrelay.scratch (the Tier E scratch buffer) and ctxrelay.summarize."""
+"""Tests of ctxrelay.storage.lmdb.scratch (the Tier E scratch buffer) and ctxrelay.text.summarize."""
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +26,7 @@ from ctxrelay.errors import (
     StoreError,
     StoreFullError,
 )
-from ctxrelay.scratch import (
+from ctxrelay.storage.lmdb.scratch import (
     FRESHNESS_TTL,
     InvalidScratchIdError,
     NotPromotableError,
@@ -44,8 +44,8 @@ from ctxrelay.scratch import (
     provenance_hash,
     render,
 )
-from ctxrelay.summarize import FOOTER, summarize
-from ctxrelay.tokens import count
+from ctxrelay.text.summarize import FOOTER, summarize
+from ctxrelay.text.tokens import count
 
 ROOT = Path(__file__).resolve().parent.parent
 SID = "scr_" + "0123456789abcdef" * 2
@@ -309,7 +309,7 @@ def test_summaries_are_deterministic_across_processes():
               _real_traceback(), "x\n" * 3000]
     here = [summary_of(raw).text for raw in inputs]
     assert here == [summary_of(raw).text for raw in inputs]
-    script = ("import json,sys\nfrom ctxrelay.summarize import summarize\n"
+    script = ("import json,sys\nfrom ctxrelay.text.summarize import summarize\n"
               "raws=json.load(sys.stdin)\n"
               f"print(json.dumps([summarize(r, tool_name='tool', scratch_id={SID!r}).text"
               " for r in raws]))\n")
@@ -662,7 +662,7 @@ def test_reopen_keeps_entries_pins_and_lru_order(tmp_path):
 
 _CRASH = """
 import os, sys
-from ctxrelay import scratch
+from ctxrelay.storage.lmdb import scratch
 def crash(self, *args, **kwargs):
     os._exit(17)            # die after the blob is in place, before the metadata
 scratch.ScratchStore._insert_txn = crash
@@ -810,7 +810,7 @@ def test_concurrent_puts_from_threads(tmp_path):
 
 
 def test_latest_reads_the_newest_entries_oldest_first(tmp_path):
-    from ctxrelay.scratch import ScratchStore
+    from ctxrelay.storage.lmdb.scratch import ScratchStore
     store = ScratchStore(tmp_path / "scratch")
     ids = [store.put("s", "t", {"i": i}, f"output {i}").scratch_id for i in range(7)]
     store.put("other", "t", {}, "not mine")

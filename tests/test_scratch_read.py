@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.scratch import (
+from ctxrelay.storage.lmdb.scratch import (
     InvalidScratchIdError,
     ScratchStore,
     UnknownScratchError,
     UnsafeScratchIdError,
 )
-from ctxrelay.transcript import InvalidSessionIdError
+from ctxrelay.storage.lmdb.transcript import InvalidSessionIdError
 
 from conftest import ROOT
 
@@ -136,7 +136,7 @@ def test_a_write_from_another_process_is_seen(tmp_path):
     with ScratchStore(path) as sc:
         sid = sc.put("s", "sql", {"q": 1}, CSV).scratch_id
         assert sc.entry_dict("s", sid)["pinned"] is False
-        code = ("import sys; from ctxrelay.scratch import ScratchStore\n"
+        code = ("import sys; from ctxrelay.storage.lmdb.scratch import ScratchStore\n"
                 "with ScratchStore(sys.argv[1]) as sc: sc.pin('s', sys.argv[2])\n")
         done = subprocess.run([sys.executable, "-c", code, str(path), sid],
                               capture_output=True, text=True, timeout=120,

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible relay (ctxrelay.server), driven by the official openai client.
+"""The OpenAI-compatible relay (ctxrelay.apps.server), driven by the official openai client.
 
 The real server runs under uvicorn in a background thread on 127.0.0.1; its
 upstream is a fake OpenAI API (http.server, also on 127.0.0.1) that records
@@ -27,7 +27,7 @@ httpx = pytest.importorskip("httpx", reason="the server extra is needed: pip ins
 openai = pytest.importorskip("openai", reason="the tests drive the relay with openai: pip install openai")
 import uvicorn  # noqa: E402
 
-from ctxrelay.server import Relay, ServerConfig, _parser, config_from_args, create_app  # noqa: E402
+from ctxrelay.apps.server import Relay, ServerConfig, _parser, config_from_args, create_app  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 

@@ -33,7 +33,7 @@ def test_conversation_only_reads_log_and_index(rt, tmp_path):
 
 
 def test_knowledge_goes_through_the_cache_and_a_mutation_invalidates(rt, tmp_path):
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(tmp_path / "store" / "ckf", embedder="hashing").close()
     rt.add_fact("The etcd quota on production is 8 GiB.", key="etcd-quota")
     first = rt.assemble("s", Q, **POLICY)
@@ -56,7 +56,7 @@ def test_tool_output_summaries_come_from_the_pointer_store(rt):
 
 
 def test_a_message_without_content_words_is_retrieved_but_not_cached(rt, tmp_path):
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(tmp_path / "store" / "ckf", embedder="hashing").close()
     rt.add_fact("The etcd quota on production is 8 GiB.")
     for _ in range(2):                    # "and?" embeds to the zero vector under hashing

@@ -8,7 +8,7 @@ import lmdb
 import pytest
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.textindex import STOPWORDS, TextIndex, tokenize
+from ctxrelay.storage.lmdb.textindex import STOPWORDS, TextIndex, tokenize
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def test_set_thread_state_overrides_the_derived_one(rt):
 
 
 def test_recompute_with_another_embedder(rt):
-    from ctxrelay.embed import HashingEmbedder, register
+    from ctxrelay.text.embed import HashingEmbedder, register
     register("hashing-512", lambda: HashingEmbedder(dim=512))
     rt.derive("s", embedder="hashing")
     with pytest.raises(CtxRelayError, match="recompute"):
@@ -93,7 +93,7 @@ def test_prolog_predicates(tmp_path):
 
 
 def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypatch):
-    import ctxrelay.turnlog as turnlog
+    import ctxrelay.storage.lmdb.turnlog as turnlog
     monkeypatch.setattr(turnlog, "_THREADS_ASSIGNABLE", 3)
     topics = ["zebra migration patterns in savanna parks", "quantum error correction codes",
               "sourdough starter hydration levels", "medieval castle siege engines",
@@ -113,7 +113,7 @@ def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypat
 
 
 def test_thread_state_follows_new_turns_and_callers_cannot_alter_it(rt):
-    from ctxrelay.turnlog import turnlog_for
+    from ctxrelay.storage.lmdb.turnlog import turnlog_for
     rt.derive("s", embedder="hashing")
     tid = rt.derived("s", 1)["thread_id"]
     store = rt._store                                   # the Runtime's TranscriptStore

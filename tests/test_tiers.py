@@ -26,7 +26,7 @@ def rt(tmp_path: Path):
 
 def _hashing_ckf(tmp_path: Path) -> None:
     """Build the store's CKF with the hashing embedder (no model load in tests)."""
-    from ctxrelay.ckf import FactStore
+    from ctxrelay.knowledge.fabric import FactStore
     FactStore(tmp_path / "store" / "ckf", embedder="hashing").close()
 
 

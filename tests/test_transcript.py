@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay import transcript
+from ctxrelay.storage.lmdb import transcript
 from ctxrelay.errors import (
     ArchivedSessionError,
     CorruptStoreError,
@@ -34,8 +34,8 @@ from ctxrelay.errors import (
     UnknownSessionError,
     UnknownTurnError,
 )
-from ctxrelay.textindex import tokenize
-from ctxrelay.transcript import TranscriptStore, close_all, open_store
+from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 from ctxrelay.types import ROLES, Hit, Turn
 
 
@@ -656,7 +656,7 @@ def _export_lines(store):
     (lambda ls: ls[:2] + [ls[2].replace('"content": "t1"', '"content": 5')] + ls[3:], 3,
      "serialise"),
     (lambda ls: ls[:2] + ["[1, 2]"] + ls[3:], 3, "every other line a turn"),
-    (lambda ls: [ls[0].replace("ctxrelay.transcript/1", "other/2")] + ls[1:], 1,
+    (lambda ls: [ls[0].replace("ctxrelay.storage.lmdb.transcript/1", "other/2")] + ls[1:], 1,
      "version that exported it"),
     (lambda ls: ls[:3] + [ls[3].replace('"session_id": "s"', '"session_id": "z"')], 4,
      "one session"),
@@ -799,7 +799,7 @@ def test_other_format_version(tmp_path):
         store.create_session("s")
     env = lmdb.open(str(tmp_path / "s" / "transcript.lmdb"), max_dbs=16)
     with env.begin(write=True) as txn:
-        txn.put(b"format", b"ctxrelay.transcript/2", db=env.open_db(b"meta", txn=txn))
+        txn.put(b"format", b"ctxrelay.storage.lmdb.transcript/2", db=env.open_db(b"meta", txn=txn))
     env.close()
     with pytest.raises(CorruptStoreError, match="transcript/2"):
         TranscriptStore(tmp_path / "s")
@@ -951,7 +951,7 @@ def test_search_agrees_with_brute_force_bm25(store, docs, query):
 def test_search_postings_cap_reads_the_newest_postings_of_frequent_terms(tmp_path):
     # 'common' is in every turn; 'rare' only in turn 3. With a cap of 5 postings
     # per term, the old turns holding only 'common' drop out, the rare one stays.
-    from ctxrelay.transcript import TranscriptStore
+    from ctxrelay.storage.lmdb.transcript import TranscriptStore
     with TranscriptStore(tmp_path / "s") as st:
         st.create_session("s")
         for i in range(1, 21):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctxrelay.errors import StoreFullError
-from ctxrelay.transcript import TranscriptStore, close_all
+from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all
 
 HERE = Path(__file__).resolve().parent
 PYTHON_DIR = HERE.parent / "python"

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from ctxrelay.embed import CallableEmbedder, get_embedder
+from ctxrelay.text.embed import CallableEmbedder, get_embedder
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
-from ctxrelay.transcript import TranscriptStore
-from ctxrelay.turnlog import TurnLog, derive_state, extract_entities
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.storage.lmdb.turnlog import TurnLog, derive_state, extract_entities
 from ctxrelay.types import Turn
 
 from conftest import ROOT

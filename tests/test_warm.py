@@ -1,4 +1,4 @@
-"""Tests of ctxrelay.warm: versioned warm artifacts in their own LMDB store."""
+"""Tests of ctxrelay.storage.lmdb.warm: versioned warm artifacts in their own LMDB store."""
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +28,8 @@ from ctxrelay.errors import (
     UnknownSessionError,
     UnknownTurnError,
 )
-from ctxrelay.transcript import TranscriptStore, open_store
-from ctxrelay.warm import (
+from ctxrelay.storage.lmdb.transcript import TranscriptStore, open_store
+from ctxrelay.storage.lmdb.warm import (
     VARIANTS,
     WarmStore,
     open_warm_store,

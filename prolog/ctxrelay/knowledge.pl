@@ -15,7 +15,7 @@
 
 Facts live in the CKF beside the transcript (<store>/ckf): LMDB records,
 an HNSW index per namespace, similarity edges and Leiden communities.
-These predicates are the Prolog face of ctxrelay.ckf.FactStore.
+These predicates are the Prolog face of ctxrelay.knowledge.fabric.FactStore.
 */
 
 :- predicate_options(fact_add/4, 4,
@@ -35,7 +35,7 @@ fact_add(Store0, Content, Id, Options) :-
     must_be(text, Content),
     text_to_string(Content, C),
     option_dict(Options, [key, source, importance, ttl, namespace, metadata], Opts),
-    py_api(py_call_plain('ctxrelay.bridge':add_fact(Store, C, Opts), Id)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':add_fact(Store, C, Opts), Id)).
 
 %!  facts_search(+Store, +Query, -Facts:list(dict), +Options) is det.
 %
@@ -47,7 +47,7 @@ facts_search(Store0, Query, Facts, Options) :-
     must_be(positive_integer, K),
     namespace(Options, NS),
     text_to_string(Query, Q),
-    py_api(py_call_plain('ctxrelay.bridge':facts(Store, Q, K, NS), Facts)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':facts(Store, Q, K, NS), Facts)).
 
 %!  fact_get(+Store, +KeyOrId, -Fact:dict, +Options) is det.
 %
@@ -59,8 +59,8 @@ fact_get(Store0, KeyOrId, Fact, Options) :-
     text_to_string(KeyOrId, K),
     (   option(as(python), Options)
     ->  % Python callers take the dict as it is: no conversion either way.
-        py_api(py_call('ctxrelay.bridge':fact(Store, K, NS), Fact, [py_object(true)]))
-    ;   py_api(py_call_plain('ctxrelay.bridge':fact(Store, K, NS), Fact))
+        py_api(py_call('ctxrelay.bridge.stores':fact(Store, K, NS), Fact, [py_object(true)]))
+    ;   py_api(py_call_plain('ctxrelay.bridge.stores':fact(Store, K, NS), Fact))
     ).
 
 %!  knowledge_ingest(+Store, +Sources:list, -Report:dict, +Options) is det.
@@ -78,7 +78,7 @@ knowledge_ingest(Store0, Sources, Report, Options) :-
         Opts = Opts0.put(progress, PyP)
     ;   Opts = Opts0
     ),
-    py_api(py_call_plain('ctxrelay.bridge':ingest(Store, Items, Opts), Report)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':ingest(Store, Items, Opts), Report)).
 
 source_dict(text(T), py{text:S}) :- !, must_be(text, T), text_to_string(T, S).
 source_dict(file(P), py{path:S}) :- !, must_be(text, P), text_to_string(P, S).

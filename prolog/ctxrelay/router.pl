@@ -22,7 +22,7 @@
 The decision is data: route/2 maps an access to the primitive operations
 that serve it, cacheable/1 and worth_caching/1 say when the hot cache is
 looked up first.  retrieve/4 turns the decision into a plan and runs it
-through Python (ctxrelay.router), which fetches, merges and caches.
+through Python (ctxrelay.retrieval.router), which fetches, merges and caches.
 
 Accesses:
 
@@ -132,7 +132,7 @@ retrieve(Store0, Access, Options, Result) :-
     get_dict(session, Plan, S),
     (   S == @none -> Culprit = none ; Culprit = session(S) ),
     (   As == python
-    ->  py_api(py_call('ctxrelay.bridge':route(Store, Plan), Result, [py_object(true)]),
+    ->  py_api(py_call('ctxrelay.bridge.stores':route(Store, Plan), Result, [py_object(true)]),
                Culprit)
     ;   option(records(Records), Options, false),
         retrieve_dict(Store, Plan, Records, Culprit, Result)
@@ -143,7 +143,7 @@ retrieve(Store0, Access, Options, Result) :-
 %   of a cache hit.  Records hold user JSON: they get the usual adapter.
 retrieve_dict(Store, Plan, Records, Culprit, Result) :-
     py_bool(Records, PyRecords),
-    py_api(py_call('ctxrelay.bridge':route_plain(Store, Plan, PyRecords), Result0,
+    py_api(py_call('ctxrelay.bridge.stores':route_plain(Store, Plan, PyRecords), Result0,
                    [py_string_as(string)]), Culprit),
     (   Records == true -> py_plain(Result0, Result1) ; Result1 = Result0 ),
     get_dict(store_used, Result1, Strings),
@@ -157,7 +157,7 @@ atom_list(Strings, Atoms) :-
 
 %!  access_plan(+Access, +Options, -Plan:dict) is det.
 %
-%   The plan retrieve/4 hands to Python (see ctxrelay.router): the steps
+%   The plan retrieve/4 hands to Python (see ctxrelay.retrieval.router): the steps
 %   with their arguments, the cache query (or @none), the merge rule.
 access_plan(Access, Options, Plan) :-
     check_access(Access),
@@ -308,7 +308,7 @@ recent_turns(Store0, Session, N, Turns, Options) :-
     must_be(oneof([dict, python]), As),
     text_to_string(Session, S),
     (   As == python
-    ->  py_api(py_call('ctxrelay.bridge':recent_turns(Store, S, N), Turns,
+    ->  py_api(py_call('ctxrelay.bridge.stores':recent_turns(Store, S, N), Turns,
                        [py_object(true)]), session(Session))
-    ;   py_api(py_call_plain('ctxrelay.bridge':recent(Store, S, N), Turns), session(Session))
+    ;   py_api(py_call_plain('ctxrelay.bridge.stores':recent(Store, S, N), Turns), session(Session))
     ).

@@ -112,7 +112,7 @@ record_references(Store, Session, UserTurn, Assembly) :-
     Refs = Assembly.status.referenced_turns,
     (   Refs == []
     ->  true
-    ;   py_api(py_call('ctxrelay.turnlog':api_set_references(Store, Session, UserTurn, Refs), _))
+    ;   py_api(py_call('ctxrelay.storage.lmdb.turnlog':api_set_references(Store, Session, UserTurn, Refs), _))
     ).
 
 %   promote(+Store, +Session, +Policy, +UserTurn, +AssistantTurn, +Assembly, -Promoted)
@@ -123,7 +123,7 @@ record_references(Store, Session, UserTurn, Assembly) :-
 promote(Store, Session, Policy, UserTurn, AssistantTurn, Assembly, Promoted) :-
     (   Policy.promotion == true
     ->  Refs = Assembly.status.referenced_turns,
-        py_api(py_call_plain('ctxrelay.promotion':promote_managed_turn(
+        py_api(py_call_plain('ctxrelay.knowledge.promotion':promote_managed_turn(
                                  Store, Session, AssistantTurn, UserTurn, Refs,
                                  Policy.embedder, Policy.namespace), Promoted))
     ;   Promoted = []
@@ -244,7 +244,7 @@ conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
     resolved_turns(Resolved, Info.recent_turns, TurnIds),
     (   TurnIds == []
     ->  Cands1 = Cands0
-    ;   py_api(py_call_plain('ctxrelay.assembly':add_turn_units(Cands0.handle, Store, TurnIds),
+    ;   py_api(py_call_plain('ctxrelay.retrieval.candidates':add_turn_units(Cands0.handle, Store, TurnIds),
                              Added)),
         append(Cands0.units, Added, Units1),
         Cands1 = Cands0.put(units, Units1)
@@ -333,7 +333,7 @@ knowledge_units(Store, Text, Analysis0, Policy, Cands0, Cands, Analysis) :-
     !,
     (   Policy.knowledge == true, Policy.max_facts > 0 -> K = Policy.max_facts ; K = 0 ),
     Options = _{k:K, mode:Analysis0.mode, namespace:Policy.namespace},
-    py_api(py_call_plain('ctxrelay.document':add_document_units(Cands0.handle, Store, Text,
+    py_api(py_call_plain('ctxrelay.retrieval.document':add_document_units(Cands0.handle, Store, Text,
                                                                 Options), Out)),
     append(Cands0.units, Out.units, Units),
     Cands = Cands0.put(units, Units),
@@ -347,13 +347,13 @@ knowledge_units(Store, Text, Analysis0, Policy, Cands0, Cands, Analysis) :-
     (   Analysis0.references > 0 -> Novelty = off ; Novelty = Blend.novelty ),
     knowledge_method(Analysis0.intent, Method),
     (   Policy.knowledge == true, Policy.max_facts > 0,
-        py_call('ctxrelay.assembly':has_knowledge(Store), @true)
+        py_call('ctxrelay.retrieval.candidates':has_knowledge(Store), @true)
     ->  knowledge_access(Method, Text, Access),
         coverage_texts(Cands0, Novelty, Coverage),
         (   Policy.namespace == "" -> NSOpts = [] ; NSOpts = [namespace(Policy.namespace)] ),
         retrieve(Store, Access, [k(Policy.max_facts), coverage(Coverage), novelty(Novelty),
                                  as(python)|NSOpts], Retrieved),
-        py_api(py_call_plain('ctxrelay.assembly':add_router_fact_units(Cands0.handle, Retrieved),
+        py_api(py_call_plain('ctxrelay.retrieval.candidates':add_router_fact_units(Cands0.handle, Retrieved),
                              Out)),
         py_free(Retrieved),                 % its facts are units now
         append(Cands0.units, Out.units, Units),
@@ -416,12 +416,12 @@ candidates(Store, Session, Text, MessageTurn, HistoryEnd, Policy, Cands) :-
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
                   message_turn_id:MessageTurn},
-    py_api(py_call_plain('ctxrelay.assembly':candidates(Store, Warm, Session, Text, PyOptions), Cands0), session(Session)),
+    py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(Store, Warm, Session, Text, PyOptions), Cands0), session(Session)),
     Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd}).
 
 warm_store(Store, Policy, Warm) :-
     (   Policy.warm == true
-    ->  py_api(py_call('ctxrelay.bridge':warm_store_for(Store), Warm))
+    ->  py_api(py_call('ctxrelay.bridge.stores':warm_store_for(Store), Warm))
     ;   Warm = @none
     ).
 
@@ -541,7 +541,7 @@ variant_factor(compact,    0.5).
 %   message_may_fit(+Text, +Policy)
 %
 %   A message too long to fit whatever the tokenizer (at least one token
-%   per 1,024 bytes, cf. ctxrelay.assembly.message_cost) fails closed
+%   per 1,024 bytes, cf. ctxrelay.retrieval.candidates.message_cost) fails closed
 %   before any work is spent on it: analysing a 10 MB message takes
 %   longer than refusing it.
 message_may_fit(Text, Policy) :-
@@ -680,7 +680,7 @@ kind_rank(fact, 3).
 kind_rank(message, 5).
 
 render(Cands, Plan, Rendered) :-
-    py_api(py_call_plain('ctxrelay.assembly':render(Cands.handle, Plan), Rendered)).
+    py_api(py_call_plain('ctxrelay.retrieval.candidates':render(Cands.handle, Plan), Rendered)).
 
 		 /*******************************
 		 *            LEDGER            *

@@ -40,7 +40,7 @@ tool_output_record(Store0, Session, Tool, Args, Raw, Result, Options) :-
     option(freshness(F), Options, 'VOLATILE'),
     (   option(key(K), Options) -> true ; K = @none ),
     text_to_string(Raw, RawS),
-    py_api(py_call_plain('ctxrelay.bridge':record_tool_output(Store, Session, Tool, Args, RawS,
+    py_api(py_call_plain('ctxrelay.bridge.stores':record_tool_output(Store, Session, Tool, Args, RawS,
                                                          py{freshness:F, key:K}), Result), session(Session)).
 
 %!  scratch_get(+Store, +Session, +ScratchId, -Entry:dict) is det.
@@ -56,9 +56,9 @@ scratch_get(Store0, Session, Id, Entry, Options) :-
     must_be(text, Session), must_be(text, Id),
     must_be(list, Options),
     (   option(as(python), Options)
-    ->  py_api(py_call('ctxrelay.bridge':scratch_entry(Store, Session, Id, @false), Entry,
+    ->  py_api(py_call('ctxrelay.bridge.stores':scratch_entry(Store, Session, Id, @false), Entry,
                        [py_object(true)]), session(Session))
-    ;   py_api(py_call_plain('ctxrelay.bridge':scratch_entry(Store, Session, Id, @false), Entry),
+    ;   py_api(py_call_plain('ctxrelay.bridge.stores':scratch_entry(Store, Session, Id, @false), Entry),
                session(Session))
     ).
 
@@ -68,7 +68,7 @@ scratch_get(Store0, Session, Id, Entry, Options) :-
 scratch_raw(Store0, Session, Id, Raw) :-
     store_ref(Store0, Store),
     must_be(text, Session), must_be(text, Id),
-    py_api(py_call_plain('ctxrelay.bridge':scratch_entry(Store, Session, Id, @true), Entry), session(Session)),
+    py_api(py_call_plain('ctxrelay.bridge.stores':scratch_entry(Store, Session, Id, @true), Entry), session(Session)),
     get_dict(raw, Entry, Raw).
 
 %!  scratch_pin(+Store, +Session, +ScratchId) is det.
@@ -77,13 +77,13 @@ scratch_raw(Store0, Session, Id, Raw) :-
 scratch_pin(Store0, Session, Id) :-
     store_ref(Store0, Store),
     must_be(text, Session), must_be(text, Id),
-    py_api(py_call('ctxrelay.bridge':scratch_pin(Store, Session, Id), _), session(Session)).
+    py_api(py_call('ctxrelay.bridge.stores':scratch_pin(Store, Session, Id), _), session(Session)).
 
 %!  scratch_entries(+Store, +Session, -Entries:list(dict)) is det.
 scratch_entries(Store0, Session, Entries) :-
     store_ref(Store0, Store),
     must_be(text, Session),
-    py_api(py_call_plain('ctxrelay.bridge':scratch_list(Store, Session), Entries), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':scratch_list(Store, Session), Entries), session(Session)).
 
 %   Tool arguments: a dict, or its JSON object text (how Python callers pass
 %   them: dict keys would become atoms on the way).

@@ -32,7 +32,7 @@
 /** <module> The durable transcript, seen from Prolog
 
 Every conversation is kept whole in an LMDB store owned by Python
-(ctxrelay.transcript); turns are appended, never rewritten or deleted.
+(ctxrelay.storage.lmdb.transcript); turns are appended, never rewritten or deleted.
 Prolog holds a reference to the store object; `default` names the store
 made default by store_open/3 or set_default_store/1 (the Python facade
 sets it for the Runtime it embeds).
@@ -74,7 +74,7 @@ store_open(Dir, Store, Options) :-
     option(map_size(MapSize), Options, 0),
     must_be(nonneg, MapSize),
     text_to_string(Dir, DirS),
-    py_api(py_call('ctxrelay.bridge':store(DirS, MapSize), Store)),
+    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize), Store)),
     (   option(default(true), Options)
     ->  set_default_store(Store)
     ;   option(default(false), Options)
@@ -141,19 +141,19 @@ session_create(Store0, Session, Options) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
     option(metadata(Meta), Options, @none),
-    py_api(py_call('ctxrelay.bridge':create_session(Store, S, Meta), _)).
+    py_api(py_call('ctxrelay.bridge.stores':create_session(Store, S, Meta), _)).
 
 %!  session_info(+Store, +Session, -Info:dict) is det.
 %   @error existence_error(session, Session)
 session_info(Store0, Session, Info) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call_plain('ctxrelay.bridge':session(Store, S), Info), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':session(Store, S), Info), session(Session)).
 
 %!  sessions(+Store, -Sessions:list(dict)) is det.
 sessions(Store0, Sessions) :-
     resolve_store(Store0, Store),
-    py_api(py_call_plain('ctxrelay.bridge':sessions(Store), Sessions)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':sessions(Store), Sessions)).
 
 %!  session_archive(+Store, +Session) is det.
 %
@@ -162,13 +162,13 @@ sessions(Store0, Sessions) :-
 session_archive(Store0, Session) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call('ctxrelay.bridge':archive_session(Store, S), _), session(Session)).
+    py_api(py_call('ctxrelay.bridge.stores':archive_session(Store, S), _), session(Session)).
 
 %!  session_stats(+Store, +Session, -Stats:dict) is det.
 session_stats(Store0, Session, Stats) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call_plain('ctxrelay.bridge':stats(Store, S), Stats), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':stats(Store, S), Stats), session(Session)).
 
 %!  turn_append(+Store, +Session, +Message, -TurnId) is det.
 %!  turn_append(+Store, +Session, +Message, -TurnId, +Options) is det.
@@ -200,7 +200,7 @@ turn_append(Store0, Session, Message, TurnId, Options) :-
     text_to_string(Content, ContentS),
     append_options(Options, Extra0, Extra),
     dict_pairs(ExtraDict, py, Extra),
-    py_api(py_call('ctxrelay.bridge':append(Store, S, Role, ContentS, ExtraDict),
+    py_api(py_call('ctxrelay.bridge.stores':append(Store, S, Role, ContentS, ExtraDict),
                    TurnId), session(Session)).
 
 message_parts(Message, _, _, _) :-
@@ -248,7 +248,7 @@ turn_get(Store0, Session, TurnId, Turn) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
     must_be(positive_integer, TurnId),
-    py_api(py_call_plain('ctxrelay.bridge':turn(Store, S, TurnId), Turn), turn(Session, TurnId)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':turn(Store, S, TurnId), Turn), turn(Session, TurnId)).
 
 %!  turn_for_key(+Store, +Session, +Key, -TurnId) is det.
 %
@@ -258,14 +258,14 @@ turn_for_key(Store0, Session, Key, TurnId) :-
     session_string(Session, S),
     must_be(text, Key),
     text_to_string(Key, K),
-    py_api(py_call('ctxrelay.bridge':turn_for_key(Store, S, K), T0), session(Session)),
+    py_api(py_call('ctxrelay.bridge.stores':turn_for_key(Store, S, K), T0), session(Session)),
     (   integer(T0) -> TurnId = T0 ; TurnId = none ).
 
 %!  turn_count(+Store, +Session, -Count) is det.
 turn_count(Store0, Session, Count) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call('ctxrelay.bridge':turn_count(Store, S), Count), session(Session)).
+    py_api(py_call('ctxrelay.bridge.stores':turn_count(Store, S), Count), session(Session)).
 
 %!  history(+Store, +Session, +Range, -Turns:list(dict)) is det.
 %
@@ -284,16 +284,16 @@ history_(all, Store, S, Session, Turns) :-
 history_(from(Start), Store, S, Session, Turns) :-
     !,
     must_be(positive_integer, Start),
-    py_api(py_call_plain('ctxrelay.bridge':history(Store, S, Start, @none), Turns), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':history(Store, S, Start, @none), Turns), session(Session)).
 history_(Start-End, Store, S, Session, Turns) :-
     !,
     must_be(positive_integer, Start),
     must_be(positive_integer, End),
-    py_api(py_call_plain('ctxrelay.bridge':history(Store, S, Start, End), Turns), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':history(Store, S, Start, End), Turns), session(Session)).
 history_(last(N), Store, S, Session, Turns) :-
     !,
     must_be(nonneg, N),
-    py_api(py_call_plain('ctxrelay.bridge':last(Store, S, N), Turns), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':last(Store, S, N), Turns), session(Session)).
 history_(Range, _, _, _, _) :-
     domain_error(history_range, Range).
 
@@ -313,7 +313,7 @@ transcript_search(Store0, Session, Query, Hits, Options) :-
     text_to_string(Query, Q),
     option(k(K), Options, 10),
     must_be(positive_integer, K),
-    py_api(py_call_plain('ctxrelay.bridge':search(Store, S, Q, K), Hits), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':search(Store, S, Q, K), Hits), session(Session)).
 
 %!  transcript_export(+Store, +Session, -Text) is det.
 %
@@ -322,7 +322,7 @@ transcript_search(Store0, Session, Query, Hits, Options) :-
 transcript_export(Store0, Session, Text) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
-    py_api(py_call_plain('ctxrelay.bridge':export_jsonl(Store, S, @none), Text), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':export_jsonl(Store, S, @none), Text), session(Session)).
 
 %!  transcript_import(+Store, +Source, -Session, +Options) is det.
 %
@@ -336,4 +336,4 @@ transcript_import(Store0, Source, Session, Options) :-
     ;   must_be(text, Source), text_to_string(Source, Src), IsFile = @false
     ),
     (   option(session(Id0), Options) -> session_string(Id0, Id) ; Id = @none ),
-    py_api(py_call_plain('ctxrelay.bridge':import_jsonl(Store, Src, IsFile, Id), Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':import_jsonl(Store, Src, IsFile, Id), Session)).

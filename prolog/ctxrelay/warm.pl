@@ -52,7 +52,7 @@ warm_publish(Store0, Session, Range, Summary, Artifact, Options) :-
     dict_pairs(Opts, py, Pairs),
     text_to_string(Session, S),
     text_to_string(Summary, Sum),
-    py_api(py_call_plain('ctxrelay.bridge':publish_artifact(Store, S, Start, End, Sum, Opts), Artifact), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':publish_artifact(Store, S, Start, End, Sum, Opts), Artifact), session(Session)).
 
 publish_option(Options, Name, Pairs0, Pairs) :-
     Opt =.. [Name, Value],
@@ -79,5 +79,5 @@ warm_artifacts(Store0, Session, Artifacts) :-
     store_ref(Store0, Store),
     must_be(text, Session),
     text_to_string(Session, S),
-    py_api(py_call_plain('ctxrelay.bridge':artifacts(Store, S), Artifacts), session(Session)).
+    py_api(py_call_plain('ctxrelay.bridge.stores':artifacts(Store, S), Artifacts), session(Session)).
 

@@ -13,11 +13,11 @@ import os
 # is not imported yet; a value the caller set is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import _prolog  # noqa: E402
-from .errors import *  # noqa: F401,F403,E402  (the exception classes are public API)
-from .errors import CtxRelayError, ContextOverflowError  # noqa: E402
-from .runtime import Runtime  # noqa: E402
-from .types import Hit, SessionInfo, SessionStats, Turn  # noqa: E402
+from ctxrelay.bridge import engine as _prolog  # noqa: E402
+from ctxrelay.errors import *  # noqa: F401,F403,E402  (the exception classes are public API)
+from ctxrelay.errors import CtxRelayError, ContextOverflowError  # noqa: E402
+from ctxrelay.runtime import Runtime  # noqa: E402
+from ctxrelay.types import Hit, SessionInfo, SessionStats, Turn  # noqa: E402
 
 __all__ = ["Runtime", "Turn", "Hit", "SessionInfo", "SessionStats",
            "CtxRelayError", "ContextOverflowError"]

@@ -160,7 +160,7 @@ class ProviderResponseError(ProviderError):
     kind = "provider_response"
 
 
-# -- warm artifacts (ctxrelay.warm) -------------------------------------------
+# -- warm artifacts (ctxrelay.storage.lmdb.warm) -------------------------------------------
 
 class InvalidRangeError(InvalidArgumentError):
     """A turn range is not two ints 1 <= start <= end."""

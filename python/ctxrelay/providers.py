@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import (
+from ctxrelay.errors import (
     InvalidArgumentError,
     ProviderError,
     ProviderResponseError,
@@ -420,11 +420,11 @@ def _canonical_json(value: object) -> str:
 
 
 def _tokens_module() -> Any:
-    """``ctxrelay.tokens`` if it is installed, else None (it is optional here)."""
+    """``ctxrelay.text.tokens`` if it is installed, else None (it is optional here)."""
     try:
-        return importlib.import_module("ctxrelay.tokens")
+        return importlib.import_module("ctxrelay.text.tokens")
     except ModuleNotFoundError as e:
-        if e.name in ("ctxrelay.tokens",):
+        if e.name in ("ctxrelay.text.tokens",):
             return None
         raise
 

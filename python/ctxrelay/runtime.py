@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import _prolog
-from .errors import InvalidArgumentError
-from .types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnResult
+from ctxrelay.bridge import engine as _prolog
+from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnResult
 
 
 POLICY_KEYS = ("max_context_tokens", "provider_context_tokens", "output_reserve",
@@ -81,8 +81,8 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     makes janus fail with a pending UnicodeEncodeError that breaks the next
     call too."""
     if isinstance(value, str):
-        from .errors import InvalidContentError
-        from .transcript import _check_utf8
+        from ctxrelay.errors import InvalidContentError
+        from ctxrelay.storage.lmdb.transcript import _check_utf8
         _check_utf8(value, where, InvalidContentError)
     elif isinstance(value, dict):
         for k, v in value.items():
@@ -99,7 +99,7 @@ def _json_metadata(metadata: Any) -> Any:
     if not isinstance(metadata, dict):
         return metadata               # str (JSON) or a wrong type the store refuses
     import json
-    from .transcript import _normalise_metadata
+    from ctxrelay.storage.lmdb.transcript import _normalise_metadata
     return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
 
 
@@ -186,7 +186,7 @@ class Runtime:
         if not isinstance(role, str):
             raise InvalidArgumentError(f"role must be a str such as 'user', not {type(role).__name__}")
         if not isinstance(content, str):
-            from .errors import InvalidContentError
+            from ctxrelay.errors import InvalidContentError
             raise InvalidContentError(
                 f"content must be str, not {type(content).__name__}; "
                 "serialise structured content (e.g. json.dumps) before appending")
@@ -370,7 +370,7 @@ class Runtime:
         """Store ``raw`` as a blob, append the call and its summary as turns; return the scratch id."""
         if isinstance(raw, bytes):
             # Bytes cross janus as text only if decodable; binary outputs go straight to Python.
-            from . import bridge
+            from ctxrelay.bridge import stores as bridge
             opts = {"freshness": freshness, "key": key}
             return bridge.record_tool_output(self._store, session_id, tool_name, args or {}, raw,
                                              opts)["scratch_id"]
@@ -390,7 +390,7 @@ class Runtime:
     def scratch(self, session_id: str, scratch_id: str, *, raw: bool = False) -> Any:
         """The entry (summary, provenance, freshness), or with ``raw=True`` the whole output."""
         if raw:
-            from . import bridge
+            from ctxrelay.bridge import stores as bridge
             entry = bridge.scratch_entry(self._store, session_id, scratch_id, True)
             return entry["raw"].encode("latin-1") if entry["raw_is_bytes"] else entry["raw"]
         return self._call("ctxrelay:scratch_get(St, S, I, E, [as(python)])", S=session_id,

@@ -12,7 +12,7 @@ fresh_store(Store) :-
     uuid(U),
     directory_file_path(Tmp, U, Dir),
     directory_file_path(Dir, ckf, Ckf),
-    py_call('ctxrelay.ckf':'FactStore'(Ckf, embedder="hashing"), FS),
+    py_call('ctxrelay.knowledge.fabric':'FactStore'(Ckf, embedder="hashing"), FS),
     py_call(FS:close(), _),
     store_open(Dir, Store, [default(false)]).
 

@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError
-from .router import router_for, turn_record
-from .transcript import TranscriptStore, open_store
+from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.retrieval.router import router_for, turn_record
+from ctxrelay.storage.lmdb.transcript import TranscriptStore, open_store
 
 
 def _none_if_unset(value: Any) -> Any:
@@ -125,12 +125,12 @@ def warm_store_for(st: TranscriptStore) -> Any:
     warm_dir = Path(st.path) / "warm"
     if not warm_dir.is_dir():
         return None
-    from .warm import open_warm_store
+    from ctxrelay.storage.lmdb.warm import open_warm_store
     return open_warm_store(warm_dir)
 
 
 def _warm_for_publish(st: TranscriptStore) -> Any:
-    from .warm import open_warm_store
+    from ctxrelay.storage.lmdb.warm import open_warm_store
     return open_warm_store(Path(st.path) / "warm", transcript=st)
 
 
@@ -238,7 +238,7 @@ def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_ra
 def scratch_pin(st: TranscriptStore, session_id: str, scratch_id: str) -> dict:
     entry = scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
     # A pinned tool result is durable: promote it now (volatile readings never are).
-    from .promotion import promote_scratch_entry
+    from ctxrelay.knowledge.promotion import promote_scratch_entry
     promote_scratch_entry(st, session_id, scratch_id)
     return entry
 

@@ -17,7 +17,7 @@ import re
 import time
 from typing import Any
 
-from .textindex import tokenize
+from ctxrelay.storage.lmdb.textindex import tokenize
 
 MAX_SUBQUERIES = 8
 _SIMILAR = 0.6                 # Jaccard of index terms above which two sub-queries are one
@@ -96,7 +96,7 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
     namespace.  The best fact of every sub-query scores 1.0 so that each
     sub-query is covered before any gets a second fact, budget allowing.
     """
-    from .assembly import fact_unit, has_knowledge
+    from ctxrelay.retrieval.candidates import fact_unit, has_knowledge
 
     mode = str(options.get("mode") or "document")
     seeds = conversation_seeds(cands.info.get("recent_turns", []), task) \
@@ -107,7 +107,7 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
     k = int(options.get("k", 0))
     if k <= 0 or not queries or not has_knowledge(store):
         return out
-    from .bridge import fact_store_for
+    from ctxrelay.bridge.stores import fact_store_for
     facts = fact_store_for(store)
     namespace = options.get("namespace") or None
     per_query = max(1, -(-k // len(queries)) + 1)

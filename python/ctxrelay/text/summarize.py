@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .errors import InvalidArgumentError, InvalidContentError
-from .tokens import TokenCount, count
+from ctxrelay.errors import InvalidArgumentError, InvalidContentError
+from ctxrelay.text.tokens import TokenCount, count
 
 __all__ = ["KINDS", "DEFAULT_MAX_TOKENS", "MIN_MAX_TOKENS", "FOOTER", "Summary",
            "summarize", "header_line", "footer_line"]
@@ -186,7 +186,7 @@ def summarize(raw: str | bytes, *, tool_name: str, scratch_id: str | None = None
     """The deterministic summary of one tool output (see the module doc).
 
     ``raw`` is ``str`` or bytes-like.  The text has at most ``max_tokens``
-    tokens as counted by :func:`ctxrelay.tokens.count` for ``model``
+    tokens as counted by :func:`ctxrelay.text.tokens.count` for ``model``
     (``exact`` says whether that count is exact).
     @raises InvalidContentError if ``raw`` is neither str nor bytes-like.
     @raises InvalidArgumentError for a bad ``max_tokens``, ``tool_name`` or ``scratch_id``.

@@ -20,11 +20,11 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import tokens as tok
-from .memo import keep
-from .textindex import tokenize
-from .transcript import TranscriptStore
-from .types import Turn
+from ctxrelay.text import tokens as tok
+from ctxrelay.memo import keep
+from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.types import Turn
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
@@ -117,7 +117,7 @@ _STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
 
 def _stored_counts_model(store: TranscriptStore, model: "str | tok.Tokenizer") -> Any:
     """``model`` when the store counted turns with its exact vocabulary, else None."""
-    from .transcript import DEFAULT_TOKENIZER
+    from ctxrelay.storage.lmdb.transcript import DEFAULT_TOKENIZER
     tokenizer = tok.resolve(model)
     if store.tokenizer_name == DEFAULT_TOKENIZER and tokenizer.exact \
             and tokenizer.name == "cl100k_base":
@@ -247,7 +247,7 @@ def _turn_unit(turn: Turn, kind: str, scratch: Any = None, **features: Any) -> U
 def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]:
     """A tool output's summary through the freshness gate: a stale reading is
     never shown as current (warned, or replaced by a note to re-run the tool)."""
-    from .scratch import UnknownScratchError
+    from ctxrelay.storage.lmdb.scratch import UnknownScratchError
     try:
         entry = scratch.get(turn.session_id, scratch_id, touch=False)
     except UnknownScratchError:
@@ -315,7 +315,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     for turn in window:
         for cid in _tool_call_ids(turn):
             call_owner[cid] = turn.turn_id
-    from .bridge import scratch_store_for
+    from ctxrelay.bridge.stores import scratch_store_for
     scratch = scratch_store_for(store)
     for turn in window:
         kind = "instructions" if turn.role == "system" else "turn"
@@ -328,7 +328,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         thread_info, dense = _thread_context(store, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:
-        from .embed import get_embedder
+        from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
         info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
                                    window_tokens, int(options.get("max_retrieved", 200)),
@@ -410,7 +410,7 @@ def _ring_chunk(store: TranscriptStore, session_id: str, lo: int, hi: int) -> li
     """The newest turns ``lo..hi`` from the rolling log (pointer reads, no search),
     when ``hi`` is at the session's end (a managed turn has just stored its
     message after it); None when the ring cannot serve the range."""
-    from .router import router_for
+    from ctxrelay.retrieval.router import router_for
     count = store.turn_count(session_id)
     if hi < count - 1 or hi > count:
         return None
@@ -436,12 +436,12 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
               history_end: int, window_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
               scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
-    """Earlier turns for the query, ranked by :mod:`ctxrelay.recall` (lexical,
+    """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
     get their relevance as a feature; older ones become ``retrieved``
     candidates until they hold ``_RETRIEVE_OVERSUPPLY`` times the budget
     (the packer chooses among them) or ``max_retrieved`` turns."""
-    from .recall import recall
+    from ctxrelay.retrieval.recall import recall
     if max_retrieved <= 0 or history_end < 1:
         return {}
     import time
@@ -542,7 +542,7 @@ def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Tu
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
                 units: dict[str, Unit], excludes: list[list[str]],
                 model: "str | tok.Tokenizer") -> None:
-    from .warm import variants as warm_variants
+    from ctxrelay.storage.lmdb.warm import variants as warm_variants
     q = _terms(query)
     for art in warm_store.latest(session_id):
         if art.start > history_end:
@@ -634,8 +634,8 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     """
     import time
 
-    from .embed import get_embedder
-    from .turnlog import turnlog_for
+    from ctxrelay.text.embed import get_embedder
+    from ctxrelay.storage.lmdb.turnlog import turnlog_for
     embedder = get_embedder(options.get("embedder") or None)
     log = turnlog_for(store)
     t0 = time.perf_counter()
@@ -687,7 +687,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
 def add_turn_units(cands: Candidates, store: TranscriptStore, turn_ids: list[int],
                    kind: str = "referenced") -> list[dict[str, Any]]:
     """Offer the turns a reference resolved to (and their tool pairs) as candidates."""
-    from .bridge import scratch_store_for
+    from ctxrelay.bridge.stores import scratch_store_for
     scratch = scratch_store_for(store)
     added: list[dict[str, Any]] = []
     for tid in sorted({int(t) for t in turn_ids}):
@@ -712,7 +712,7 @@ def has_knowledge(store: TranscriptStore) -> bool:
 
 
 def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:
-    """Offer the facts of a router retrieval (``ctxrelay.router``) as units."""
+    """Offer the facts of a router retrieval (``ctxrelay.retrieval.router``) as units."""
     # A fact promoted from a session's own turns or tool outputs belongs to that
     # session: other sessions of the namespace never see it in their packs.
     items = [i for i in result.items if i.get("kind") == "fact"

@@ -15,8 +15,8 @@ from typing import Any, Callable, ClassVar, TypeVar
 
 import lmdb
 
-from .errors import CorruptStoreError, StoreError, StoreFullError
-from .transcript import (_MAX_MAP_SIZE, _MAX_READERS, _Gate, _disk_nearly_full,
+from ctxrelay.errors import CorruptStoreError, StoreError, StoreFullError
+from ctxrelay.storage.lmdb.transcript import (_MAX_MAP_SIZE, _MAX_READERS, _Gate, _disk_nearly_full,
                          _prepare_dirs, _registry_key)
 
 S = TypeVar("S", bound="LmdbStore")

@@ -51,9 +51,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import InvalidArgumentError
-from .textindex import tokenize
-from .types import Turn
+from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.types import Turn
 
 __all__ = ["Promotion", "Naming", "promote_after_turn", "promote_scratch_entry",
            "parse_namings", "name_key", "scratch_mentions", "statements", "specifics",
@@ -216,7 +216,7 @@ def specifics(text: str) -> set[str]:
     A statement establishes a fact only through these ("three nodes in
     eu-west-1 with 8 GiB"); two sentences built from the same phrasing
     with other values state different facts."""
-    from .turnlog import extract_entities
+    from ctxrelay.storage.lmdb.turnlog import extract_entities
     found = _numbers(text)
     found.update(e.casefold() for e in extract_entities(text))
     return found
@@ -279,7 +279,7 @@ class _Run:
         """The CKF, opened on the first promotion (most turns promote nothing,
         and opening it may load the default embedder)."""
         if self._facts is None:
-            from . import bridge
+            from ctxrelay.bridge import stores as bridge
             self._facts = bridge.fact_store_for(self.store)
         return self._facts
 
@@ -292,7 +292,7 @@ class _Run:
         """The session's scratch entry, or None (never stored here, or evicted)."""
         if self.scratch is None:
             return None
-        from .scratch import UnknownScratchError
+        from ctxrelay.storage.lmdb.scratch import UnknownScratchError
         try:
             return self.scratch.get(self.session_id, scratch_id, touch=False)
         except UnknownScratchError:
@@ -317,7 +317,7 @@ class _Run:
             at_turn: int, replace: bool = False) -> None:
         """Add the fact under ``key`` unless it is there (``replace``: update a
         named fact whose value changed)."""
-        from .ckf import FactKeyExistsError
+        from ctxrelay.knowledge.fabric import FactKeyExistsError
         content = content.strip()
         digest = _sha256(content)
         meta = {"promoted_by": rule, "session_id": self.session_id, "content_hash": digest,
@@ -517,14 +517,14 @@ def _promote_reused(run: _Run, turn: Turn, *, min_threads: int) -> None:
 
 def _open_defaults(store: Any, facts: Any, scratch: Any, turnlog: Any, embedder: Any,
                    use_turnlog: bool) -> tuple[Any, Any, Any, Any]:
-    from . import bridge
+    from ctxrelay.bridge import stores as bridge
     if scratch is None:
         scratch = bridge.scratch_store_for(store)
     if use_turnlog and (embedder is None or isinstance(embedder, str)):
-        from .embed import get_embedder
+        from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(embedder)
     if turnlog is None and use_turnlog:
-        from .turnlog import turnlog_for
+        from ctxrelay.storage.lmdb.turnlog import turnlog_for
         turnlog = turnlog_for(store)
     return facts, scratch, turnlog, embedder
 
@@ -580,7 +580,7 @@ def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any 
             _promote_namings(run, turn, referenced)
         touched = list(dict.fromkeys(referenced))
         if scratch is not None:
-            from .scratch import UnknownScratchError
+            from ctxrelay.storage.lmdb.scratch import UnknownScratchError
             entries = []
             for sid in touched:
                 try:
@@ -606,7 +606,7 @@ def promote_scratch_entry(store: Any, session_id: str, scratch_id: str, *, facts
                                           use_turnlog=False)
     if scratch is None:
         return []
-    from .scratch import check_scratch_id
+    from ctxrelay.storage.lmdb.scratch import check_scratch_id
     run = _Run(store, session_id, facts, scratch, namespace, None, None)
     entry = run.entry(check_scratch_id(scratch_id))
     _promote_entry(run, entry, store.turn_count(session_id), min_references=min_references)

@@ -93,7 +93,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Union, runtime_checkable
 
-from .errors import (
+from ctxrelay.errors import (
     CorruptStoreError,
     InvalidArgumentError,
     InvalidContentError,

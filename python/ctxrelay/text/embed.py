@@ -55,8 +55,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .errors import CtxRelayError, InvalidArgumentError
-from .memo import keep
+from ctxrelay.errors import CtxRelayError, InvalidArgumentError
+from ctxrelay.memo import keep
 
 __all__ = [
     "Embedder", "HashingEmbedder", "MiniLMEmbedder", "CallableEmbedder", "EmbedderChoice",
@@ -561,6 +561,6 @@ def get_embedder(name: str | None = None) -> Any:
             if key not in _registry:
                 raise UnknownEmbedderError(
                     f"unknown embedder {key!r}; registered: {', '.join(sorted(_registry))} "
-                    f"(add one with ctxrelay.embed.register)")
+                    f"(add one with ctxrelay.text.embed.register)")
             _instances[key] = _check_embedder(_registry[key](), key)
         return _instances[key]

@@ -33,7 +33,7 @@ Durability
 A publish is one LMDB write transaction committed with sync on; its version is
 allocated inside that transaction, so concurrent publishers (threads or
 processes) never share a version.  A full map is doubled and the transaction
-retried, as in :mod:`ctxrelay.transcript`.
+retried, as in :mod:`ctxrelay.storage.lmdb.transcript`.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 import lmdb
 
-from .errors import (
+from ctxrelay.errors import (
     ArtifactKeyConflictError,
     CorruptStoreError,
     InvalidArgumentError,
@@ -61,7 +61,7 @@ from .errors import (
     UnknownSessionError,
     UnknownTurnError,
 )
-from .transcript import (
+from ctxrelay.storage.lmdb.transcript import (
     _MAX_MAP_SIZE,
     _MAX_READERS,
     _U64,
@@ -82,7 +82,7 @@ from .transcript import (
 __all__ = ["FORMAT", "WarmArtifact", "WarmStore", "TranscriptLike", "VARIANTS",
            "open_warm_store", "close_all", "variants", "content_hash"]
 
-FORMAT = b"ctxrelay.warm/1"
+FORMAT = b"ctxrelay.storage.lmdb.warm/1"
 VARIANTS: tuple[str, ...] = ("verbatim", "detailed", "compact", "facts_only")
 LIST_FIELDS: tuple[str, ...] = ("decisions", "facts", "unresolved", "entities")
 COMPACT_WORDS = 40           # the compact variant keeps about this many words
@@ -374,7 +374,7 @@ class WarmStore:
     Use :func:`open_warm_store` to share one instance per path in a process; a
     second direct construction on an open path raises StoreError.  With
     ``transcript`` (an object with ``has_session`` and ``turn_count``, such as
-    a :class:`ctxrelay.transcript.TranscriptStore`), publish checks that the
+    a :class:`ctxrelay.storage.lmdb.transcript.TranscriptStore`), publish checks that the
     session exists and the range ends within it.
     """
 
@@ -393,7 +393,7 @@ class WarmStore:
                 raise StoreError(
                     f"warm store {self._key} is already open in this process (LMDB "
                     "allows one environment per path per process); use "
-                    "ctxrelay.warm.open_warm_store(path) to share it")
+                    "ctxrelay.storage.lmdb.warm.open_warm_store(path) to share it")
             self._env = _open_env(self._path, map_size=map_size, readonly=self._readonly)
             try:
                 self._open_dbs()
@@ -765,7 +765,7 @@ def _require_transcript_like(transcript: Any) -> None:
     if missing:
         raise InvalidArgumentError(
             f"transcript {type(transcript).__name__} has no {' or '.join(missing)} "
-            "method; pass a ctxrelay.transcript.TranscriptStore (or an object with "
+            "method; pass a ctxrelay.storage.lmdb.transcript.TranscriptStore (or an object with "
             "has_session(session_id) and turn_count(session_id)), or None")
 
 

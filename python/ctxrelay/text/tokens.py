@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 import tiktoken
 import tiktoken.model
 
-from .errors import InvalidArgumentError, TokenizerUnavailableError
-from .memo import keep
+from ctxrelay.errors import InvalidArgumentError, TokenizerUnavailableError
+from ctxrelay.memo import keep
 
 __all__ = [
     "DEFAULT_ESTIMATE_PERCENT",
@@ -669,7 +669,7 @@ def _builtin(key: str, given: str) -> Tokenizer:
             "or pass strict=False to accept an estimate"))
     return _estimated(given.strip(), FRAMING_RULES["estimated"], (
         f"no exact tokenizer is known for {given!r}; register one with "
-        f"ctxrelay.tokens.register({given.strip()!r}, counter, exact=True), "
+        f"ctxrelay.text.tokens.register({given.strip()!r}, counter, exact=True), "
         "or pass strict=False to accept an estimate"))
 
 

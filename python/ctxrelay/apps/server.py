@@ -6,8 +6,8 @@ configured policy, forwards that provider-visible request to an upstream
 (any OpenAI-compatible base URL, or ``echo``), stores the reply and returns the
 upstream's answer with the ``CRP-*`` headers of the pack::
 
-    python -m ctxrelay.server --store store --port 8000 --upstream echo
-    python -m ctxrelay.server --store store --port 8000 \\
+    python -m ctxrelay.apps.server --store store --port 8000 --upstream echo
+    python -m ctxrelay.apps.server --store store --port 8000 \\
         --upstream http://127.0.0.1:8080/v1 --model qwen2.5 --max-context-tokens 8192
 
 Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
@@ -48,8 +48,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import providers
-from .errors import (
+from ctxrelay import providers
+from ctxrelay.errors import (
     ArchivedSessionError,
     ContextOverflowError,
     CtxRelayError,
@@ -63,13 +63,13 @@ from .errors import (
     ProviderTimeoutError,
     UnknownSessionError,
 )
-from .runtime import Runtime
-from .types import TurnResult
+from ctxrelay.runtime import Runtime
+from ctxrelay.types import TurnResult
 
 __all__ = ["ServerConfig", "Relay", "ApiError", "create_app", "main", "SESSION_HEADER",
            "IDEMPOTENCY_HEADER", "POLICY_FLAGS"]
 
-log = logging.getLogger("ctxrelay.server")
+log = logging.getLogger("ctxrelay.apps.server")
 
 SESSION_HEADER = "CRP-Session-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -418,7 +418,7 @@ def _ensure_session(rt: Runtime, session_id: str) -> None:
     try:
         rt.session(session_id)
     except UnknownSessionError:
-        rt.create_session(session_id, metadata={"created_by": "ctxrelay.server"})
+        rt.create_session(session_id, metadata={"created_by": "ctxrelay.apps.server"})
 
 
 def _turn_for_key(rt: Runtime, session_id: str, key: str) -> int | None:
@@ -555,7 +555,7 @@ def _warm_up(_rt: Runtime | None = None) -> None:
     """Load the embedder now rather than on the first request (seconds for MiniLM)."""
     started = time.monotonic()
     try:
-        from . import embed
+        from ctxrelay.text import embed
         embed.get_embedder().embed_batch(["warm up"])
     except Exception as e:  # noqa: BLE001 - a failed warm-up only moves the cost to turn one
         log.warning("ctxrelay relay: embedder warm-up failed (%s: %s); the first turn will "
@@ -1112,7 +1112,7 @@ def _positive_float(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m ctxrelay.server",
+        prog="python -m ctxrelay.apps.server",
         description="OpenAI-compatible relay with managed context per session "
                     "(POST /v1/chat/completions, GET /v1/models, GET /health).")
     p.add_argument("--store", required=True, type=Path, help="store directory (created if missing)")

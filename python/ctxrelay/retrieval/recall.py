@@ -41,8 +41,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import snowballstemmer
 
-from .textindex import tokenize
-from .types import Turn
+from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.types import Turn
 
 HORIZON = 2000
 SITTING_GAP_S = 3600.0

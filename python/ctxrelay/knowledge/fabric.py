@@ -8,7 +8,7 @@ five ways (SPEC-035 §2.1, §2.4):
 - :meth:`FactStore.search_terms` -- BM25 over the term → fact index;
 - :meth:`FactStore.search_ann` / :meth:`FactStore.facts` -- hnswlib ANN;
 - :meth:`FactStore.cdr` -- Coverage-Differential Retrieval (SPEC-024, with
-  SPEC-027 §3's recency factor), formulas in :mod:`ctxrelay.cdr`;
+  SPEC-027 §3's recency factor), formulas in :mod:`ctxrelay.knowledge.cdr`;
 - :meth:`FactStore.cdgr` -- the graph walk for connector facts (SPEC-025).
 
 CRP owns the logic, the operator owns the data (SPEC-038 §1): everything that
@@ -39,7 +39,7 @@ On-disk layout of the native backend under ``<path>`` (e.g. ``<store>/ckf/``)::
                       ACTIVE fact with a TTL (due = ingested_at + ttl): a TTL sweep
                       reads only what is due (namespaces made before it existed get
                       it built by their first sweep)
-      terms.post/.docs/.ns   the BM25 term -> fact index (ctxrelay.textindex)
+      terms.post/.docs/.ns   the BM25 term -> fact index (ctxrelay.storage.lmdb.textindex)
     <path>/hnsw/ns-<id>.bin   one hnswlib index per namespace (SPEC-009 §9.1)
 
 The hnswlib files are snapshots.  Every change to what an index must hold is
@@ -83,17 +83,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import cdr as _cdr
-from .ckf_graph import (Adjacency, VectorIndex, anchor_links, anchor_reach, community_keywords,
+from ctxrelay.knowledge import cdr as _cdr
+from ctxrelay.knowledge.graph import (Adjacency, VectorIndex, anchor_links, anchor_reach, community_keywords,
                         label_of, leiden)
-from .ckf_labels import LabelPositions
-from .ckf_sketch import VectorSketch
-from .embed import default_name, get_embedder
-from .errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
+from ctxrelay.knowledge.labels import LabelPositions
+from ctxrelay.knowledge.sketch import VectorSketch
+from ctxrelay.text.embed import default_name, get_embedder
+from ctxrelay.errors import (CtxRelayError, InvalidArgumentError, InvalidMetadataError,
                      StoreError)
-from .lmdbenv import LmdbStore
-from .types import copy_plain
-from .textindex import TextIndex
+from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.types import copy_plain
+from ctxrelay.storage.lmdb.textindex import TextIndex
 
 __all__ = [
     "FactStore", "CKFBackend", "NativeBackend", "FactIds", "HeadArrays",
@@ -685,7 +685,7 @@ class _Window:
 
 class _FactDb(LmdbStore):
     KIND = "fact store"
-    FORMAT = b"ctxrelay.ckf/1"
+    FORMAT = b"ctxrelay.knowledge.fabric/1"
     DB_NAMES = (b"meta", b"ns", b"facts", b"ids", b"vectors", b"keys", b"edges", b"hidden",
                 b"ixlog", b"access", b"members", b"sources", b"expiry")
 
@@ -2153,7 +2153,7 @@ _SENTENCE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[*`-
 
 
 def _count_tokens(text: str) -> int:
-    from .tokens import count
+    from ctxrelay.text.tokens import count
     return count(text, "cl100k_base").n
 
 
@@ -2395,9 +2395,9 @@ _stores_lock = threading.RLock()
 class FactStore:
     """The CKF of one directory; see the module doc.
 
-    ``embedder`` is a name for :func:`ctxrelay.embed.get_embedder` or an
+    ``embedder`` is a name for :func:`ctxrelay.text.embed.get_embedder` or an
     embedder object; by default the one the store was built with (a new store
-    takes :func:`ctxrelay.embed.default_name`).  ``edge_threshold`` defaults
+    takes :func:`ctxrelay.text.embed.default_name`).  ``edge_threshold`` defaults
     to the embedder's ``thresholds["edge"]``.  SPEC-024's relevance gate
     (0.55) and SPEC-025's connector relevance floor (0.30) are written for
     sentence embeddings whose edge threshold is SPEC-009's 0.60; by default
@@ -2412,7 +2412,7 @@ class FactStore:
     latency of ANN search grows with ef, and clustered embeddings need much
     less of it than the ceiling chosen for the worst case.  The probe queries
     resemble stored facts; for queries unlike anything stored pass
-    ``auto_ef=False`` (see :meth:`ctxrelay.ckf_graph.VectorIndex.tune_ef`).
+    ``auto_ef=False`` (see :meth:`ctxrelay.knowledge.graph.VectorIndex.tune_ef`).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, embedder: Any = None,
@@ -2764,7 +2764,7 @@ class FactStore:
 
     def search_terms(self, query: str, *, k: int = 10,
                      namespace: str | None = None) -> list[Hit]:
-        """BM25 over the term index (exact word forms; see ctxrelay.textindex)."""
+        """BM25 over the term index (exact word forms; see ctxrelay.storage.lmdb.textindex)."""
         self._live()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}")
@@ -2929,7 +2929,7 @@ class FactStore:
         ``bridge_value · novelty · recency · max(relevance,
         min_connector_relevance)`` (§2.5, SPEC-027 §3.3); the best
         ``k - anchors`` with a positive score are placed next to an anchor
-        they bridge (§2.6, :func:`ctxrelay.cdr.assemble_order`).  Without
+        they bridge (§2.6, :func:`ctxrelay.knowledge.cdr.assemble_order`).  Without
         edges this is CDR (§6).
         """
         self._live()
