@@ -335,3 +335,36 @@ def test_a_named_value_is_found_through_the_public_runtime(tmp_path):
             assert found["fact_id"] == out[0]["fact_id"] and "180 ms" in found["content"]
     finally:
         facts.close()
+
+
+# -- one rule for every entry point ----------------------------------------------------
+
+def test_the_python_entry_obeys_the_prolog_rule(env):
+    """promote_after_turn decides through ctxrelay_promotion: a class a user
+    declares volatile there is not promoted from Python either."""
+    from ctxrelay.bridge import engine
+    st, facts, scratch = env
+    rec = tool(st, "3600")
+    scratch.pin("s", rec["scratch_id"])
+    engine.once("assertz(ctxrelay_promotion:never_promoted('STABLE'))")
+    try:
+        assert promote(st, facts, scratch, rec["tool_turn"]) == []
+    finally:
+        engine.once("retract(ctxrelay_promotion:never_promoted('STABLE'))")
+    assert [p["rule"] for p in promote(st, facts, scratch, rec["tool_turn"])] == ["tool_result"]
+
+
+def test_pinning_through_the_runtime_promotes_a_durable_result(tmp_path):
+    from ctxrelay import Runtime
+    from ctxrelay.errors import CtxRelayError
+    FactStore(tmp_path / "rt" / "ckf", embedder="hashing").close()
+    with Runtime(tmp_path / "rt") as rt:
+        rt.create_session("s")
+        stable = rt.record_tool_output("s", "calc", {"expr": "1200*3"}, "3600",
+                                       freshness="STABLE")
+        reading = rt.record_tool_output("s", "metrics", {"q": "cpu"}, "93%")
+        rt.pin("s", stable)
+        rt.pin("s", reading)
+        assert "3600" in rt.fact(f"scratch:{stable}")["content"]
+        with pytest.raises(CtxRelayError):
+            rt.fact(f"scratch:{reading}")        # a volatile reading, pinned or not

@@ -259,11 +259,8 @@ def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_ra
 
 
 def scratch_pin(st: TranscriptStore, session_id: str, scratch_id: str) -> dict:
-    entry = scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
-    # A pinned tool result is durable: promote it now (volatile readings never are).
-    from ctxrelay.knowledge.promotion import promote_scratch_entry
-    promote_scratch_entry(st, session_id, scratch_id)
-    return entry
+    # ctxrelay_scratch:scratch_pin/3 then promotes it by the Prolog rule.
+    return scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
 
 
 def scratch_list(st: TranscriptStore, session_id: str) -> list[dict]:
