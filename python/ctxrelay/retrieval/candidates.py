@@ -576,21 +576,23 @@ def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Tu
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
                 units: dict[str, Unit], excludes: list[list[str]],
                 model: "str | tok.Tokenizer") -> None:
+    """The session's latest warm artifacts as candidates, with the counts their
+    relevance is made of: the query's index terms, and how many of them the
+    artifact holds.  Which are offered and what they are worth is Prolog's
+    (ctxrelay_utility: offered/2, warm_relevance/2)."""
     from ctxrelay.storage.lmdb.warm import variants as warm_variants
     q = _terms(query)
     for art in warm_store.latest(session_id):
-        if art.start > history_end:
-            continue
         # An artifact summarises user, assistant and tool text: it is rendered
         # as reference material (a named user message), never with system authority.
         forms = {v["variant"]: {"role": "user", "name": "artifact", "content": v["text"]}
                  for v in warm_variants(art)}
         text = " ".join([art.summary, *art.facts, *art.decisions, *art.entities])
         terms = _terms(text)
-        relevance = len(q & terms) / len(q) if q else 0.0
         unit = _add(units, Unit(id=f"w{art.start}_{art.end}", kind="warm",
                                 turn_ids=list(range(art.start, art.end + 1)), variants=forms,
-                                features={"relevance": relevance, "version": art.version,
+                                features={"query_terms": len(q), "shared_terms": len(q & terms),
+                                          "version": art.version,
                                           "start": art.start, "end": art.end}), model)
         for tid in range(art.start, min(art.end, history_end) + 1):
             if f"t{tid}" in units:
@@ -633,7 +635,7 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
 
 
 # Scores that chose this pack: reported with the pack, not part of a unit's record.
-_PER_QUERY = frozenset({"relevance", "score"})
+_PER_QUERY = frozenset({"relevance", "score", "query_terms", "shared_terms"})
 
 
 def host_only_tokens(cands: Candidates, plan: list[list[str]],
