@@ -8,7 +8,11 @@ hashing embedder) and then times ``Runtime.managed_turn`` over a fixed script of
 messages that exercise every promotion rule (namings of earlier values and of
 tool outputs, "let's call V the N", references to scratch ids, plain questions)
 with warm artifacts and promotion on.  The first turns of each worker are a
-warm-up.  Reported: p50/p95 per checkout and their ratio (b / a), and whether
+warm-up.  Then the same script again through ``prepare_turn`` and a timed
+``commit_turn`` (store, references, promotion: where the promotion rules run),
+with a reply that restates the message.  Reported: p50/p95 per checkout and
+their ratio (b / a), for the whole managed turn and for the commit, in wall time
+and in the process's CPU time (steadier on a shared machine), and whether
 both produced the same replies, packs and promotion counts turn for turn, and the
 same promoted facts (keys, contents, rules) at the end.
 
@@ -103,30 +107,50 @@ def worker(turns: int, timed: int, warmup: int, seed: int) -> dict:
     import time
 
     import secrets
+    import uuid
 
     from ctxrelay import Runtime
     from ctxrelay.knowledge.fabric import FactStore
 
     rng = random.Random(seed)
-    # Scratch ids are random (secrets.token_hex): seeded here, so that both
-    # checkouts see the same ids, token counts and packs.
+    # Scratch ids (secrets.token_hex) and fact ids (uuid4) are random; packs
+    # show them, so their token counts move the packs: seeded here, so that both
+    # checkouts see the same ids.
     ids = random.Random(seed + 1)
     secrets.token_hex = lambda n=32: "".join(f"{ids.randrange(256):02x}" for _ in range(n))
+    uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         FactStore(store / "ckf", embedder="hashing").close()
         with Runtime(store) as rt:
             sids = build(rt, rng, turns)
             times, digests, seen = [], [], {}
+            cpu: dict[str, list[float]] = {"turn": [], "commit": []}
             for i, message in enumerate(script(rng, sids, warmup + timed)):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 r = rt.managed_turn("s", message, **POLICY)
-                dt = time.perf_counter() - t0
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
                 if i >= warmup:
                     times.append(dt)
+                    cpu["turn"].append(dc)
                 blob = json.dumps([r.reply, r.messages, r.headers.get("CRP-Context-Promotions")],
                                   sort_keys=True, default=str)
                 blob = stable_ids(blob, seen)
+                digests.append(hashlib.sha256(blob.encode()).hexdigest()[:16])
+            # The commit alone (store, references, promotion): the part the
+            # promotion rules run in, with a reply that restates the message.
+            commits = []
+            for i, message in enumerate(script(rng, sids, warmup + timed)):
+                prepared = rt.prepare_turn("s", message, **POLICY)
+                t0, c0 = time.perf_counter(), time.process_time()
+                r = rt.commit_turn(prepared, f"Noted. {message}")
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
+                if i >= warmup:
+                    commits.append(dt)
+                    cpu["commit"].append(dc)
+                blob = stable_ids(json.dumps([prepared.result.messages,
+                                              r.headers.get("CRP-Context-Promotions")],
+                                             sort_keys=True, default=str), seen)
                 digests.append(hashlib.sha256(blob.encode()).hexdigest()[:16])
         facts = FactStore.open(store / "ckf", embedder="hashing")
         try:
@@ -139,7 +163,8 @@ def worker(turns: int, timed: int, warmup: int, seed: int) -> dict:
     rules: dict[str, int] = {}
     for _, _, rule in promoted:
         rules[rule] = rules.get(rule, 0) + 1
-    return {"times": times, "digests": digests, "promoted": rules}
+    return {"times": times, "commits": commits, "cpu": cpu, "digests": digests,
+            "promoted": rules}
 
 
 def run_worker(pythonpath: str, args: argparse.Namespace) -> dict:
@@ -168,6 +193,8 @@ def main() -> None:
         return
     from _common import git_rev, percentiles, write
     samples: dict[str, list[float]] = {"a": [], "b": []}
+    commits: dict[str, list[float]] = {"a": [], "b": []}
+    cpu = {side: {"turn": [], "commit": []} for side in "ab"}
     digests: dict[str, list[str]] = {}
     promoted: dict[str, dict[str, int]] = {}
     for rnd in range(args.rounds):
@@ -175,16 +202,33 @@ def main() -> None:
         for side in order:
             got = run_worker(getattr(args, side), args)
             samples[side].extend(got["times"])
+            commits[side].extend(got["commits"])
+            for stage in ("turn", "commit"):
+                cpu[side][stage].extend(got["cpu"][stage])
             digests.setdefault(side, got["digests"])
             promoted.setdefault(side, got["promoted"])
-            print(f"round {rnd + 1} {side}: p50 {percentiles(got['times'])['p50_ms']} ms",
-                  flush=True)
+            print(f"round {rnd + 1} {side}: managed turn p50 "
+                  f"{percentiles(got['times'])['p50_ms']} ms, commit p50 "
+                  f"{percentiles(got['commits'])['p50_ms']} ms", flush=True)
     a, b = percentiles(samples["a"]), percentiles(samples["b"])
+    ca, cb = percentiles(commits["a"]), percentiles(commits["b"])
     result = {"a": args.a, "b": args.b, "rev": git_rev(), "rounds": args.rounds,
               "turns": args.turns, "timed_per_round": args.timed, "policy": POLICY,
               "managed_turn_a": a, "managed_turn_b": b,
               "ratio_p50": round(b["p50_ms"] / a["p50_ms"], 3),
               "ratio_p95": round(b["p95_ms"] / a["p95_ms"], 3),
+              "commit_turn_a": ca, "commit_turn_b": cb,
+              "commit_ratio_p50": round(cb["p50_ms"] / ca["p50_ms"], 3),
+              "commit_ratio_p95": round(cb["p95_ms"] / ca["p95_ms"], 3),
+              # CPU time of the process (Python and the embedded Prolog): on a
+              # shared, loaded machine the steadier figure.
+              "cpu": {stage: {"a": percentiles(cpu["a"][stage]),
+                              "b": percentiles(cpu["b"][stage]),
+                              "ratio_p50": round(percentiles(cpu["b"][stage])["p50_ms"]
+                                                 / percentiles(cpu["a"][stage])["p50_ms"], 3),
+                              "ratio_mean": round(percentiles(cpu["b"][stage])["mean_ms"]
+                                                  / percentiles(cpu["a"][stage])["mean_ms"], 3)}
+                      for stage in ("turn", "commit")},
               "promoted_facts": promoted,
               "same_outputs": digests["a"] == digests["b"],
               "differing_turns": [i for i, (x, y) in enumerate(zip(digests["a"], digests["b"]))

@@ -153,11 +153,10 @@ promote_turns(Store0, Session, Turns, Promoted, Options) :-
     option(embedder(Embedder), Options, ""),
     option(namespace(NS), Options, ""),
     option(stores(Stores), Options, _{}),
-    findall(R, ( naming_rule_on(Settings), naming_role(R) ), Roles),
     (   rule_on(cross_thread, Settings) -> CrossThread = @(true) ; CrossThread = @(false) ),
     PyOptions = _{first:First, last:Last, references:Refs, embedder:Embedder,
-                  namespace:NS, stores:Stores, naming_roles:Roles,
-                  cross_thread:CrossThread, nearest:Settings.nearest},
+                  namespace:NS, stores:Stores, cross_thread:CrossThread,
+                  nearest:Settings.nearest},
     py_api(py_call_plain('ctxrelay.knowledge.promotion':evidence(Store, Session, PyOptions), Ev),
            session(Session)),
     decide_and_apply(Ev, Settings, Promoted, Options).
@@ -254,8 +253,6 @@ rule_name(R0, R) :-
 rule_on(Rule, Settings) :-
     memberchk(Rule, Settings.rules).
 
-naming_rule_on(Settings) :-
-    rule_on(named, Settings).
 
 		 /*******************************
 		 *            DECIDE            *
@@ -270,7 +267,8 @@ naming_rule_on(Settings) :-
 %   whose key `do` says which.  Options as for
 %   promote_turns/5 (rules, min_references, min_threads).  A statement
 %   that needs its sentence cosine and has none (key `similarity`) has it
-%   computed through Evidence.handle.
+%   computed through Evidence.handle, and so has the antecedent of a
+%   naming's "that" (a turn's key `antecedent`).
 promotion_actions(Evidence, Actions, Options) :-
     must_be(dict, Evidence),
     must_be(list, Options),
@@ -278,9 +276,47 @@ promotion_actions(Evidence, Actions, Options) :-
     actions(Evidence, Settings, Actions).
 
 actions(Ev, Settings, Actions) :-
-    entries_assoc(Ev.entries, Entries),
+    turn_namings(Ev, Settings, Turns, MoreEntries),
+    append(Ev.entries, MoreEntries, AllEntries),
+    entries_assoc(AllEntries, Entries),
     similarity_context(Ev, Settings, Sim),
-    turns_actions(Ev.turns, Settings, Sim, Entries, Actions, []).
+    turns_actions(Turns, Settings, Sim, Entries, Actions, []).
+
+%   turn_namings(+Evidence, +Settings, -Turns, -Entries)
+%
+%   The turns with their naming phrases (key `namings`, parsed for the
+%   roles that name values) and, for those with a "that", its antecedent
+%   (key `antecedent`): asked of Python in one call, and only then, with
+%   the scratch entries it names.
+turn_namings(Ev, S, Turns, Entries) :-
+    maplist(add_namings(S), Ev.turns, Turns0),
+    findall(Tid, ( member(T, Turns0), \+ get_dict(antecedent, T, _),
+                   memberchk(naming(_, none, _, _), T.namings), Tid = T.turn_id ),
+            Wanted),
+    (   Wanted \== [],
+        get_dict(handle, Ev, H)
+    ->  py_api(py_call_plain('ctxrelay.knowledge.promotion':antecedents(H, Wanted), Found)),
+        Entries = Found.entries,
+        maplist(add_antecedent(Found.antecedents), Turns0, Turns)
+    ;   Entries = [],
+        Turns = Turns0
+    ).
+
+add_namings(S, T0, T) :-
+    atom_string(Role, T0.role),
+    (   rule_on(named, S),
+        naming_role(Role)
+    ->  namings(T0.content, Ns)
+    ;   Ns = []
+    ),
+    T = T0.put(namings, Ns).
+
+add_antecedent(Found, T0, T) :-
+    (   member([Tid, A], Found),
+        Tid =:= T0.turn_id
+    ->  T = T0.put(antecedent, A)
+    ;   T = T0
+    ).
 
 turns_actions([], _, _, _, As, As).
 turns_actions([T|Ts], S, Sim, E0, As0, As) :-
@@ -299,7 +335,7 @@ turn_actions(T, S, Sim, E0, E, As0, As) :-
     dict_ids(T.mentions, Mentioned),
     append(Mentioned, T.via_turns, Ids0),
     exclude(==(Own), Ids0, Ids1),
-    naming_actions(T, Role, S, E0, NamedIds, As0, As1),
+    naming_actions(T, E0, NamedIds, As0, As1),
     append(Ids1, NamedIds, Ids2),
     list_to_set(Ids2, Touched),
     include(known(E0), Touched, Known),
@@ -357,7 +393,8 @@ entries_assoc(Entries, Assoc) :-
               reading_class(D.freshness, Class),
               sort(D.referenced_by, Refs)
             ),
-            Pairs),
+            Pairs0),
+    sort(1, @<, Pairs0, Pairs),             % an entry read twice is one entry
     list_to_assoc(Pairs, Assoc).
 
 known(Entries, Sid) :-
@@ -392,15 +429,9 @@ relays_volatile(D) :-
 		 *             NAMED            *
 		 *******************************/
 
-%   naming_actions(+Turn, +Role, +Settings, +Entries, -Referenced, -As0, +As)
-naming_actions(T, Role, S, E, Referenced, As0, As) :-
-    (   rule_on(named, S),
-        naming_role(Role)
-    ->  namings(T.content, Namings),
-        namings_actions(Namings, T, E, Referenced, As0, As)
-    ;   Referenced = [],
-        As0 = As
-    ).
+%   naming_actions(+Turn, +Entries, -Referenced, -As0, +As)
+naming_actions(T, E, Referenced, As0, As) :-
+    namings_actions(T.namings, T, E, Referenced, As0, As).
 
 namings_actions([], _, _, [], As, As).
 namings_actions([N|Ns], T, E, Refs, As0, As) :-
@@ -412,7 +443,7 @@ naming_action(naming(Name, Value, _, _), T, _, Refs, Refs, As0, As) :-
     !,
     As0 = [action{do:promote, rule:named, name:Name, value:Value, at_turn:T.turn_id}|As].
 naming_action(naming(Name, none, Start, _), T, E, Refs0, Refs, As0, As) :-
-    A = T.antecedent,
+    get_dict(antecedent, T, A),
     is_dict(A),
     !,
     antecedent_scratch(T, A, Start, Sid),

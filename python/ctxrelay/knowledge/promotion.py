@@ -15,12 +15,15 @@ This module does the work on either side of the decision:
 
 :func:`evidence`
     One call: the processed turns with what they mention (scratch ids and
-    their offsets, the ids reached through resolved references), the turn
-    a naming's "that" would point at, the statements of earlier turns in
-    other topic threads that share a concrete value with a turn (with
-    their value share, whether every number recurs, their term
-    containment and their terms), and the scratch entries involved
-    (pinned, freshness class, referencing turns).  Nothing is written.
+    their offsets, the ids reached through resolved references), the
+    statements of earlier turns in other topic threads that share a
+    concrete value with a turn (with their value share, whether every
+    number recurs, their term containment and their terms), and the
+    scratch entries involved (pinned, freshness class, referencing turns).
+    Nothing is written.
+:func:`antecedents`
+    The turn a naming's "that" points at, asked for only for turns with
+    such a naming.
 :func:`similarities`
     Sentence cosines, asked for only for statements whose terms do not
     settle the rule (the one embedding a paraphrase needs).
@@ -54,7 +57,7 @@ from ctxrelay.types import Turn
 
 __all__ = ["Promotion", "Naming", "promote_after_turn", "promote_scratch_entry",
            "parse_namings", "name_key", "display_name", "scratch_mentions", "statements",
-           "specifics", "evidence", "entry_evidence", "similarities", "apply"]
+           "specifics", "evidence", "entry_evidence", "antecedents", "similarities", "apply"]
 
 MIN_STATEMENT_TERMS = 4      # a sentence with fewer distinct terms states no fact
 MAX_VALUE_CHARS = 600
@@ -321,10 +324,9 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     ``options`` (set by ``ctxrelay_promotion:promote_turns/5``): first, last,
     references (the turn ids ``last``'s message resolved to), namespace,
     embedder (a name or an embedder; the turn log's), stores (facts, scratch,
-    turnlog objects to use instead of those beside ``store``), naming_roles
-    (the roles whose turns may name values: their antecedent is read),
-    cross_thread (gather reused statements), nearest (earlier turns compared
-    per processed turn).  Returns plain data and ``handle`` (for
+    turnlog objects to use instead of those beside ``store``), cross_thread
+    (gather reused statements), nearest (earlier turns compared per processed
+    turn).  Returns plain data and ``handle`` (for :func:`antecedents`,
     :func:`similarities` and :func:`apply`).
     @raises InvalidArgumentError for a turn range outside the session.
     """
@@ -337,7 +339,6 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     run = _Run(store, session_id, facts, scratch, options.get("namespace") or None,
                turnlog, embedder)
     resolved = [int(t) for t in options.get("references") or ()]
-    naming_roles = set(options.get("naming_roles") or ())
     cross_thread = bool(options.get("cross_thread"))
     nearest = int(options.get("nearest") or 0)
     turns, ids = [], []
@@ -346,8 +347,6 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
         if turn.role == "system":
             continue
         item = _turn_evidence(run, turn, resolved if tid == last else (), ids)
-        if turn.role in naming_roles:
-            item["antecedent"] = _antecedent_evidence(run, turn, ids)
         if cross_thread and nearest > 0:
             item["reuses"] = _reuse_evidence(run, turn, nearest)
         turns.append(item)
@@ -381,7 +380,17 @@ def _turn_evidence(run: _Run, turn: Turn, resolved: Iterable[int], ids: list[str
         ids.append(own)
     return {"turn_id": turn.turn_id, "role": turn.role, "content": turn.content,
             "own": own if isinstance(own, str) else None, "mentions": mentions,
-            "via_turns": via, "antecedent": None, "reuses": []}
+            "via_turns": via, "reuses": []}
+
+
+def antecedents(run: _Run, turn_ids: Sequence[int]) -> dict[str, Any]:
+    """For turns that name "that": the turn it points at (the latest earlier
+    turn with content: role, scratch id, freshness, the scratch ids it names,
+    whether it relays a reading, its value), and the scratch entries those
+    name.  Asked for only when a naming needs it."""
+    ids: list[str] = []
+    found = [[int(t), _antecedent_evidence(run, run.turn(int(t)), ids)] for t in turn_ids]
+    return {"antecedents": found, "entries": _entries(run, ids)}
 
 
 def _antecedent_evidence(run: _Run, turn: Turn, ids: list[str]) -> dict[str, Any] | None:
@@ -399,7 +408,7 @@ def _antecedent_evidence(run: _Run, turn: Turn, ids: list[str]) -> dict[str, Any
         return {"turn_id": prev.turn_id, "role": prev.role,
                 "scratch_id": sid if isinstance(sid, str) else None,
                 "freshness": meta.get("freshness"), "mentions": mentions,
-                **run.relayed_reading(prev), "value": value_of_turn(prev)}
+                **_relayed(run, prev), "value": value_of_turn(prev)}
     return None
 
 
@@ -449,8 +458,16 @@ def _reuse_evidence(run: _Run, turn: Turn, nearest: int) -> list[dict[str, Any]]
                           "containment": containment, "terms": sorted(terms)})
         if found:
             out.append({"origin_turn": cand_id, "origin_role": cand.role, "threads": threads,
-                        **run.relayed_reading(cand), "statements": found})
+                        **_relayed(run, cand), "statements": found})
     return out
+
+
+def _relayed(run: _Run, turn: Turn) -> dict[str, Any]:
+    """Whether an assistant turn answers a tool result, and that reading's class
+    (only an assistant turn answers one: a user turn's is always false)."""
+    if turn.role != "assistant":
+        return {"after_tool": False, "tool_freshness": None}
+    return run.relayed_reading(turn)
 
 
 def _entries(run: _Run, ids: Iterable[str]) -> list[dict[str, Any]]:
