@@ -379,6 +379,8 @@ candidates(Request, Cands) :-
     ),
     retrieval_oversupply(Oversupply),
     RetrieveTokens is round(Oversupply * Policy.input_budget),
+    reference_horizon(ReferenceTurns),
+    instruction_turns(InstructionTurns),
     py_bool(Policy.retrieval, Retrieval),
     py_bool(Policy.warm, UseWarm),
     py_bool(Policy.threads, Threads),
@@ -392,6 +394,8 @@ candidates(Request, Cands) :-
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
                   message_turn_id:MessageTurn,
+                  reference_turns:ReferenceTurns,
+                  instruction_turns:InstructionTurns,
                   pending:Request.pending},
     py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
                              Store, Warm, Request.session, Request.text, PyOptions), Cands0),
@@ -409,6 +413,16 @@ tail_first(HistoryEnd, Policy, TailFirst) :-
 %   Recalled earlier turns are offered until they hold this many times the
 %   input budget (1.5 gave +0.003 LoCoMo recall at 1,024 only, ~15% slower).
 retrieval_oversupply(1.0).
+
+%   References resolve among the latest turns and scratch entries: "what
+%   you said earlier" reaches this many turns back (older ground is found
+%   by recall, not by reference).
+reference_horizon(40).
+
+%   System turns among a session's first turns are its standing
+%   instructions: they are offered whatever the window (and are mandatory,
+%   ctxrelay_utility).
+instruction_turns(3).
 
 warm_store(Store, Policy, Warm) :-
     (   Policy.warm == true

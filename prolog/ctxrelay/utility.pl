@@ -2,7 +2,8 @@
           [ pack_units/4,           % +Cands, +Policy, -Units, -Constraints
             utility/6,              % +Kind, +Variant, +Unit, +Cands, +Policy, -Float
             offered/2,              % +Cands, +Unit
-            warm_relevance/2        % +Unit, -Relevance
+            warm_relevance/2,       % +Unit, -Relevance
+            fact_score/2            % +Unit, -Score
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -49,6 +50,20 @@ offered(Cands, U) :-
     !,
     U.start =< Cands.history_end.
 offered(_, _).
+
+%!  fact_score(+Unit, -Score) is det.
+%
+%   A CKF fact's score (0..1, relative to the best of its retrieval).  A
+%   fact retrieved for a document sub-query (it has a `rank` there) is
+%   worth 1.0 when it is its sub-query's best and at most 0.95 otherwise,
+%   so that every sub-query is covered once before any gets a second
+%   fact, budget allowing.
+fact_score(U, S) :-
+    Score = U.get(score, 0.0),
+    (   get_dict(rank, U, Rank)
+    ->  (   Rank =:= 0 -> S = 1.0 ; S is min(0.95, Score) )
+    ;   S = Score
+    ).
 
 %!  warm_relevance(+Unit, -Relevance) is det.
 %
@@ -119,7 +134,8 @@ utility(thread, _, U, Cands, Policy, F) :-      % a resumed thread's dormant tur
 utility(thread_summary, _, _, _, _, 0.9) :- !.
 utility(fact, _, U, _, _, F) :-                 % CKF facts: their CDR/CDGR score
     !,
-    F is 0.1 + 0.9 * U.get(score, 0.0).
+    fact_score(U, S),
+    F is 0.1 + 0.9 * S.
 utility(warm, Variant, U, _, _, F) :-
     !,
     variant_factor(Variant, VF),

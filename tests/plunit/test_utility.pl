@@ -56,3 +56,13 @@ test(withheld_units_and_their_constraints_leave,
     findall(Id, member(unit(Id, _, _), Units), Ids).
 
 :- end_tests(offered_units).
+
+:- begin_tests(fact_score).
+
+test(the_best_fact_of_a_subquery_is_worth_most, [S0-S1 == 1.0-0.95]) :-
+    fact_score(_{kind:"fact", score:0.3, rank:0, subquery:1}, S0),
+    fact_score(_{kind:"fact", score:0.99, rank:1, subquery:1}, S1).
+test(outside_documents_the_score_stands, S == 0.42) :-
+    fact_score(_{kind:"fact", score:0.42}, S).
+
+:- end_tests(fact_score).

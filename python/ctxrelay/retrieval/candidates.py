@@ -29,7 +29,6 @@ from ctxrelay.types import Turn
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
-_RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 _THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
 _NEIGHBOURS = 12              # a thread is compared through its latest user turns
@@ -281,7 +280,10 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     min_recent_turns, tail_first (the first turn of the guaranteed tail),
     boundary (offer the cold-history boundary for turns before it),
     max_retrieved and retrieve_tokens (recalled turns are offered until
-    either is reached), retrieval, warm, system, threads, embedder, pending
+    either is reached), reference_turns (the latest turns and scratch
+    entries handed to the reference resolver), instruction_turns (system
+    turns among the session's first this many are offered as standing
+    instructions), retrieval, warm, system, threads, embedder, pending
     (the new messages before ``message``, not stored yet: offered as
     mandatory units in their order).
     """
@@ -313,7 +315,9 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     for unit in pending:
         _add(units, unit, counter)
 
-    window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent)
+    reference_turns = int(options["reference_turns"])
+    window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent,
+                                        int(options["instruction_turns"]))
     if message is None and window:
         query_text = window[-1].content
     by_id = {t.turn_id: t for t in window}
@@ -360,10 +364,10 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
                 total_turns=history_end)
     info.update(thread_info)
     info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role, "content": t.content}
-                            for t in window[-_RECENT_FOR_REFERENCES:]]
-    info["scratch_recent"] = [] if scratch is None else [
+                            for t in window[-reference_turns:]] if reference_turns > 0 else []
+    info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
-        for e in scratch.latest(session_id, _RECENT_FOR_REFERENCES)]
+        for e in scratch.latest(session_id, reference_turns)]
     if any(u.kind == "scratch" for u in units.values()):
         _used("pointer")
     info["store_used"] = sorted(_STORE_USED.get())
@@ -374,7 +378,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
 
 
 def _read_window(store: TranscriptStore, session_id: str, end: int, window_tokens: int,
-                 min_recent: int) -> tuple[list[Turn], int]:
+                 min_recent: int, instruction_turns: int) -> tuple[list[Turn], int]:
     """Recent turns, newest backwards, until they hold more than the budget.
 
     Stored per-turn token counts decide when to stop, so the read is bounded
@@ -400,9 +404,10 @@ def _read_window(store: TranscriptStore, session_id: str, end: int, window_token
     while turns and turns[0].role == "tool" and turns[0].turn_id > 1:
         turns.insert(0, store.turn(session_id, turns[0].turn_id - 1))
     start = turns[0].turn_id if turns else end + 1
-    # Stored system turns at the start of the conversation are instructions: keep them.
-    if turns and turns[0].turn_id > 1:
-        head = store.history(session_id, 1, min(3, turns[0].turn_id - 1))
+    # System turns among the first ``instruction_turns`` are standing instructions
+    # (ctxrelay_assembly:instruction_turns/1): read them whatever the window.
+    if turns and turns[0].turn_id > 1 and instruction_turns > 0:
+        head = store.history(session_id, 1, min(instruction_turns, turns[0].turn_id - 1))
         turns[:0] = [t for t in head if t.role == "system"]
     return turns, start
 
@@ -635,7 +640,7 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
 
 
 # Scores that chose this pack: reported with the pack, not part of a unit's record.
-_PER_QUERY = frozenset({"relevance", "score", "query_terms", "shared_terms"})
+_PER_QUERY = frozenset({"relevance", "score", "rank", "query_terms", "shared_terms"})
 
 
 def host_only_tokens(cands: Candidates, plan: list[list[str]],
