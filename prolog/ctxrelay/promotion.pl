@@ -62,6 +62,10 @@ Users change the rules by changing the facts, e.g.
 :- dynamic promotion_rule/1, promotion_threshold/2, never_promoted/1, naming_role/1,
            similarity_floor/3.
 
+:- det(promote_turns/5).
+:- det(promote_scratch_entry/5).
+:- det(promotion_actions/3).
+
 :- predicate_options(promote_turns/5, 5,
                      [ references(list(integer)), rules(list(atom)), namespace(text),
                        embedder(any), min_references(positive_integer),
