@@ -94,15 +94,36 @@ namings(Text, Namings) :-
 %   without an apostrophe (text_tokens/2 folds ’ to '); a phrase without
 %   such a word makes every text a candidate.
 may_name(Text) :-
-    string_lower(Text, Lower),
-    (   naming_phrase(Phrase),
-        \+ trigger_word(Phrase, _)
+    triggers(Triggers),
+    (   Triggers == all
     ->  true
-    ;   naming_phrase(Phrase),
-        trigger_word(Phrase, Word),
+    ;   string_lower(Text, Lower),
+        member(Word, Triggers),
         sub_string(Lower, _, _, _, Word)
     ->  true
     ).
+
+%   triggers(-Words): the trigger words of the current lexicon, kept until
+%   a phrase predicate changes (its last-modified generation moves).
+:- dynamic trigger_cache/2 as volatile.     % Generations, Words
+
+triggers(Words) :-
+    lexicon_generations(Gs),
+    (   trigger_cache(Gs, Words0)
+    ->  Words = Words0
+    ;   findall(W, ( naming_phrase(P), ( trigger_word(P, W) -> true ; W = all ) ), Ws0),
+        (   memberchk(all, Ws0) -> Words = all ; sort(Ws0, Words) ),
+        retractall(trigger_cache(_, _)),
+        assertz(trigger_cache(Gs, Words))
+    ).
+
+lexicon_generations([G1, G2, G3]) :-
+    generation(naming_verb(_), G1),
+    generation(naming_as_verb(_), G2),
+    generation(naming_value_opener(_), G3).
+
+generation(Head, G) :-
+    (   predicate_property(Head, last_modified_generation(G0)) -> G = G0 ; G = 0 ).
 
 naming_phrase(P) :- naming_verb(P).
 naming_phrase(P) :- naming_as_verb(P).
@@ -118,16 +139,6 @@ trigger_word(Phrase, Word) :-
 plain_word(W) :-
     atom(W),
     \+ sub_atom(W, _, _, _, '\'').
-
-%   naming_dicts(+Text, -Dicts): namings/2 for the Python facade
-%   (ctxrelay.knowledge.promotion.parse_namings): name, value (None when
-%   `none`), start, end.
-naming_dicts(Text, Dicts) :-
-    namings(Text, Ns),
-    findall(_{name:N, value:V, start:S, end:E},
-            ( member(naming(N, V0, S, E), Ns),
-              ( V0 == none -> V = @(none) ; V = V0 ) ),
-            Dicts).
 
 		 /*******************************
 		 *             SCAN             *
