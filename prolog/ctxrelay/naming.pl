@@ -140,6 +140,16 @@ plain_word(W) :-
     atom(W),
     \+ sub_atom(W, _, _, _, '\'').
 
+%   naming_dicts(+Text, -Dicts): namings/2 for the Python facade
+%   (ctxrelay.knowledge.promotion.parse_namings): name, value (None when
+%   `none`), start, end.
+naming_dicts(Text, Dicts) :-
+    namings(Text, Ns),
+    findall(_{name:N, value:V, start:S, end:E},
+            ( member(naming(N, V0, S, E), Ns),
+              ( V0 == none -> V = @(none) ; V = V0 ) ),
+            Dicts).
+
 		 /*******************************
 		 *             SCAN             *
 		 *******************************/

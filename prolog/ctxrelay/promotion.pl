@@ -157,10 +157,11 @@ promote_turns(Store0, Session, Turns, Promoted, Options) :-
     option(embedder(Embedder), Options, ""),
     option(namespace(NS), Options, ""),
     option(stores(Stores), Options, _{}),
+    findall(R, ( rule_on(named, Settings), naming_role(R) ), Roles),
     (   rule_on(cross_thread, Settings) -> CrossThread = @(true) ; CrossThread = @(false) ),
     PyOptions = _{first:First, last:Last, references:Refs, embedder:Embedder,
-                  namespace:NS, stores:Stores, cross_thread:CrossThread,
-                  nearest:Settings.nearest},
+                  namespace:NS, stores:Stores, naming_roles:Roles,
+                  cross_thread:CrossThread, nearest:Settings.nearest},
     py_api(py_call_plain('ctxrelay.knowledge.promotion':evidence(Store, Session, PyOptions), Ev),
            session(Session)),
     decide_and_apply(Ev, Settings, Promoted, Options).

@@ -235,6 +235,7 @@ class _Run:
         self._facts, self.scratch = facts, scratch
         self.namespace, self.turnlog, self.embedder = namespace, turnlog, embedder
         self._turns: dict[int, Turn] = {}
+        self._entries: dict[str, Any] = {}      # as the last reference left them
         # statement id -> (text, origin turn, origin role, threads, reusing turn, containment)
         self.statements: dict[int, tuple[str, int, str, list[str], int, float]] = {}
         self.cosines: dict[int, float] = {}
@@ -257,13 +258,17 @@ class _Run:
 
     def entry(self, scratch_id: str) -> Any:
         """The session's scratch entry, or None (never stored here, or evicted)."""
+        if scratch_id in self._entries:
+            return self._entries[scratch_id]
         if self.scratch is None:
             return None
         from ctxrelay.storage.lmdb.scratch import UnknownScratchError
         try:
-            return self.scratch.get(self.session_id, scratch_id, touch=False)
+            found = self.scratch.get(self.session_id, scratch_id, touch=False)
         except UnknownScratchError:
-            return None
+            found = None
+        self._entries[scratch_id] = found
+        return found
 
     def relayed_reading(self, turn: Turn) -> dict[str, Any]:
         """Whether ``turn`` comes right after a tool result (past empty tool-call
@@ -324,9 +329,10 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     ``options`` (set by ``ctxrelay_promotion:promote_turns/5``): first, last,
     references (the turn ids ``last``'s message resolved to), namespace,
     embedder (a name or an embedder; the turn log's), stores (facts, scratch,
-    turnlog objects to use instead of those beside ``store``), cross_thread
-    (gather reused statements), nearest (earlier turns compared per processed
-    turn).  Returns plain data and ``handle`` (for :func:`antecedents`,
+    turnlog objects to use instead of those beside ``store``), naming_roles
+    (the roles whose turns may name values: only their text is handed over),
+    cross_thread (gather reused statements), nearest (earlier turns compared
+    per processed turn).  Returns plain data and ``handle`` (for :func:`antecedents`,
     :func:`similarities` and :func:`apply`).
     @raises InvalidArgumentError for a turn range outside the session.
     """
@@ -339,6 +345,7 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     run = _Run(store, session_id, facts, scratch, options.get("namespace") or None,
                turnlog, embedder)
     resolved = [int(t) for t in options.get("references") or ()]
+    naming_roles = set(options.get("naming_roles") or ())
     cross_thread = bool(options.get("cross_thread"))
     nearest = int(options.get("nearest") or 0)
     turns, ids = [], []
@@ -347,6 +354,8 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
         if turn.role == "system":
             continue
         item = _turn_evidence(run, turn, resolved if tid == last else (), ids)
+        if turn.role in naming_roles:
+            item["content"] = turn.content
         if cross_thread and nearest > 0:
             item["reuses"] = _reuse_evidence(run, turn, nearest)
         turns.append(item)
@@ -378,7 +387,7 @@ def _turn_evidence(run: _Run, turn: Turn, resolved: Iterable[int], ids: list[str
     ids.extend(via)
     if isinstance(own, str):
         ids.append(own)
-    return {"turn_id": turn.turn_id, "role": turn.role, "content": turn.content,
+    return {"turn_id": turn.turn_id, "role": turn.role,
             "own": own if isinstance(own, str) else None, "mentions": mentions,
             "via_turns": via, "reuses": []}
 
@@ -522,9 +531,10 @@ def apply(run: _Run, actions: Sequence[dict[str, Any]], plain: bool = False
         kind = str(action["do"])
         if kind == "reference":
             if run.scratch is not None:
+                sid = str(action["scratch_id"])
                 try:
-                    run.scratch.reference(run.session_id, str(action["scratch_id"]),
-                                          int(action["turn_id"]))
+                    run._entries[sid] = run.scratch.reference(run.session_id, sid,
+                                                              int(action["turn_id"]))
                 except UnknownScratchError:    # evicted since the evidence was read
                     pass
         elif kind == "promote":
