@@ -637,3 +637,22 @@ def test_earlier_messages_commit_with_the_turn_or_not_at_all(relayed, upstream):
     assert relayed.transcript("atomic") == before + [
         ("assistant", "an earlier answer"), ("user", "the question"),
         ("assistant", done.choices[0].message.content)]
+
+
+def test_a_message_over_the_turn_size_limit_is_413_and_stores_nothing(run_relay):
+    relay = run_relay(upstream="echo", policy=POLICY, warmup=False, max_turn_bytes=50_000)
+    url = f"{relay.url}/v1/chat/completions"
+    say(relay.client(), "limits", "hello")
+    before = relay.transcript("limits")
+    big = "x" * 60_000
+    for messages in ([{"role": "user", "content": big}],
+                     [{"role": "assistant", "content": big}, {"role": "user", "content": "hi"}]):
+        r = httpx.post(url, headers={"CRP-Session-Id": "limits"},
+                       json={"model": "m", "messages": messages})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "turn_too_large", r.text
+    r = httpx.post(url, headers={"CRP-Session-Id": "limits"},          # the body itself
+                   json={"model": "m", "messages": [{"role": "user", "content": "y" * 500_000}]})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert relay.transcript("limits") == before
+    say(relay.client(), "limits", "still fine")                         # the session goes on
+    assert len(relay.transcript("limits")) == len(before) + 2

@@ -90,7 +90,7 @@ assembly_(Request, Holder, Result) :-
     Policy = Request.policy,
     Store = Request.store,
     Text = Request.text,
-    message_may_fit(Text, Request.pending, Policy),
+    message_may_fit(Store, Text, Request.pending, Policy),
     candidates(Request, Cands0),
     nb_setarg(1, Holder, Cands0.handle),
     conversation_analysis(Store, Text, Cands0, Cands1, Analysis00),
@@ -379,6 +379,8 @@ candidates(Request, Cands) :-
     ),
     retrieval_oversupply(Oversupply),
     RetrieveTokens is round(Oversupply * Policy.input_budget),
+    excerpt_limits(Policy.input_budget, ExcerptAbove, ExcerptTokens),
+    turn_preview_chars(PreviewChars),
     py_bool(Policy.retrieval, Retrieval),
     py_bool(Policy.warm, UseWarm),
     py_bool(Policy.threads, Threads),
@@ -388,6 +390,8 @@ candidates(Request, Cands) :-
                   tail_first:TailFirst,
                   max_retrieved:Policy.max_retrieved,
                   retrieve_tokens:RetrieveTokens,
+                  excerpt_above:ExcerptAbove, excerpt_tokens:ExcerptTokens,
+                  preview_chars:PreviewChars,
                   retrieval:Retrieval, warm:UseWarm,
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
@@ -405,6 +409,24 @@ candidates(Request, Cands) :-
 %   stored turns are always packed.
 tail_first(HistoryEnd, Policy, TailFirst) :-
     TailFirst is max(1, HistoryEnd - Policy.min_recent_turns + 1).
+
+%!  excerpt_limits(+InputBudget, -Above, -Tokens) is det.
+%
+%   A stored turn whose verbatim cost is over Above tokens is also offered
+%   as a bounded excerpt of about Tokens tokens (its head and tail, its
+%   size, and how to read the rest with context/3): one huge turn never
+%   makes the mandatory part impossible, and the packer keeps the verbatim
+%   turn whenever it fits.
+excerpt_limits(Budget, Above, Tokens) :-
+    Above is max(512, Budget // 4),
+    Tokens is min(1024, Above // 2).
+
+%!  turn_preview_chars(-N) is det.
+%
+%   The references, mentions, novelty and hybrid seeds read the first N
+%   characters of each recent turn (the rest of a long turn names nothing
+%   they use, and a huge turn would cost its size on every assembly).
+turn_preview_chars(2000).
 
 %   Recalled earlier turns are offered until they hold this many times the
 %   input budget (1.5 gave +0.003 LoCoMo recall at 1,024 only, ~15% slower).
@@ -424,17 +446,18 @@ render(Cands, Plan, Rendered) :-
 		 *          FAIL CLOSED         *
 		 *******************************/
 
-%   message_may_fit(+Text, +Pending, +Policy)
+%   message_may_fit(+Store, +Text, +Pending, +Policy)
 %
-%   New input too long to fit whatever the tokenizer fails closed before
-%   any work is spent on it: analysing a 10 MB message takes longer than
-%   refusing it.  The lower bound is the tokenizers' own fact
-%   (ctxrelay.text.tokens.lower_bound/1: no token is longer than its
-%   maximum length).
-message_may_fit(Text, Pending, Policy) :-
+%   New input over the store's turn size limit is refused
+%   (ctxrelay(turn_too_large, Msg)), and input too long to fit whatever the
+%   tokenizer fails closed, both before any work is spent on it: analysing
+%   a 10 MB message takes longer than refusing it.  The lower bound is the
+%   tokenizers' own fact (ctxrelay.text.tokens.lower_bound/1: no token is
+%   longer than its maximum length).
+message_may_fit(Store, Text, Pending, Policy) :-
     findall(C, ( member(P, Pending), get_dict(content, P, C) ), Contents0),
     Contents = [Text|Contents0],
-    py_call('ctxrelay.text.tokens':lower_bound_all(Contents), Lower),
+    py_api(py_call('ctxrelay.bridge.stores':check_input(Store, Contents), Lower)),
     (   Lower =< Policy.input_budget
     ->  true
     ;   throw(error(ctxrelay(context_overflow,

@@ -55,7 +55,9 @@ ledger(Rendered, Policy, PackCost, Ledger) :-
     ;   Exact = false
     ),
     HostOnly = Rendered.host_only,
-    Ledger = ledger{stages:Entries,
+    findall(Id, ( member(U, Units), get_dict(variant, U, "excerpt"), get_dict(id, U, Id) ),
+            Excerpts),
+    Ledger = ledger{stages:Entries, excerpts:Excerpts,
                     framing:framing{observed:Framing, charged:Framing},
                     total:Total, observed_total:Rendered.observed_total,
                     exact:Exact, input_budget:Policy.input_budget,

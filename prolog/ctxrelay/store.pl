@@ -44,7 +44,8 @@ are strings.
 
 :- dynamic default_store_/1 as volatile.
 
-:- predicate_options(store_open/3, 3, [default(boolean), map_size(nonneg)]).
+:- predicate_options(store_open/3, 3, [default(boolean), map_size(nonneg),
+                                      max_turn_bytes(nonneg)]).
 :- predicate_options(session_create/3, 3, [metadata(any)]).
 :- predicate_options(turn_append/5, 5,
                      [ key(text), name(text), tool_call_id(text),
@@ -63,6 +64,9 @@ roles([system, user, assistant, tool]).
 %     - default(Bool): make it the store that `default` names
 %       (default `true` when no default store is set yet)
 %     - map_size(Bytes): initial LMDB map size (it grows on demand)
+%     - max_turn_bytes(Bytes): the largest turn content accepted (UTF-8
+%       bytes; default 1 MiB): a larger append or managed turn raises
+%       ctxrelay(turn_too_large, Msg) before any work
 %
 %   @error ctxrelay(store_path, Msg) or ctxrelay(corrupt_store, Msg)
 
@@ -73,8 +77,10 @@ store_open(Dir, Store, Options) :-
     must_be(text, Dir),
     option(map_size(MapSize), Options, 0),
     must_be(nonneg, MapSize),
+    option(max_turn_bytes(MaxTurn), Options, 0),
+    must_be(nonneg, MaxTurn),
     text_to_string(Dir, DirS),
-    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize), Store)),
+    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize, MaxTurn), Store)),
     (   option(default(true), Options)
     ->  set_default_store(Store)
     ;   option(default(false), Options)

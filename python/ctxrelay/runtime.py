@@ -40,7 +40,7 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
     return list(policy.items())
 
 
-_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted",
+_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted", "more",
                         "pinned", "observed_exact", "raw_tokens_exact", "summary_exact",
                         "resumed"})
 
@@ -71,7 +71,8 @@ def _result(r: dict[str, Any]) -> TurnResult:
                     input_budget=lg["input_budget"], effective_cap=lg["effective_cap"],
                     output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
                     host_only_tokens=lg["host_only"]["tokens"],
-                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()})
+                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()},
+                    excerpts=[str(x) for x in lg.get("excerpts", [])])
     pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
                      utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
             for u in r["pack"]]
@@ -153,15 +154,22 @@ class Runtime:
     or call :meth:`close`.
     """
 
-    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,
+                 max_turn_bytes: int | None = None) -> None:
         if not isinstance(store_dir, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
         self.store_dir = Path(store_dir)
-        opts = f"[default(true), map_size({int(map_size)})]" if map_size else "[default(true)]"
-        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, {opts})",
-                                   {"Dir": os.fspath(self.store_dir)})["Store"]
+        sizes = {"map_size": map_size, "max_turn_bytes": max_turn_bytes}
+        for name, value in sizes.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+        self._store = _prolog.once(
+            "ctxrelay:store_open(Dir, Store, [default(true), map_size(M), max_turn_bytes(T)])",
+            {"Dir": os.fspath(self.store_dir), "M": map_size or 0,
+             "T": max_turn_bytes or 0})["Store"]
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:

@@ -26,6 +26,7 @@ from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.types import Turn
+from ctxrelay.text.bounds import derived_text
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
@@ -46,11 +47,15 @@ class Unit:
     costs: dict[str, int] = field(default_factory=dict)
     exact: bool = True
     features: dict[str, Any] = field(default_factory=dict)
+    inexact: set[str] = field(default_factory=set)     # variants charged a bound, not a count
 
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "turn_ids": list(self.turn_ids),
                 "variants": [{"name": name, "cost": self.costs[name]} for name in self.variants],
                 "exact": self.exact, **self.features}
+
+    def variant_exact(self, name: str) -> bool:
+        return self.exact and name not in self.inexact
 
 
 @dataclass
@@ -151,12 +156,60 @@ def _terms(text: str) -> set[str]:
 
 
 def _add(units: dict[str, Unit], unit: Unit, model: "str | tok.Tokenizer") -> Unit:
-    for name, msg in unit.variants.items():
+    for name, msg in list(unit.variants.items()):
         n, exact = message_cost(msg, model)
         unit.costs[name] = n
-        unit.exact = unit.exact and exact
+        if not exact and _past_cap(msg):
+            unit.inexact.add(name)            # the bound: never packed, so not in any count
+        else:
+            unit.exact = unit.exact and exact
+    _offer_excerpt(unit, model)
     units[unit.id] = unit
     return unit
+
+
+# Limits of the assembly in progress, decided in Prolog: a stored turn whose
+# verbatim cost is over ``above`` tokens is also offered as a bounded excerpt
+# of about ``size`` tokens (None: no excerpts).
+_EXCERPT: contextvars.ContextVar[tuple[int, int] | None] = \
+    contextvars.ContextVar("excerpt", default=None)
+_EXCERPT_KINDS = frozenset({"turn", "retrieved", "referenced", "thread", "instructions"})
+
+
+def _offer_excerpt(unit: Unit, model: "str | tok.Tokenizer") -> None:
+    """Give an oversized stored turn an ``excerpt`` variant: its head and tail with its
+    size and how to read the rest, so one huge turn never makes the mandatory part
+    impossible.  Only the excerpt is counted (bounded work whatever the turn's size)."""
+    limits = _EXCERPT.get()
+    verbatim = unit.variants.get("verbatim")
+    if limits is None or verbatim is None or unit.kind not in _EXCERPT_KINDS \
+            or len(unit.turn_ids) != 1 or "excerpt" in unit.variants:
+        return
+    above, size = limits
+    content = verbatim.get("content")
+    if unit.costs.get("verbatim", 0) <= above or not isinstance(content, str):
+        return
+    message = dict(verbatim)
+    message["content"] = excerpt_text(unit.turn_ids[0], content, size)
+    n, exact = message_cost(message, model)
+    unit.variants["excerpt"] = message
+    unit.costs["excerpt"] = n
+    if not exact:
+        unit.inexact.add("excerpt")
+
+
+def excerpt_text(turn_id: int, content: str, size: int) -> str:
+    """The head and the tail of ``content`` in about ``size`` tokens, framed by what was
+    left out and the context/3 operation that reads it."""
+    take = max(64, size * 2)              # characters per side: about size/2 tokens each
+    head, tail = content[:take], content[-take:]
+    left_out = len(content) - len(head) - len(tail)
+    return (f"[excerpt of turn {turn_id}: {len(content.encode('utf-8', 'surrogatepass')):,} "
+            f"bytes; its first and last {take:,} characters are shown and {left_out:,} "
+            f"characters between them are left out. Read them with "
+            f"context(input(context), peek(text({turn_id}, {len(head)}, 4000)), R), which "
+            f"pages through the turn's text]\n{head}\n[... {left_out:,} characters left out "
+            f"...]\n{tail}")
 
 
 # A plain stored turn (no tool call, not a tool result) becomes the same
@@ -202,10 +255,12 @@ def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: st
         return None
     if _past_cap(priced.message):
         return None                       # over this assembly's cap: the bound applies
-    return Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
+    unit = Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
                 variants={"verbatim": dict(priced.message)},
                 costs={"verbatim": priced.cost}, exact=priced.exact,
                 features={"role": priced.role, **features})
+    _offer_excerpt(unit, tkey[0])
+    return unit
 
 
 def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: str,
@@ -222,7 +277,8 @@ def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: 
     message = unit.variants["verbatim"]
     if plain and tkey is not None and not _past_cap(message):     # a count, not the bound
         keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
-             _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
+             _Priced(turn.role, dict(message), unit.costs["verbatim"],
+                     unit.variant_exact("verbatim")),
              _PRICED_MAX)
     return unit
 
@@ -289,6 +345,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
     _COST_CAP.set(window_tokens)
+    above, size = options.get("excerpt_above"), options.get("excerpt_tokens")
+    _EXCERPT.set((int(above), int(size)) if above and size else None)
     _STORE_USED.set(set())
     counter = tok.resolve(model)      # resolved once: every unit below is counted with it
     _STORED_COUNTS_MODEL.set(_stored_counts_model(store, counter))
@@ -359,7 +417,11 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     info.update(window_start=window_start, tail_first=tail_first,
                 total_turns=history_end)
     info.update(thread_info)
-    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role, "content": t.content}
+    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
+    # a bounded preview, so a huge turn costs the same as a short one there.
+    preview = int(options.get("preview_chars", 2000))
+    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
+                             "content": t.content[:preview]}
                             for t in window[-_RECENT_FOR_REFERENCES:]]
     info["scratch_recent"] = [] if scratch is None else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
@@ -623,7 +685,7 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
         per_unit.append({"id": unit_id, "kind": unit.kind, "variant": variant,
                          "turn_ids": unit.turn_ids, "tokens": whole,
                          "content_tokens": whole - framing, "framing": framing,
-                         "exact": unit.exact})
+                         "exact": unit.variant_exact(variant)})
     observed = tok.count_messages(messages, cands.model) if messages else None
     return {"messages": messages, "units": per_unit,
             "observed_total": observed.n if observed else cands.priming,
@@ -676,7 +738,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     log.sync(store, session_id, embedder)
     sync_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
-    vec = embedder.embed_batch([query_text or ""])[0]
+    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
     embed_ms = (time.perf_counter() - t0) * 1000
     # Bounded: the most recent threads only, so the cost follows the window,
     # not the number of topics a very long session has had.

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ctxrelay.errors import InvalidArgumentError
 
+from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
+
 from .config import DEFAULT_TIMEOUT, POLICY_FLAGS, ServerConfig
 
 
@@ -44,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     for name in POLICY_FLAGS:
         p.add_argument(f"--{name.replace('_', '-')}", type=_positive_int, dest=name,
                        help=f"policy option {name} (default: the Runtime's)")
+    p.add_argument("--max-turn-bytes", type=_positive_int, default=DEFAULT_MAX_TURN_BYTES,
+                   help="largest message stored as a turn, in UTF-8 bytes (default "
+                        f"{DEFAULT_MAX_TURN_BYTES:,}); a larger one gets 413")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="do not load the embedder at start-up")
     p.add_argument("--log-level", default="info",
@@ -56,7 +61,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
               if getattr(args, name) is not None}
     return ServerConfig(store=args.store, upstream=args.upstream, model=args.model,
                         api_key=args.api_key or None, timeout=args.timeout, policy=policy,
-                        warmup=args.warmup)
+                        warmup=args.warmup, max_turn_bytes=args.max_turn_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
 
 SESSION_HEADER = "CRP-Session-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -32,6 +33,12 @@ class ServerConfig:
     timeout: float = DEFAULT_TIMEOUT
     policy: Mapping[str, int] = field(default_factory=dict)
     warmup: bool = True
+    max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body read: a few turns at the limit, JSON-escaped."""
+        return 8 * self.max_turn_bytes + (64 << 10)
 
     def __post_init__(self) -> None:
         if self.upstream != "echo":

@@ -37,6 +37,7 @@ from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.types import Turn
+from ctxrelay.text.bounds import derived_text
 
 _U64 = struct.Struct(">Q")
 _STATE_ITEMS = 8            # items kept per ThreadState list
@@ -207,7 +208,7 @@ class TurnLog(LmdbStore):
         done = 0
         for lo in range(start, end + 1, _SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch([t.content for t in turns])
+            vectors = embedder.embed_batch([derived_text(t.content) for t in turns])
             self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
                                                       embedder))
             done += len(turns)
@@ -290,7 +291,7 @@ class TurnLog(LmdbStore):
                 prog["active_thread"] = thread_id
             previous_thread = thread_id
             txn.put(key, json.dumps({"thread_id": thread_id,
-                                     "entities": extract_entities(turn.content),
+                                     "entities": extract_entities(derived_text(turn.content)),
                                      "references": [], "tool_calls": _tool_call_ids(turn),
                                      "model_id": embedder.model_id}).encode(),
                     db=self.dbs[b"derived"])
