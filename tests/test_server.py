@@ -656,3 +656,15 @@ def test_a_message_over_the_turn_size_limit_is_413_and_stores_nothing(run_relay)
     assert relay.transcript("limits") == before
     say(relay.client(), "limits", "still fine")                         # the session goes on
     assert len(relay.transcript("limits")) == len(before) + 2
+
+
+def test_re_deriving_a_session_with_another_embedder_never_blocks_its_relay_turns(echoed):
+    client = echoed.client()
+    say(client, "emb", "our etcd quota is 8 GiB")
+    echoed.relay.call_sync(lambda rt: rt.derive("emb", embedder="hashing", recompute=True))
+    for text in ("what was the quota?", "and the defrag plan?"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="echo", messages=[{"role": "user", "content": text}],
+            extra_headers={"CRP-Session-Id": "emb"})
+        assert raw.http_response.status_code == 200
+    assert len(echoed.transcript("emb")) == 6

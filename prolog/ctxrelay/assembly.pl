@@ -1,6 +1,7 @@
 :- module(ctxrelay_assembly,
           [ assemble/4,             % +Session, +Message, -Result, +Options
             assembly/2,             % +Request, -Result
+            request_policy/4,       % +Store, +Session, +Policy0, -Policy
             message_text/2,         % +Message, -Text
             turn_store/3            % +Options0, -Store, -Options
           ]).
@@ -55,10 +56,26 @@ assemble(Session, Message, Result, Options) :-
     must_be(text, Session),
     message_text(Message, Text),
     turn_store(Options, Store, PolicyOptions),
-    policy(PolicyOptions, Policy),
+    policy(PolicyOptions, Policy0),
     turn_count(Store, Session, N),
+    request_policy(Store, Session, Policy0, Policy),
     assembly(request{store:Store, session:Session, text:Text, pending:[],
                      history_end:N, policy:Policy}, Result).
+
+%!  request_policy(+Store, +Session, +Policy0, -Policy) is det.
+%
+%   The policy of one request on Session: a session's embedder is its own,
+%   so a policy that names none uses the embedder the session's turn log
+%   was derived with (a process whose default differs never fails the
+%   session's turns); a new session, or a policy that names one, keeps it.
+request_policy(Store, Session, Policy0, Policy) :-
+    (   Policy0.embedder == ""
+    ->  text_to_string(Session, S),
+        py_api(py_call('ctxrelay.storage.lmdb.turnlog':api_session_embedder(Store, S), Name,
+                       [py_string_as(string)])),
+        (   Name == "" -> Policy = Policy0 ; Policy = Policy0.put(embedder, Name) )
+    ;   Policy = Policy0
+    ).
 
 %!  assembly(+Request:dict, -Result:dict) is nondet.
 %

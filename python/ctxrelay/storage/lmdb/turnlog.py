@@ -199,7 +199,9 @@ class TurnLog(LmdbStore):
         if state and state.get("model_id") != embedder.model_id:
             raise InvalidArgumentError(
                 f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
-                f"{embedder.model_id!r}; call recompute() to re-derive it with the new embedder")
+                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
+                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
+                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
         start = (state or {}).get("derived_upto", 0) + 1
         end = transcript.turn_count(session_id)
         if start > end:
@@ -233,6 +235,11 @@ class TurnLog(LmdbStore):
             txn.delete(skey, db=self.dbs[b"progress"])
         self.write(drop)
         return self.sync(transcript, session_id, embedder, progress=progress)
+
+    def model_id(self, session_id: str) -> str | None:
+        """The model id of the embedder the session was derived with, or None."""
+        state = self._progress(session_id)
+        return None if state is None else state.get("model_id")
 
     def _progress(self, session_id: str) -> dict[str, Any] | None:
         raw = self.read(lambda txn: txn.get(_session_key(session_id), db=self.dbs[b"progress"]))
@@ -587,6 +594,30 @@ def api_set_thread_state(store: Any, session_id: str, thread_id: str,
     log = turnlog_for(store)
     log.set_thread_state(session_id, thread_id, **state)
     return log.thread(session_id, thread_id, store).to_dict()
+
+
+def api_session_embedder(store: Any, session_id: str) -> str:
+    """The registered name of the embedder the session's turn log was derived with,
+    or "" (not derived yet, or derived with an embedder no longer registered).
+
+    A session's embedder is its own: Prolog uses it whenever a policy names none
+    (ctxrelay_assembly:request_policy/4), so a process whose default embedder
+    differs never fails the session's turns."""
+    from ctxrelay.text import embed
+    model_id = turnlog_for(store).model_id(session_id)
+    if model_id is None:
+        return ""
+    for name in embed.registered():
+        if name == "minilm":                  # its id is known without loading torch
+            if embed.MiniLMEmbedder.model_id == model_id and embed.minilm_available():
+                return name
+            continue
+        try:
+            if embed.get_embedder(name).model_id == model_id:
+                return name
+        except Exception:                     # a registered factory that cannot build here
+            continue
+    return ""
 
 
 def api_set_references(store: Any, session_id: str, turn_id: int, references: list,
