@@ -405,11 +405,15 @@ class TurnLog(LmdbStore):
         prog = self._progress(session_id) or {}
         upto = int(prog.get("derived_upto", 0))
         cache = self.__dict__.setdefault("_dense_cache", OrderedDict())
-        ids, rows, have = cache.get(session_id, (np.zeros(0, dtype=np.int64), None, 0))
+        # Keyed by the vector space too: a session re-derived with another embedder
+        # (here or by another process) must never be scored with the old vectors.
+        space = (session_id, prog.get("model_id"))
+        ids, rows, have = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0))
         # A process serving many sessions keeps the windows of the latest few
         # only: each holds up to _DENSE_WINDOW vectors (8 MB at 1,024 dims).
-        cache.pop(session_id, None)
-        cache[session_id] = (ids, rows, have)
+        for key in [k for k in cache if k[0] == session_id]:
+            del cache[key]
+        cache[space] = (ids, rows, have)
         while len(cache) > _DENSE_SESSIONS:
             cache.popitem(last=False)
         if have < upto:
@@ -421,7 +425,7 @@ class TurnLog(LmdbStore):
                 ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
                 rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
                 ids, rows = ids[-_DENSE_WINDOW:], rows[-_DENSE_WINDOW:]
-            cache[session_id] = (ids, rows, upto)
+            cache[space] = (ids, rows, upto)
         if rows is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
         return ids, rows
