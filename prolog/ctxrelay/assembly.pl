@@ -24,6 +24,8 @@
 :- use_module(utility).
 :- use_module(order).
 :- use_module(ledger).
+:- use_module(library(assoc)).
+:- use_module(shape).
 
 /** <module> Assembly: the bounded pack of one turn
 
@@ -121,11 +123,16 @@ assembly_(Request, Holder, Result) :-
     Available is Budget - Mandatory,
     blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
     TimeLimit = Policy.time_limit,
-    pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
-    Pack = pack(Selected, Cost, Utility, Optimality),
+    shape_slack(Policy, Slack),
+    history_room(Policy, Room),
+    PackBudget is max(Mandatory, Budget - Slack - Room),
+    pack(Units, Constraints, PackBudget, Pack, [time_limit(TimeLimit)]),
+    Pack = pack(Selected0, Cost0, Utility, Optimality),
     units_by_id(Cands, ById),
+    drop_idle_boundary(Cands, ById, Selected0, Cost0, Units, Selected, Cost),
     order_pack(Selected, Units, ById, Plan),
-    render(Cands, Plan, Rendered),
+    render(Cands, Plan, Rendered0),
+    shape_request(Policy, Cands, Rendered0, Rendered),
     ledger(Rendered, Policy, Cost, Ledger0),
     Ledger = Ledger0.put(tiers, Tiers),
     fail_closed(Ledger, Policy),
@@ -412,6 +419,7 @@ candidates(Request, Cands) :-
                   retrieval:Retrieval, warm:UseWarm,
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
+                  history_access:Policy.history_access,
                   message_turn_id:MessageTurn,
                   pending:Request.pending},
     py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
@@ -458,6 +466,69 @@ warm_store(Store, Policy, Warm) :-
 %   render(+Cands, +Plan, -Rendered)
 render(Cands, Plan, Rendered) :-
     py_api(py_call_plain('ctxrelay.retrieval.candidates':render(Cands.handle, Plan), Rendered)).
+
+%   drop_idle_boundary(+Cands, +ById, +Selected0, +Cost0, +Units, -Selected, -Cost)
+%
+%   The cold-history note is for turns the pack does not show: when the
+%   pack shows every earlier turn (recall brought the rest in), the note
+%   goes, and its tokens with it.
+drop_idle_boundary(Cands, ById, Selected0, Cost0, Units, Selected, Cost) :-
+    (   memberchk("boundary"-Variant, Selected0),
+        hidden_turns(Cands, ById, Selected0, 0)
+    ->  selectchk("boundary"-Variant, Selected0, Selected),
+        atom_string(VariantA, Variant),
+        memberchk(unit("boundary", Variants, _), Units),
+        memberchk(variant(VariantA, BCost, _), Variants),
+        Cost is Cost0 - BCost
+    ;   Selected = Selected0,
+        Cost = Cost0
+    ).
+
+%   shape_request(+Policy, +Cands, +Rendered0, -Rendered)
+%
+%   With alternation(strict) the request takes the shape strict chat
+%   templates accept (ctxrelay_shape:shape_plan/2); Rendered.shape says
+%   how many messages went in and out and what it cost, counted exactly.
+shape_request(Policy, Cands, Rendered0, Rendered) :-
+    (   Policy.alternation == strict
+    ->  Messages = Rendered0.messages,
+        maplist(message_shape_role, Messages, Roles),
+        shape_plan(Roles, ShapePlan),
+        py_api(py_call_plain('ctxrelay.retrieval.shape':shape_rendered(Cands.handle, Messages,
+                                                                      ShapePlan), Shaped)),
+        length(Messages, Before),
+        length(Shaped.messages, After),
+        Delta is Shaped.observed_total - Rendered0.observed_total,
+        Rendered = Rendered0.put(_{messages:Shaped.messages,
+                                   observed_total:Shaped.observed_total,
+                                   observed_exact:Shaped.observed_exact,
+                                   shape:shape{messages_before:Before, messages_after:After,
+                                               tokens:Delta}})
+    ;   Rendered = Rendered0
+    ).
+
+message_shape_role(M, Role) :-
+    atom_string(Role0, M.role),
+    (   Role0 == assistant, get_dict(tool_calls, M, Calls), Calls \== []
+    ->  Role = assistant_call
+    ;   Role = Role0
+    ).
+
+%!  history_room(+Policy, -Tokens) is det.
+%
+%   With history_access(tools) the caller runs a cold-history tool loop
+%   (the relay): the pack leaves a quarter of the input budget for what the
+%   tools bring back, so a round can add results and stay within the cap.
+history_room(Policy, Room) :-
+    (   Policy.history_access == tools -> Room is Policy.input_budget // 4 ; Room = 0 ).
+
+%!  shape_slack(+Policy, -Tokens) is det.
+%
+%   What the packer keeps free for the strict shape: framing an opening
+%   assistant message costs a few tokens (merging saves them: each merged
+%   message sheds its framing), and the request is counted again after.
+shape_slack(Policy, Slack) :-
+    (   Policy.alternation == strict -> Slack = 32 ; Slack = 0 ).
 
 		 /*******************************
 		 *          FAIL CLOSED         *

@@ -72,7 +72,8 @@ def _result(r: dict[str, Any]) -> TurnResult:
                     output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
                     host_only_tokens=lg["host_only"]["tokens"],
                     tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()},
-                    excerpts=[str(x) for x in lg.get("excerpts", [])])
+                    excerpts=[str(x) for x in lg.get("excerpts", [])],
+                    shape=dict(lg.get("shape") or {}))
     pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
                      utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
             for u in r["pack"]]

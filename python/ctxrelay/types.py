@@ -112,6 +112,9 @@ class Ledger:
     tiers: dict[str, dict[str, int]] = field(default_factory=dict)
     # Units packed as a bounded excerpt of a stored turn too long to show whole.
     excerpts: list[str] = field(default_factory=list)
+    # What alternation(strict) did: messages before and after, and the tokens
+    # it added (negative: merged messages share their framing).
+    shape: dict[str, int] = field(default_factory=dict)
 
     def stage(self, name: str) -> dict[str, Any] | None:
         return next((s for s in self.stages if s["name"] == name), None)

@@ -314,17 +314,31 @@ def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]
             f"({entry.freshness}, {rendered.action}); re-run the tool for current data]"), rendered.action
 
 
-def boundary_text(first: int, last: int, count: int, tokens: int) -> str:
-    return (
-        "[managed_cold_history_boundary] This conversation is longer than what is shown. "
-        f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
-        "guaranteed recent window; only some of them may appear below. The full original "
-        "transcript is kept and is authoritative: retrieve it before guessing about earlier "
-        "content, with bounded operations (turn ids are 1-based):\n"
-        'context(input(context), search("query"), Result).\n'
-        "context(input(context), slice(Start, Length), Result).\n"
-        "context(input(context), peek(item(Index)), Result)."
-    )
+#: How the boundary note tells the model to read cold history: through
+#: context/3 (a Prolog agent), through the relay's tools (an OpenAI client), or not
+#: at all (``none``: the caller offers no way to read it).
+_HISTORY_ACCESS = {
+    "context": ("with bounded operations (turn ids are 1-based):\n"
+                'context(input(context), search("query"), Result).\n'
+                "context(input(context), slice(Start, Length), Result).\n"
+                "context(input(context), peek(item(Index)), Result)."),
+    "tools": ("with the tools context_search (BM25 search of the whole transcript), "
+              "context_slice (turns Start.. in order) and context_peek (one turn, or a "
+              "part of a long one); turn ids are 1-based."),
+    "none": "",
+}
+
+
+def boundary_text(first: int, last: int, count: int, tokens: int,
+                  access: str = "context") -> str:
+    how = _HISTORY_ACCESS[access]
+    head = ("[managed_cold_history_boundary] This conversation is longer than what is shown. "
+            f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
+            "guaranteed recent window; only some of them may appear below.")
+    if not how:
+        return head
+    return (f"{head} The full original transcript is kept and is authoritative: retrieve it "
+            f"before guessing about earlier content, {how}")
 
 
 def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
@@ -408,7 +422,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         first, last = 1, tail_first - 1
         count = last - first + 1
         prefix_tokens = _range_tokens(store, session_id, first, last, history_end)
-        text = boundary_text(first, last, count, prefix_tokens)
+        text = boundary_text(first, last, count, prefix_tokens,
+                             str(options.get("history_access") or "context"))
         _add(units, Unit(id="boundary", kind="boundary", turn_ids=[],
                          variants={"verbatim": {"role": "system", "content": text}},
                          features={"omitted_first": first, "omitted_last": last,
@@ -581,6 +596,8 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
                                       scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
+    _pair_questions_and_answers(store, session_id, direct, window_start, history_end, units,
+                                groups, model, scratch)
     # Turns offered for another reason (the window, a resumed thread, the tool
     # pair of a candidate) carry their place in the ranking as relevance.
     score_of = dict(zip(ids, scores))
@@ -592,6 +609,40 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
             unit.features.setdefault("relevance", score)
     info["retrieved"] = count
     return info
+
+
+def _pair_questions_and_answers(store: TranscriptStore, session_id: str, recalled: set[str],
+                                window_start: int, history_end: int, units: dict[str, Unit],
+                                groups: list[list[str]], model: "str | tok.Tokenizer",
+                                scratch: Any) -> None:
+    """A recalled answer comes with its question and a recalled question with its
+    answer (packed together or not at all), so no pack shows a reply without what
+    it replies to."""
+    wanted: dict[str, int] = {}
+    for uid in recalled:
+        unit = units.get(uid)
+        if unit is None or unit.kind != "retrieved" or len(unit.turn_ids) != 1:
+            continue
+        tid, role = unit.turn_ids[0], unit.features.get("role")
+        partner = tid - 1 if role == "assistant" else tid + 1 if role == "user" else None
+        if partner is None or not 1 <= partner <= history_end:
+            continue
+        wanted[uid] = partner
+    missing = sorted({p for p in wanted.values()
+                      if f"t{p}" not in units and p < window_start})
+    loaded = {t.turn_id: t for t in store.turns(session_id, missing)} if missing else {}
+    for uid, partner in wanted.items():
+        pid = f"t{partner}"
+        role = units[uid].features.get("role")
+        if pid not in units:
+            turn = loaded.get(partner)
+            want = "user" if role == "assistant" else "assistant"
+            if turn is None or turn.role != want or _tool_call_ids(turn):
+                continue
+            _add_turn(units, store, turn, "retrieved", scratch, model, score=0.0)
+        elif units[pid].features.get("role") != ("user" if role == "assistant" else "assistant"):
+            continue
+        groups.append(sorted([uid, pid], key=lambda u: int(u[1:])))
 
 
 def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,

@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turn-bytes", type=_positive_int, default=DEFAULT_MAX_TURN_BYTES,
                    help="largest message stored as a turn, in UTF-8 bytes (default "
                         f"{DEFAULT_MAX_TURN_BYTES:,}); a larger one gets 413")
+    p.add_argument("--alternation", choices=["strict", "free"], default="strict",
+                   help="strict (default): every request has the shape strict chat templates "
+                        "accept (one system message, then user and assistant alternating); "
+                        "free: the pack's own order")
+    p.add_argument("--history-rounds", type=_positive_int, default=3,
+                   help="rounds of the cold-history tool loop per turn: the relay offers "
+                        "context_search/slice/peek when a pack hides turns and runs them "
+                        "itself (default 3; 0 turns the tools off)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="do not load the embedder at start-up")
     p.add_argument("--log-level", default="info",
@@ -61,7 +69,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
               if getattr(args, name) is not None}
     return ServerConfig(store=args.store, upstream=args.upstream, model=args.model,
                         api_key=args.api_key or None, timeout=args.timeout, policy=policy,
-                        warmup=args.warmup, max_turn_bytes=args.max_turn_bytes)
+                        warmup=args.warmup, max_turn_bytes=args.max_turn_bytes,
+                        alternation=args.alternation, history_rounds=args.history_rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,11 @@ class ServerConfig:
     policy: Mapping[str, int] = field(default_factory=dict)
     warmup: bool = True
     max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES
+    #: ``strict``: every request has the shape strict chat templates accept (one
+    #: system message, then user/assistant alternating; see ctxrelay_shape).
+    alternation: str = "strict"
+    #: Rounds of the cold-history tool loop per turn (0: the tools are not offered).
+    history_rounds: int = 3
 
     @property
     def max_body_bytes(self) -> int:
@@ -51,6 +56,9 @@ class ServerConfig:
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
             raise InvalidArgumentError(
                 f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.alternation not in ("strict", "free"):
+            raise InvalidArgumentError(
+                f"alternation must be 'strict' or 'free', got {self.alternation!r}")
         unknown = sorted(set(self.policy) - set(POLICY_FLAGS))
         if unknown:
             raise InvalidArgumentError(

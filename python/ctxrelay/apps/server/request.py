@@ -198,6 +198,10 @@ def parse_chat(body: Any, headers: Mapping[str, str], config: ServerConfig) -> C
 
 def policy_for(config: ServerConfig, chat: ChatRequest) -> dict[str, Any]:
     policy: dict[str, Any] = dict(config.policy)
+    policy["alternation"] = config.alternation
+    # The boundary note names what the model can call: the history tools, when offered.
+    policy["history_access"] = "tools" if config.history_rounds > 0 and not config.is_echo \
+        else "none"
     if chat.output_reserve is not None:
         policy["output_reserve"] = chat.output_reserve
     if chat.model is not None:
