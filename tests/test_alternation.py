@@ -32,7 +32,7 @@ def _turn_ids(result):
                                    "which setting for dns caching?",
                                    "remind me of case 17"])
 def test_a_recalled_turn_comes_with_its_question_or_answer(rt, query):
-    r = rt.assemble("s", query, **POLICY)
+    r = rt.assemble("s", query, alternation="strict", **POLICY)
     recalled = _turn_ids(r)
     assert recalled, "recall offered nothing"
     for tid in recalled:

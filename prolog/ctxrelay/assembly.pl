@@ -405,6 +405,7 @@ candidates(Request, Cands) :-
     RetrieveTokens is round(Oversupply * Policy.input_budget),
     excerpt_limits(Policy.input_budget, ExcerptAbove, ExcerptTokens),
     turn_preview_chars(PreviewChars),
+    (   pair_recalled_turns(Policy) -> PairTurns = @true ; PairTurns = @false ),
     py_bool(Policy.retrieval, Retrieval),
     py_bool(Policy.warm, UseWarm),
     py_bool(Policy.threads, Threads),
@@ -420,6 +421,7 @@ candidates(Request, Cands) :-
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
                   history_access:Policy.history_access,
+                  pair_turns:PairTurns,
                   message_turn_id:MessageTurn,
                   pending:Request.pending},
     py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
@@ -445,6 +447,17 @@ tail_first(HistoryEnd, Policy, TailFirst) :-
 excerpt_limits(Budget, Above, Tokens) :-
     Above is max(512, Budget // 4),
     Tokens is min(1024, Above // 2).
+
+%!  pair_recalled_turns(+Policy) is semidet.
+%
+%   A recalled answer comes with its question and a recalled question with
+%   its answer (together or not at all) when the request must have the
+%   strict shape: there, a reply without its question reads as a turn of
+%   the conversation out of place.  Off otherwise: at a fixed budget the
+%   partners cost what other recalled evidence would use (LoCoMo evidence
+%   recall 0.859 -> 0.787 at 2,048 tokens with pairing always on).
+pair_recalled_turns(Policy) :-
+    Policy.alternation == strict.
 
 %!  turn_preview_chars(-N) is det.
 %

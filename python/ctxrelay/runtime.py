@@ -139,6 +139,21 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
                                    "dicts, lists, strings and numbers") from None
 
 
+#: The caller's names of the goals' variables, for error messages.
+_ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
+                   "Q": "query", "OpText": "operation", "Sum": "summary"}
+
+
+def _check_session_id(session_id: Any) -> None:
+    """A session id is a str: anything else (a list of characters, bytes) would be
+    read as text by Prolog and name another session."""
+    if not isinstance(session_id, str):
+        from ctxrelay.errors import InvalidSessionIdError
+        raise InvalidSessionIdError(
+            f"session_id must be a str, not {type(session_id).__name__}; pass the "
+            "session's id as text")
+
+
 def _text_or_none(name: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -193,12 +208,14 @@ class Runtime:
               **bindings: Any) -> dict[str, Any]:
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if "S" in bindings:
+            _check_session_id(bindings["S"])
         if opts is not None:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
         _check_encodable(bindings)
-        return _prolog.once(goal, {"St": self._store, **bindings})
+        return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
     def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
@@ -365,6 +382,7 @@ class Runtime:
     def packs(self, session_id: str, message: str, *, limit: int | None = None,
               **policy: Any):
         """Iterate over alternative packs, best first (non-increasing utility)."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
@@ -406,6 +424,7 @@ class Runtime:
 
     def derived(self, session_id: str, turn_id: int) -> dict[str, Any] | None:
         """A turn's derived fields, or None if it has not been derived yet."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
@@ -543,6 +562,7 @@ class Runtime:
 
     def recent(self, session_id: str, n: int) -> list[Turn]:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         # as(python): the Turn list crosses janus as one reference, not n dicts.
@@ -567,6 +587,8 @@ class Runtime:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")
+        if session_id is not None:
+            _check_session_id(session_id)
         names = [access or "search"] if not isinstance(access, list) else access
         terms = []
         for name in names:

@@ -412,7 +412,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
                                    int(options.get("max_retrieved", 200)),
-                                   units, groups, counter, scratch, dense, embedder)
+                                   units, groups, counter, scratch, dense, embedder,
+                                   pair=bool(options.get("pair_turns", False)))
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
@@ -546,7 +547,8 @@ def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
               history_end: int, retrieve_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
-              scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
+              scratch: Any = None, dense: Any = None, embedder: Any = None,
+              pair: bool = False) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
     get their relevance as a feature; older ones become ``retrieved``
@@ -596,8 +598,9 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
                                       scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
-    _pair_questions_and_answers(store, session_id, direct, window_start, history_end, units,
-                                groups, model, scratch)
+    if pair:
+        _pair_questions_and_answers(store, session_id, direct, window_start, history_end,
+                                    units, groups, model, scratch)
     # Turns offered for another reason (the window, a resumed thread, the tool
     # pair of a candidate) carry their place in the ranking as relevance.
     score_of = dict(zip(ids, scores))

@@ -740,8 +740,8 @@ class TranscriptStore:
         session = self._find_session(txn, session_id)
         if session is None:
             raise UnknownSessionError(
-                f"no session {session_id!r} in {self._path}; create it with "
-                "create_session() or pick one from sessions()")
+                f"no session {session_id!r} in {self._path}; create the session first, "
+                "or name one of the store's sessions")
         return session
 
     def _info_txn(self, txn: Any, session_id: str) -> SessionInfo:

@@ -194,7 +194,7 @@ class TurnLog(LmdbStore):
         """Derive fields for the turns added since the last sync; returns how many."""
         if not transcript.has_session(session_id):
             raise UnknownSessionError(
-                f"no session {session_id!r}; create it (create_session) before deriving its turn log")
+                f"no session {session_id!r}; create the session before deriving its turn log")
         state = self._progress(session_id)
         if state and state.get("model_id") != embedder.model_id:
             raise InvalidArgumentError(
@@ -522,7 +522,7 @@ class TurnLog(LmdbStore):
             raw = txn.get(key, db=self.dbs[b"derived"])
             if raw is None:
                 raise InvalidArgumentError(
-                    f"turn {turn_id} of {session_id!r} has no derived fields yet; sync() first")
+                    f"turn {turn_id} of {session_id!r} has no derived fields yet; derive the session first")
             rec = json.loads(raw)
             rec["references"] = sorted({int(r) for r in references})
             txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
