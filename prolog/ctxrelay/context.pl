@@ -9,6 +9,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> Cold history: bounded, lazy access to the whole transcript
@@ -78,7 +79,7 @@ context(Source, Operation, Result) :-
     context(Source, Operation, Result, []).
 
 context(Source, Operation, Result, Options) :-
-    must_be(list, Options),
+    check_options(context/4, 4, Options),
     source_store_session(Source, Options, Store, Session),
     must_be(nonvar, Operation),
     context_(Operation, Store, Session, Result, Options).

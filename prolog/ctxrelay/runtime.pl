@@ -10,6 +10,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 :- use_module(policy).
 :- use_module(assembly).
@@ -275,6 +276,7 @@ state_fields(replay(UT, AT, Reply), [state-replay, user_turn-UT, assistant_turn-
 %   Result is Turn without `commit`, plus reply, user_turn,
 %   assistant_turn, promotions, provider and usage.
 turn_commit(Turn, Reply0, Result, Options) :-
+    check_options(turn_commit/4, 4, Options),
     must_be(dict, Turn),
     (   get_dict(commit, Turn, C) -> true ; domain_error(prepared_turn, Turn) ),
     option(info(Info), Options, _{}),

@@ -28,6 +28,7 @@
 :- use_module(library(option)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 
 /** <module> The durable transcript, seen from Prolog
 
@@ -74,6 +75,7 @@ store_open(Dir, Store) :-
     store_open(Dir, Store, []).
 
 store_open(Dir, Store, Options) :-
+    check_options(store_open/3, 3, Options),
     must_be(text, Dir),
     option(map_size(MapSize), Options, 0),
     must_be(nonneg, MapSize),
@@ -144,6 +146,7 @@ session_string(Session, String) :-
 %   Create Session.  Options: metadata(Dict) (a JSON object).
 %   @error ctxrelay(session_exists, Msg), ctxrelay(invalid_session_id, Msg)
 session_create(Store0, Session, Options) :-
+    check_options(session_create/3, 3, Options),
     resolve_store(Store0, Store),
     session_string(Session, S),
     option(metadata(Meta), Options, @none),
@@ -192,6 +195,7 @@ turn_append(Store, Session, Message, TurnId) :-
     turn_append(Store, Session, Message, TurnId, []).
 
 turn_append(Store0, Session, Message, TurnId, Options) :-
+    check_options(turn_append/5, 5, Options),
     resolve_store(Store0, Store),
     session_string(Session, S),
     message_parts(Message, Role, Content, Extra0),
@@ -313,6 +317,7 @@ transcript_search(Store, Session, Query, Hits) :-
     transcript_search(Store, Session, Query, Hits, []).
 
 transcript_search(Store0, Session, Query, Hits, Options) :-
+    check_options(transcript_search/5, 5, Options),
     resolve_store(Store0, Store),
     session_string(Session, S),
     must_be(text, Query),
@@ -335,6 +340,7 @@ transcript_export(Store0, Session, Text) :-
 %   Import JSON Lines text or file(Path) written by transcript_export/3
 %   into a new session.  Options: session(Id) renames it.
 transcript_import(Store0, Source, Session, Options) :-
+    check_options(transcript_import/4, 4, Options),
     resolve_store(Store0, Store),
     must_be(nonvar, Source),
     (   Source = file(Path)

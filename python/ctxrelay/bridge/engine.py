@@ -88,6 +88,10 @@ def translate(exc: janus.PrologError,
         said = info.get("said")
         if isinstance(said, str) and said:
             return cls(said)             # an error raised in Python keeps its own message
+        if info.get("what") == "option":
+            return errors.InvalidArgumentError(
+                f"unknown option {info.get('culprit')}; see the predicate's documentation for "
+                "the options it takes")
         if info.get("what") == "session":
             return cls(f"no session {info.get('culprit')!r}; create it first with "
                        "create_session() (or pass create_session=True to prepare_turn())")
