@@ -172,6 +172,7 @@ culprit_value(@(none), @(none)) :- !.
 culprit_value(@(true), @(true)) :- !.
 culprit_value(@(false), @(false)) :- !.
 culprit_value(V, D) :- is_dict(V), !, dict_pairs(V, _, Ps), dict_pairs(D, py, Ps).
+culprit_value(V, S) :- atom(V), !, atom_string(V, S).
 culprit_value(V, S) :- term_string(V, S).
 
 culprit_string(Culprit, String) :-

@@ -81,6 +81,9 @@ def exception(info: dict[str, Any],
     where = f"{name}: " if name else ""
     if kind == "type_error":
         wanted = _PY_TYPES.get(expected, expected.replace("_", " "))
+        if expected.startswith("oneof([") and expected.endswith("])"):
+            names = [n.strip().strip("'") for n in expected[7:-2].split(",")]
+            wanted = "one of " + ", ".join(names)
         text = f"{where}expected {wanted}, got {_shown(culprit)}"
     else:
         text = _domain_message(expected, culprit, said) or \
