@@ -81,7 +81,7 @@ def _result(r: dict[str, Any]) -> TurnResult:
     status["optimality"] = str(status["optimality"])
     return TurnResult(messages=messages, ledger=ledger,
                       headers={str(k): v for k, v in r["headers"].items()}, pack=pack,
-                      utility=float(r["utility"]) / 1000, status=status,
+                      utility=float(r["utility"]), status=status,
                       reply=r.get("reply"), user_turn=r.get("user_turn"),
                       assistant_turn=r.get("assistant_turn"))
 
@@ -111,6 +111,42 @@ def _json_metadata(metadata: Any) -> Any:
     import json
     from ctxrelay.storage.lmdb.transcript import _normalise_metadata
     return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
+
+
+_TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".json", ".jsonl", ".csv", ".log",
+                  ".html", ".htm", ".xml", ".yaml", ".yml", ".pl", ".py")
+
+
+def _ingest_sources(paths_or_texts: Any) -> list[dict[str, str]]:
+    """What ``ingest`` reads: a path (an ``os.PathLike``, or a str that names a file
+    or looks like a path: no line break, a path separator or a text-file suffix),
+    else text.  A path that does not exist is an error, not a fact."""
+    if paths_or_texts is None:
+        raise InvalidArgumentError("ingest needs a path, a text, or a list of them; got None")
+    items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) \
+        else list(paths_or_texts) if isinstance(paths_or_texts, (list, tuple)) else None
+    if items is None:
+        raise InvalidArgumentError(
+            f"ingest takes a path, a text, or a list of them, not "
+            f"{type(paths_or_texts).__name__}")
+    sources = []
+    for item in items:
+        if isinstance(item, os.PathLike) or (
+                isinstance(item, str) and "\n" not in item and len(item) < 4096
+                and (os.path.exists(item) or os.sep in item
+                     or item.lower().endswith(_TEXT_SUFFIXES))):
+            path = os.fspath(item)
+            if not os.path.exists(path):
+                raise InvalidArgumentError(
+                    f"no file or directory {path!r} to ingest; check the path, or pass the "
+                    "text itself (text with a line break, or without a path's shape)")
+            sources.append({"path": path})
+        elif isinstance(item, str):
+            sources.append({"text": item})
+        else:
+            raise InvalidArgumentError(
+                f"ingest items are paths or texts, not {type(item).__name__}")
+    return sources
 
 
 def _turn_input(message: Any) -> Any:
@@ -540,9 +576,7 @@ class Runtime:
     def ingest(self, paths_or_texts: Any, *, namespace: str | None = None,
                source_type: str | None = None, progress: bool | None = None) -> dict[str, Any]:
         """Chunk documents (paths, directories or texts) into facts; a progress bar on a TTY."""
-        items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) else list(paths_or_texts)
-        sources = [{"path": os.fspath(i)} if isinstance(i, os.PathLike) else {"text": str(i)}
-                   for i in items]
+        sources = _ingest_sources(paths_or_texts)
         opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
                                     ("progress", progress)) if v is not None]
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
