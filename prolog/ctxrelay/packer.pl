@@ -4,8 +4,10 @@
             pack_best/4,            % +Units, +Constraints, +Budget, -Pack
             pack_best/5,            % +Units, +Constraints, +Budget, -Pack, +Options
             pack_greedy/4,          % +Units, +Constraints, +Budget, -Pack
-            pack_constraints/6      % +Units, +Constraints, +Budget,
+            pack_constraints/6,     % +Units, +Constraints, +Budget,
                                     % -Vars, -Cost, -Utility
+            pack_constraints/7      % +Units, +Constraints, +Budget,
+                                    % -Vars, -Cost, -Utility, +Options
           ]).
 :- use_module(library(apply)).
 :- use_module(library(lists)).
@@ -16,13 +18,14 @@
 :- use_module(packer/structure).
 :- use_module(packer/greedy).
 :- use_module(packer/alternatives).
+:- use_module(packer/checks).
 :- use_module(packer/diagnosis).
 :- use_module(packer/messages).
 
-/** <module> Token-budget packer: a multiple-choice knapsack
+/** <module> Token-budget packer: CLP(FD) model, exact search
 
 Context units compete for a token budget; the packer picks the admissible
-set of highest utility.
+set of highest utility, and on backtracking the next ones.
 
 A *unit* is `unit(Id, Variants, Props)`:
 
@@ -32,16 +35,25 @@ A *unit* is `unit(Id, Variants, Props)`:
     multiplies float utilities by 1000); at most one variant of a unit is
     packed;
   - Props is a list; `mandatory(true)` makes the unit compulsory (exactly
-    one of its variants is packed); `kind(K)` and any other property are
-    ignored here.
+    one of its variants is packed).  The other properties (`kind(K)`,
+    `tier(T)`, `thread(T)`, anything) are what users' constraints select
+    units by.
 
-*Constraints* is a list of
+*Constraints* is a list of structural constraints
 
   - together(Ids): all of Ids are packed or none is (a tool call and its
     result);
   - at_most_one(Ids): at most one of Ids is packed;
   - excludes(A, B): not both A and B (a warm artifact and a turn it covers);
-  - requires(A, B): A packed implies B packed.
+  - requires(A, B): A packed implies B packed;
+
+and of users' constraints, `constraint(C)`: a CLP(FD) relation over
+per-unit variables and aggregates, such as
+`constraint(tokens(kind(tool_output)) #=< 300)` or
+`constraint(count(tier(p)) #>= 2)`, or `constraint(Goal)` where Goal is
+called with the model (ctxrelay_packer_user has the vocabulary,
+docs/packer.md the details).  Text (a string, or a Python str) is read as
+a Prolog term.
 
 A *pack* is `pack(Selected, Cost, Utility, Status)`: Selected is a list of
 `Id-VariantName` in the order of the units, Status is `optimal` or `gap(G)`
@@ -53,43 +65,48 @@ arrives as `-(Name, A1, ...)` and is read as `Name(A1, ...)` wherever a
 unit, variant, property, constraint or option is expected, and `@true` /
 `@false` are read as `true` / `false`.
 
-The model is pack_constraints/6, plain CLP(FD), posted without search so
-that its propagation can be tested alone; the tests check every pack
-against it. pack/5 solves the same model compiled for speed (posting the
-CLP(FD) model of 300 units alone takes longer than the whole solve, see
-docs/packer.md):
+*What is modelled and what searches it.*  The model is
+pack_constraints/7, plain CLP(FD) over 0/1 variables (one per unit, one
+per variant), users' constraints included, posted without search so that
+its propagation can be tested alone; the tests check every pack against
+it.  pack/5 does not label it (labelling takes seconds at 25 units): it
+solves the same model compiled into an exact multiple-choice knapsack
+(docs/packer.md):
 
   1. unit propagation of the structural constraints over the groups of
      together/1 units puts the mandatory closure in and what it excludes
-     out; the greedy pack (pack_greedy/4) is the first incumbent;
-  2. each connected component of the remaining links (requires/2,
-     excludes/2, at_most_one/1) becomes one class of a multiple-choice
-     knapsack (MCKP); its options are the Pareto set (cost, utility) of
-     the component's admissible selections, found by a dynamic program
-     over the component whose states carry the in/out status of its
-     frontier. The MCKP is exact: no constraint links two classes;
-  3. the LP relaxation of the MCKP (Dantzig over the upper convex hull of
-     every class) gives the bound and the multiplier at the critical
-     slope;
-  4. windows [T, UB] are searched from the top: the Lagrangian bound at
-     that multiplier removes every option that cannot reach T (reduction
-     fixing), and a dynamic program over the few classes left keeps
-     Pareto states whose utility plus the LP bound of the classes still
-     to come reaches max(T, incumbent+1) — the bound as a constraint on
-     the objective. The first window holding a pack holds the optimum;
-  5. alternatives come from Lawler-Murty partitioning of the space left.
+     out;
+  2. each connected component of the remaining structural links becomes
+     one class whose options are the Pareto set of its admissible
+     selections (no constraint links two classes);
+  3. the LP relaxation of the classes (Dantzig) bounds the utility; users'
+     linear constraints are relaxed into it with Lagrange multipliers;
+  4. windows [T, UB] are searched from the bound down, each with the
+     reduction (options that cannot reach T are dropped) and a dynamic
+     program over the few classes left, whose states must still reach
+     the threshold and, under users' rows, still be able to meet them;
+  5. alternatives come from Lawler-Murty partitioning of the space left;
+     users' constraints that are not linear (`#\=`, disjunctions,
+     implications, goals) are checked on each pack of that enumeration,
+     so the first pack that passes is the optimum of the whole model.
 */
 
 :- predicate_options(pack/5, 5,
                      [ time_limit(number),
-                       max_alternatives(nonneg)
+                       max_alternatives(nonneg),
+                       context(dict)
                      ]).
 :- predicate_options(pack_best/5, 5,
                      [ pass_to(pack/5, 5)
                      ]).
+:- predicate_options(pack_constraints/7, 7,
+                     [ context(dict)
+                     ]).
 
 %!  pack_constraints(+Units, +Constraints, +Budget, -Vars, -Cost, -Utility)
 %!      is semidet.
+%!  pack_constraints(+Units, +Constraints, +Budget, -Vars, -Cost, -Utility,
+%!                   +Options) is semidet.
 %
 %   The core relation: posts the CLP(FD) model of the packing problem and
 %   does no search. Vars is a list of `choice(Id, In, Bs)` in the order
@@ -101,6 +118,14 @@ docs/packer.md):
 %   extra cost of the chosen variant" so that the mandatory part raises
 %   its lower bound at once.
 %
+%   Users' constraints are posted too: a linear relation as a scalar
+%   product over the variant variables (count(S) sums the In of the
+%   selected units, tokens(S) their costs, ...), any other relation as a
+%   reified CLP(FD) formula, and `constraint(Goal)` calls Goal with the
+%   model dict of ctxrelay_packer_checks (units, tokens: Cost, utility:
+%   Utility, budget, context).  The only option is context(Dict), the
+%   dict that if(Condition, C) constraints read (default `_{}`).
+%
 %   Fails when propagation alone shows the model unsatisfiable (e.g. a
 %   mandatory unit whose cheapest variant exceeds the budget).
 %
@@ -111,74 +136,95 @@ docs/packer.md):
 %   @error domain_error(non_empty_list, []) for a unit without variants,
 %          domain_error(unique_variant_name, Name),
 %          domain_error(unique_unit_id, Id),
-%          domain_error(pack_constraint, C) for an unknown constraint,
-%          domain_error(known_unit_id, Id) for an id in a constraint that
-%          names no unit.
+%          domain_error(pack_constraint, C) for an unknown or malformed
+%          constraint (a user constraint is named whole, with the reason
+%          in the error's context), domain_error(known_unit_id, Id) for
+%          an id in a structural constraint that names no unit.
 
 pack_constraints(Units, Constraints, Budget, Vars, Cost, Utility) :-
-    check_problem(Units, Constraints, Budget, Problem),
-    Problem = prob(_N, Ids, Us, Cs, _),
+    pack_constraints(Units, Constraints, Budget, Vars, Cost, Utility, []).
+
+pack_constraints(Units, Constraints, Budget, Vars, Cost, Utility, Options) :-
+    check_options(Options, _, _, Context),
+    check_problem(Units, Constraints, Budget, Context, Problem),
+    Problem = prob(_N, Ids, Us, Cs, _, _),
     Ids =.. [_|IdList],
     Us =.. [_|UList],
     maplist([Id, u(Vs, M), cu(Id, Vs, M)]>>true, IdList, UList, CUs),
-    post_model(CUs, Cs, Budget, Vars, Cost, Utility).
+    post_model(CUs, Cs, Budget, Vars, Cost, Utility),
+    post_user(Problem, Vars, Cost-Utility, _).
 
 %!  pack(+Units, +Constraints, +Budget, -Pack) is nondet.
 %!  pack(+Units, +Constraints, +Budget, -Pack, +Options) is nondet.
 %
 %   Pack is the admissible pack of highest utility; on backtracking the
 %   next alternatives follow in non-increasing utility, each a different
-%   selection. Fails when nothing is admissible (the mandatory part does
-%   not fit, or the constraints contradict the mandatory units).
-%   Options:
+%   selection and each satisfying every constraint, users' ones included.
+%   Fails when nothing is admissible (the mandatory part does not fit, or
+%   the constraints contradict the mandatory units).  Options:
 %
 %     - time_limit(+Seconds)
 %       Wall-clock limit for finding each pack (default `inf`). When it
 %       stops the search the best pack found so far is returned, never
-%       worse than the greedy pack for the first one, with Status
-%       `gap(G)`. When it stops the search for an alternative before any
-%       is found, the enumeration ends.
+%       worse than the greedy pack for the first one when there are no
+%       users' constraints, with Status `gap(G)`; a pack found under a
+%       cut search is not followed by alternatives. When it stops the
+%       search for an alternative before any is found, the enumeration
+%       ends.  When it stops the search for the first pack before any
+%       pack satisfying users' constraints is found, the error below.
 %     - max_alternatives(+N)
 %       At most N packs after the best one (default `inf`);
 %       `max_alternatives(0)` yields the best pack only.
+%     - context(+Dict)
+%       What if(Condition, C) constraints test, e.g.
+%       `_{intent:drill_down}` (assemble/4 passes the turn's intent, mode
+%       and thread); also `Model.context` for goals.  Default `_{}`.
 %
 %   Alternatives are found by Lawler-Murty partitioning: once a pack is
 %   yielded, the rest of its subproblem is split into disjoint
 %   subproblems (the units before the i-th fixed as in the pack, the i-th
 %   taking any other option), kept in a priority queue under a cheap
-%   upper bound and solved exactly only when they reach the top. A pack
-%   whose search was cut by the time limit is not followed by
-%   alternatives (their order could not be guaranteed). See
+%   upper bound and solved exactly only when they reach the top.  See
 %   docs/packer.md for the cost.
 %
-%   @error As pack_constraints/6, and type_error/domain_error for bad
-%   option values.
+%   @error As pack_constraints/7; domain_error(pack_option, O) for an
+%          unknown option, type_error/domain_error for bad option values.
+%   @error error(ctxrelay(pack_time_limit, _{time_limit:T, bound:B}), _)
+%          when the time limit stops the search before any pack that
+%          satisfies the users' constraints is found.
 
 pack(Units, Constraints, Budget, Pack) :-
     pack(Units, Constraints, Budget, Pack, []).
 
 pack(Units, Constraints, Budget, Pack, Options) :-
-    check_problem(Units, Constraints, Budget, Problem),
-    check_options(Options, TimeLimit, MaxAlt),
+    check_options(Options, TimeLimit, MaxAlt, Context),
+    check_problem(Units, Constraints, Budget, Context, Problem),
     prepare(Problem, Prep),
     Prep = prep(consistent, _, _, _),
-    first_solution(Prep, TimeLimit, First),
-    enumerate(Prep, TimeLimit, MaxAlt, First, Sol),
+    solutions(Prep, TimeLimit, MaxAlt, Sol),
     sol_pack(Prep, Sol, Pack).
 
 %!  pack_best(+Units, +Constraints, +Budget, -Pack) is det.
 %!  pack_best(+Units, +Constraints, +Budget, -Pack, +Options) is det.
 %
-%   The first pack of pack/5, or an error when nothing is admissible.
-%   Only the time_limit/1 option is relevant.
+%   The first pack of pack/5, or an error that says why there is none.
+%   The options are those of pack/5 (max_alternatives/1 is irrelevant).
 %
 %   @error error(ctxrelay(context_overflow, _{mandatory_cost:MC,
 %          budget:B}), _) when the cheapest admissible fill of the
 %          mandatory units (respecting together/1 and requires/2) costs
 %          MC > B tokens.
-%   @error error(ctxrelay(inconsistent_constraints, _{unit:Id}), _) when
-%          the mandatory unit Id cannot be packed at any budget (e.g. two
-%          mandatory units exclude each other).
+%   @error error(ctxrelay(inconsistent_constraints, _{unit:Id,
+%          constraints:Cs}), _) when the mandatory unit Id cannot be
+%          packed at any budget; Cs is a minimal set of the structural
+%          constraints that excludes it (e.g. excludes(a, b) between two
+%          mandatory units).
+%   @error error(ctxrelay(inconsistent_constraints, _{constraints:Cs,
+%          mandatory:Ids}), _) when no pack satisfies the users'
+%          constraints Cs (a minimal conflicting set) with the mandatory
+%          units; Ids are the mandatory units they select.  The dict also
+%          has `budget:B` when the conflict takes the budget (the
+%          constraints could be met with more tokens).
 %   @error As pack/5.
 
 :- det(pack_best/4).
@@ -188,13 +234,13 @@ pack_best(Units, Constraints, Budget, Pack) :-
     pack_best(Units, Constraints, Budget, Pack, []).
 
 pack_best(Units, Constraints, Budget, Pack, Options) :-
-    check_problem(Units, Constraints, Budget, Problem),
-    check_options(Options, TimeLimit, _),
+    check_options(Options, TimeLimit, _, Context),
+    check_problem(Units, Constraints, Budget, Context, Problem),
     prepare(Problem, Prep),
     (   Prep = prep(consistent, _, _, _),
-        first_solution(Prep, TimeLimit, Sol-_)
+        once(solutions(Prep, TimeLimit, 0, Sol))
     ->  sol_pack(Prep, Sol, Pack)
-    ;   no_pack_error(Prep)
+    ;   no_pack_error(Prep, Units, Constraints, Options, Budget)
     ).
 
 %!  pack_greedy(+Units, +Constraints, +Budget, -Pack) is semidet.
@@ -202,20 +248,27 @@ pack_best(Units, Constraints, Budget, Pack, Options) :-
 %   The greedy pack: the mandatory units (and what they require) at their
 %   cheapest variants, then inclusions and variant upgrades by decreasing
 %   utility density (over the convex hull of the variants of each
-%   together/1 group) while they fit and respect the constraints. Status
-%   is `gap(G)` with G the distance to the LP bound of the relaxation
-%   that keeps together/1 but drops excludes/2, at_most_one/1 and
-%   requires/2, or `optimal` when G is 0. pack/5 never returns less.
-%   Fails when nothing is admissible.
+%   together/1 group) while they fit and respect the structural
+%   constraints. Status is `gap(G)` with G the distance to the LP bound
+%   of the relaxation that keeps together/1 but drops excludes/2,
+%   at_most_one/1, requires/2 and users' constraints, or `optimal` when
+%   G is 0. pack/5 never returns less.  Fails when nothing is admissible,
+%   and when the greedy pack does not satisfy the users' constraints (the
+%   greedy does not look at them while it fills).
 %
 %   @error As pack_constraints/6.
 
 pack_greedy(Units, Constraints, Budget, Pack) :-
-    check_problem(Units, Constraints, Budget, Problem),
+    check_problem(Units, Constraints, Budget, _{}, Problem),
     prepare(Problem, Prep),
     Prep = prep(consistent, P, X, St),
     initial_allowed(P, Allowed),
     greedy_groups(P, X, St, Allowed, Key, Cost, Util),
+    (   P = prob(_, _, _, _, _, none)
+    ->  true
+    ;   side_model(P, Side),
+        pack_passes(P, Side, Key)
+    ),
     lp_bound(X, St, Allowed, Budget, Bound, _, _),
     gap_status(Bound, Util, Status),
     sol_pack(Prep, sol(Key, Cost, Util, Status, _), Pack).
@@ -227,7 +280,7 @@ pack_greedy(Units, Constraints, Budget, Pack) :-
 
 sol_pack(prep(_, P, _, _), sol(Key, Cost, Util, Status, _),
          pack(Selected, Cost, Util, Status)) :-
-    P = prob(_, Ids, Us, _, _),
+    P = prob(_, Ids, Us, _, _, _),
     selected(Key, Ids, Us, Selected).
 
 selected([], _, _, []).

@@ -1,6 +1,5 @@
 :- module(ctxrelay_packer_alternatives,
-          [ first_solution/3,       % +Prep, +TimeLimit, -Sol
-            enumerate/5             % +Prep, +TimeLimit, +MaxAlt, +First, -Sol
+          [ solutions/4             % +Prep, +TimeLimit, +MaxAlt, -Sol
           ]).
 :- use_module(library(apply)).
 :- use_module(library(heaps)).
@@ -10,6 +9,8 @@
 :- use_module(structure).
 :- use_module(classes, [classes_of/8]).
 :- use_module(search).
+:- use_module(rows, [rclasses_of/9, rclass_best/5]).
+:- use_module(checks, [side_model/2, pack_passes/3, side_admits/2, key_decisions/3]).
 
 /** <module> The best pack and the alternatives, in non-increasing utility
 
@@ -20,18 +21,54 @@ top.
 */
 
                  /*******************************
-                 *          ENUMERATION         *
+                 *          SOLUTIONS           *
                  *******************************/
 
-%   first_solution(+Prep, +TimeLimit, -Sol) is semidet.
+%!  solutions(+Prep, +TimeLimit, +MaxAlt, -Sol) is nondet.
+%
+%   The packs of the consistent prepared problem Prep, best first, as
+%   sol(Key, Cost, Util, Status, Enum) terms; at most MaxAlt after the
+%   best.  Fails when there is none.  Packs that satisfy the rows but
+%   not the users' checks or goals are skipped: the first that passes is
+%   the optimum of the whole model, as the enumeration is in
+%   non-increasing utility.
+%
+%   @error error(ctxrelay(pack_time_limit, Details), _) when the time
+%          limit stops the search before any pack satisfying the user
+%          constraints is found.
 
-first_solution(Prep, TimeLimit, Sol) :-
-    Prep = prep(_, P, _, _),
+solutions(Prep, TimeLimit, MaxAlt, Sol) :-
+    Prep = prep(consistent, P, _, _),
+    P = prob(_, _, _, _, _, User),
+    (   User \== none
+    ->  get_dict(unsat, User, []),
+        side_model(P, Side)
+    ;   Side = none
+    ),
     initial_restrictions(P, Restr),
     deadline(TimeLimit, Deadline),
-    solve(Prep, Restr, Deadline, Result),
-    Result = sol(_, _, _, _, _),
-    Sol = Result-Restr.
+    solve(Prep, Restr, none, Deadline, Result),
+    (   Side == none
+    ->  first_result(Result, TimeLimit),
+        enumerate(Prep, TimeLimit, MaxAlt, Result-Restr, Sol)
+    ;   checked(Result, Restr, Prep, Side, TimeLimit, Deadline, MaxAlt, Sol)
+    ).
+
+first_result(Result, TimeLimit) :-
+    (   Result = sol(_, _, _, _, _)
+    ->  true
+    ;   Result = unknown(UB)
+    ->  time_limit_error(TimeLimit, UB)
+    ;   fail
+    ).
+
+time_limit_error(TimeLimit, UB) :-
+    throw(error(ctxrelay(pack_time_limit, _{time_limit:TimeLimit, bound:UB}), _)).
+
+
+                 /*******************************
+                 *          ENUMERATION         *
+                 *******************************/
 
 %   enumerate(+Prep, +TimeLimit, +MaxAlt, +First, -Sol) is nondet.
 %
@@ -61,7 +98,8 @@ enum_yield(Sol0, R0, Prep, TimeLimit, Left, H0, Sol) :-
     ;   Left \== 0,
         children(Prep, Sol0, R0, H0, H1),
         deadline(TimeLimit, Deadline),
-        next_solved(H1, Prep, Deadline, Sol1, R1, H2),
+        sol_lag(Sol0, Lag),
+        next_solved(H1, Prep, Lag, Deadline, Sol1, R1, H2),
         (   Left == inf
         ->  Left1 = inf
         ;   Left1 is Left-1
@@ -69,12 +107,14 @@ enum_yield(Sol0, R0, Prep, TimeLimit, Left, H0, Sol) :-
         enum_yield(Sol1, R1, Prep, TimeLimit, Left1, H2, Sol)
     ).
 
-next_solved(H0, Prep, Deadline, Sol, R, H) :-
+sol_lag(sol(_, _, _, _, enum(_, _, _, Lag)), Lag).
+
+next_solved(H0, Prep, Lag, Deadline, Sol, R, H) :-
     get_from_heap(H0, _, Entry, H1),
     (   Entry = solved(Sol, R)
     ->  H = H1
     ;   Entry = open(R0),
-        solve(Prep, R0, Deadline, Result),
+        solve(Prep, R0, Lag, Deadline, Result),
         (   Result = sol(_, _, U, optimal, _)
         ->  NU is -U,
             add_to_heap(H1, p(NU, 0), solved(Result, R0), H2)
@@ -82,7 +122,78 @@ next_solved(H0, Prep, Deadline, Sol, R, H) :-
         ->  H2 = H1
         ;   fail                            % timeout: stop enumerating
         ),
-        next_solved(H2, Prep, Deadline, Sol, R, H)
+        next_solved(H2, Prep, Lag, Deadline, Sol, R, H)
+    ).
+
+%   checked(+First, +R0, +Prep, +Side, +TimeLimit, +Deadline, +MaxAlt, -Sol)
+%
+%   The enumeration when users' checks or goals apply: every pack in
+%   the Lawler-Murty order is tested (pack_passes/3) and yielded only if
+%   it passes; open subproblems whose restrictions make the side model
+%   fail are dropped unsolved (side_admits/2).  Until the first pack
+%   passes, the time limit of the first pack applies and its expiry is
+%   an error (no pack found, none proven absent); afterwards each
+%   alternative has its own limit and its expiry ends the enumeration.
+
+checked(Result, R0, Prep, Side, TimeLimit, Deadline, MaxAlt, Sol) :-
+    (   Result = sol(_, _, _, Status, _)
+    ->  (   Status == optimal
+        ->  empty_heap(H0),
+            checked_yield(Result, R0, Prep, Side, TimeLimit, Deadline, first,
+                          MaxAlt, H0, Sol)
+        ;   Prep = prep(_, P, _, _),
+            Result = sol(Key, _, _, _, _),
+            (   pack_passes(P, Side, Key)
+            ->  Sol = Result                % a cut search: no alternatives
+            ;   time_limit_error(TimeLimit, none)
+            )
+        )
+    ;   first_result(Result, TimeLimit)
+    ).
+
+checked_yield(Sol0, R0, Prep, Side, TimeLimit, Deadline, Phase, Left, H0, Sol) :-
+    Prep = prep(_, P, _, _),
+    Sol0 = sol(Key, _, _, _, _),
+    (   pack_passes(P, Side, Key)
+    ->  (   Sol = Sol0
+        ;   Left \== 0,
+            (   Left == inf -> Left1 = inf ; Left1 is Left-1 ),
+            deadline(TimeLimit, Deadline1),
+            checked_next(Sol0, R0, Prep, Side, TimeLimit, Deadline1, later, Left1,
+                         H0, Sol)
+        )
+    ;   checked_next(Sol0, R0, Prep, Side, TimeLimit, Deadline, Phase, Left, H0, Sol)
+    ).
+
+checked_next(Sol0, R0, Prep, Side, TimeLimit, Deadline, Phase, Left, H0, Sol) :-
+    children(Prep, Sol0, R0, H0, H1),
+    sol_lag(Sol0, Lag),
+    catch(next_checked(H1, Prep, Side, Lag, Deadline, Sol1, R1, H2),
+          packer_enumeration_time_limit,
+          (   Phase == first
+          ->  time_limit_error(TimeLimit, none)
+          ;   fail
+          )),
+    checked_yield(Sol1, R1, Prep, Side, TimeLimit, Deadline, Phase, Left, H2, Sol).
+
+next_checked(H0, Prep, Side, Lag, Deadline, Sol, R, H) :-
+    get_from_heap(H0, _, Entry, H1),
+    (   Entry = solved(Sol, R)
+    ->  H = H1
+    ;   Entry = open(R0),
+        restrictions_array(R0, RA),
+        (   side_admits(Side, RA)
+        ->  solve(Prep, R0, Lag, Deadline, Result),
+            (   Result = sol(_, _, U, optimal, _)
+            ->  NU is -U,
+                add_to_heap(H1, p(NU, 0), solved(Result, R0), H2)
+            ;   Result == none
+            ->  H2 = H1
+            ;   throw(packer_enumeration_time_limit)
+            )
+        ;   H2 = H1
+        ),
+        next_checked(H2, Prep, Side, Lag, Deadline, Sol, R, H)
     ).
 
 %   children(+Prep, +Sol, +Restr, +H0, -H)
@@ -94,38 +205,45 @@ next_solved(H0, Prep, Deadline, Sol, R, H) :-
 %   after, and the best value of its own class under its restrictions
 %   (a small class dynamic program; a child whose class has no admissible
 %   selection is empty and dropped). Units in no class were out by
-%   propagation: no pack differs there.
+%   propagation: no pack differs there.  Under users' rows the values
+%   are those of the Lagrangian utility (Lag = lag(Q, Ps, K0, LUs)) and
+%   the bound is brought back to utility as (Bound + K0) div Q.
 
 children(prep(_, P, X, St0), sol(Key, _, U, _, Enum), Restr, H0, H) :-
-    Enum = enum(PL/QL, ClassUnits, Bests),
-    P = prob(N, _, Us, _, Budget),
+    Enum = enum(PL/QL, ClassUnits, Bests, Lag),
+    P = prob(N, _, Us, _, Budget, _),
     restrictions_array(Restr, R),
     duplicate_term(St0, St),
     apply_restrictions(1, N, R, X, St),
-    decisions(Key, N, D),
+    key_decisions(Key, N, D),
     sum_list(Bests, SumBest),
     D0 is PL*Budget + SumBest,
     Restr = restr(Base, Over0),
-    Ctx = lm(D, R, Us, PL, QL, U, Base, P, X, St),
+    Ctx = lm(D, R, Us, PL, QL, U, Base, P, X, St, Lag),
     class_children(ClassUnits, Bests, Ctx, D0, Over0, H0, H).
 
 class_children([], [], _, _, _, H, H).
 class_children([Units|CUs], [Best|Bests], Ctx, D0, Over0, H0, H) :-
-    Ctx = lm(D, R, Us, PL, QL, _, _, _, _, _),
+    Ctx = lm(D, R, Us, PL, QL, _, _, _, _, _, Lag),
     with_choice(Units, R, Choice),
     unit_children(Choice, Units, [], Best, Ctx, D0, Over0, Over, H0, H1),
-    foldl(pack_value(D, Us, PL, QL), Units, 0, VS),
+    foldl(pack_value(D, Us, PL, QL, Lag), Units, 0, VS),
     D1 is D0 - Best + VS,
     class_children(CUs, Bests, Ctx, D1, Over, H1, H).
 
 unit_children([], _, _, _, _, _, Over, Over, H, H).
 unit_children([I|Is], Units, Fixed, Best, Ctx, D0, Over0, Over, H0, H) :-
-    Ctx = lm(D, R, _, _, QL, U, Base, _, _, _),
+    Ctx = lm(D, R, _, _, QL, U, Base, _, _, _, Lag),
     arg(I, D, DI),
     arg(I, R, O),
     selectchk(DI, O, Others),
     (   findall(V, child_class_value(Ctx, Units, Fixed, I, Others, V), [V])
-    ->  Bound is (D0 - Best + V) // QL,
+    ->  Bound0 is (D0 - Best + V) // QL,
+        (   Lag == none
+        ->  Bound = Bound0
+        ;   Lag = lag(Q, _, K0, _),
+            Bound is (Bound0 + K0) div Q
+        ),
         Key is min(U, Bound),
         NK is -Key,
         add_to_heap(H0, p(NK, 1), open(restr(Base, [I-Others|Over0])), H1)
@@ -140,13 +258,20 @@ unit_children([I|Is], Units, Fixed, Best, Ctx, D0, Over0, Over, H0, H) :-
 %   keep their option and unit I takes one of Others. Changes to the
 %   restrictions and states are undone by the caller's findall/3.
 
-child_class_value(lm(_, R, _, PL, QL, _, _, P, X, St), Units, Fixed, I, Others, V) :-
+child_class_value(lm(_, R, _, PL, QL, _, _, P, X, St, Lag), Units, Fixed, I, Others,
+                  V) :-
     restrict_units([I-Others|Fixed], R, X, St),
     X = str(_, UG, _, _, _, _, _, _),
     args(Units, UG, Gs0),
     sort(Gs0, Gs),
-    classes_of(Gs, P, X, St, R, inf, Classes, _),
-    maplist(class_best(PL, QL), Classes, Bs),
+    (   Lag == none
+    ->  classes_of(Gs, P, X, St, R, inf, Classes, _),
+        maplist(class_best(PL, QL), Classes, Bs)
+    ;   P = prob(_, _, _, _, _, User),
+        get_dict(table, User, Table),
+        rclasses_of(Gs, P, X, St, R, Table, inf, Classes, _),
+        maplist(rclass_best(PL, QL, Lag), Classes, Bs)
+    ),
     sum_list(Bs, V).
 
 restrict_units([], _, _, _).
@@ -166,10 +291,10 @@ restrict_units([I-O0|Us], R, X, St) :-
     ),
     restrict_units(Us, R, X, St).
 
-pack_value(D, Us, PL, QL, I, V0, V) :-
+pack_value(D, Us, PL, QL, Lag, I, V0, V) :-
     arg(I, D, DI),
     arg(I, Us, u(Vs, _)),
-    option_value(Vs, PL, QL, DI, VI),
+    option_value(Lag, I, Vs, PL, QL, DI, VI),
     V is V0+VI.
 
 with_choice([], _, []).
@@ -180,12 +305,13 @@ with_choice([I|Is], R, Choice) :-
     ),
     with_choice(Is, R, Choice1).
 
-decisions(Key, N, D) :-
-    functor(D, d, N),
-    forall(member(M-K, Key), nb_setarg(M, D, K)),
-    forall(between(1, N, I), ( arg(I, D, X), var(X) -> nb_setarg(I, D, 0) ; true )).
-
-option_value(_, _, _, 0, 0) :- !.
-option_value(Vs, PL, QL, K, V) :-
+option_value(_, _, _, _, _, 0, 0) :- !.
+option_value(none, _, Vs, PL, QL, K, V) :-
+    !,
     nth1(K, Vs, v(K, _, C, U)),
     V is U*QL - PL*C.
+option_value(lag(_, _, _, LUs), I, Vs, PL, QL, K, V) :-
+    nth1(K, Vs, v(K, _, C, _)),
+    arg(I, LUs, Ls),
+    nth1(K, Ls, L),
+    V is L*QL - PL*C.

@@ -4,7 +4,14 @@
             classes_of/8,           % +Gs, +P, +X, +St, +R, +Deadline, -Classes, -Units
             make_class/2,           % +Front, -Class
             pareto/2,               % +Options, -Front
-            hull_segments/3         % +Front, -Segs, ?Tail
+            hull_segments/3,        % +Front, -Segs, ?Tail
+            groups_in_state/4,      % +Gs, +State, +S, -Selected
+            free_links/4,           % +X, +St, !Links, +G
+            components/3,           % +FreeGs, +Links, -Components
+            component_units/3,      % +GM, +Gs, -Units
+            component_plan/3,       % +Gs, +Links, -Plan
+            dp_context/5,           % +Plan, +Links, +InOpts, +G, -Ctx
+            next_sig/6              % +Sig, +Close, +G, +Keep, +Status, -Sig1
           ]).
 :- use_module(library(apply)).
 :- use_module(library(assoc)).
@@ -172,7 +179,7 @@ groups_in_state([G|Gs], St, S, Sel) :-
 
 group_in_options(P, X, R, InOpts, Gi) :-
     X = str(_, _, GM, _, _, _, _, _),
-    P = prob(_, _, Us, _, _),
+    P = prob(_, _, Us, _, _, _),
     arg(Gi, GM, Ms),
     foldl(member_front(Us, R), Ms, [o(0, 0, [])], Front),
     nb_setarg(Gi, InOpts, Front).
@@ -303,6 +310,18 @@ with_out([O|Os], Front) :-
 %   work; the time limit guards it.
 
 component_options(Gs, Links, InOpts, Deadline, Front) :-
+    component_plan(Gs, Links, Plan),
+    foldl(dp_group(Plan, Links, InOpts, Deadline), Gs,
+          [[]-[s(0, 0, [])]], SigGroups),
+    SigGroups = [[]-States],
+    states_options(States, Os),
+    pareto(Os, Front).
+
+%   component_plan(+Gs, +Links, -Plan): the position of each group in
+%   the breadth-first order, its last linked position, and the groups
+%   whose last link each position closes (they leave the frontier).
+
+component_plan(Gs, Links, plan(Pos, Last, Closing)) :-
     number_positions(Gs, 1, PosPairs),
     list_to_assoc(PosPairs, Pos),
     maplist(last_link(Links, Pos), PosPairs, LastPairs),
@@ -310,12 +329,7 @@ component_options(Gs, Links, InOpts, Deadline, Front) :-
     findall(L-H, ( member(H-L, LastPairs), get_assoc(H, Pos, PH), L > PH ), Closing0),
     keysort(Closing0, Closing1),
     group_pairs_by_key(Closing1, Closing2),
-    list_to_assoc(Closing2, Closing),
-    foldl(dp_group(Links, Pos, Last, Closing, InOpts, Deadline), Gs,
-          [[]-[s(0, 0, [])]], SigGroups),
-    SigGroups = [[]-States],
-    states_options(States, Os),
-    pareto(Os, Front).
+    list_to_assoc(Closing2, Closing).
 
 number_positions([], _, []).
 number_positions([G|Gs], P, [G-P|Ps]) :-
@@ -337,8 +351,19 @@ states_options([s(C, U, Sels)|Ss], [o(C, U, Sel)|Os]) :-
     append(Sels, Sel),
     states_options(Ss, Os).
 
-dp_group(Links, Pos, Last, Closing, InOpts, Deadline, Gi, SigGroups0, SigGroups) :-
+dp_group(Plan, Links, InOpts, Deadline, Gi, SigGroups0, SigGroups) :-
     in_time(Deadline),
+    dp_context(Plan, Links, InOpts, Gi, Ctx),
+    expand_sigs(SigGroups0, Ctx, Keyed, []),
+    keysort(Keyed, Sorted),
+    sig_groups(Sorted, SigGroups).
+
+%   dp_context(+Plan, +Links, +InOpts, +Gi, -Ctx): what the stage of
+%   group Gi needs: dp(Gi, Requires, RequiredBy, AtMostOneMates,
+%   InOptions, Closed, KeepInSignature).
+
+dp_context(plan(Pos, Last, Closing), Links, InOpts, Gi,
+           dp(Gi, Rq, RqBy, Amo, In, Close, Keep)) :-
     get_assoc(Gi, Pos, P),
     get_assoc(Gi, Last, LastG),
     (   get_assoc(P, Closing, Close)
@@ -350,11 +375,7 @@ dp_group(Links, Pos, Last, Closing, InOpts, Deadline, Gi, SigGroups0, SigGroups)
     ;   Keep = false
     ),
     arg(Gi, InOpts, In),
-    arg(Gi, Links, l(Rq, RqBy, Amo, _)),
-    Ctx = dp(Gi, Rq, RqBy, Amo, In, Close, Keep),
-    expand_sigs(SigGroups0, Ctx, Keyed, []),
-    keysort(Keyed, Sorted),
-    sig_groups(Sorted, SigGroups).
+    arg(Gi, Links, l(Rq, RqBy, Amo, _)).
 
 expand_sigs([], _, K, K).
 expand_sigs([Sig-States|SGs], Ctx, K0, K) :-

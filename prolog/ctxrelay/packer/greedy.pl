@@ -208,7 +208,7 @@ member_variants([M|Ms], Allowed, [M-Vs|MVs]) :-
     arg(M, Allowed, Vs),
     member_variants(Ms, Allowed, MVs).
 
-initial_allowed(prob(N, _, Us, _, _), Allowed) :-
+initial_allowed(prob(N, _, Us, _, _, _), Allowed) :-
     functor(Allowed, allowed, N),
     forall(between(1, N, I),
            ( arg(I, Us, u(Vs, _)), nb_setarg(I, Allowed, Vs) )).
@@ -235,7 +235,7 @@ gap_status(Bound, Util, Status) :-
 %   Key is the sorted list of UnitIndex-VariantIndex.
 
 greedy_groups(P, X, St0, Allowed, Key, Cost, Util) :-
-    P = prob(_, _, _, _, Budget),
+    P = prob(_, _, _, _, Budget, _),
     X = str(G, _, GM, _, _, _, _, _),
     duplicate_term(St0, St),
     functor(Chains, chains, G),
@@ -348,7 +348,7 @@ group_selection(Chains, Pos, Gi, Key0, Key) :-
 select_member(s(_, _, _, M, K), Sel0, Sel) :-
     selectchk(M-_, Sel0, M-K, Sel).
 
-key_cost_util(prob(_, _, Us, _, _), Key, Cost, Util) :-
+key_cost_util(prob(_, _, Us, _, _, _), Key, Cost, Util) :-
     key_cost_util_(Key, Us, 0, Cost, 0, Util).
 
 key_cost_util_([], _, C, C, U, U).

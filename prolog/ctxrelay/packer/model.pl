@@ -1,5 +1,6 @@
 :- module(ctxrelay_packer_model,
-          [ post_model/6            % +CUs, +Cs, +Budget, -Vars, -Cost, -Utility
+          [ post_model/6,           % +CUs, +Cs, +Budget, -Vars, -Cost, -Utility
+            post_choices/3          % +CUs, +Cs, -Vars
           ]).
 :- use_module(library(clpfd)).
 :- use_module(library(apply)).
@@ -38,6 +39,32 @@ post_model(CUs, Cs, Budget, Vars, Cost, Utility) :-
     scalar_product(CCs, CVs, #=, Cost),
     Cost #=< Budget,
     scalar_product(UCs, UVs, #=, Utility).
+
+%   post_choices(+CUs, +Cs, -Vars)
+%
+%   The variables of the model and the structural constraints, without
+%   the cost and utility sums (posting those for hundreds of units costs
+%   more than a whole solve): the side model on which users' checks and
+%   goals propagate (ctxrelay_packer_checks).
+
+post_choices(CUs, Cs, Vars) :-
+    length(CUs, N),
+    functor(InArr, in, N),
+    maplist(post_together(InArr), Cs),
+    foldl(post_choice(InArr), CUs, Vars, 1, _),
+    maplist(post_structural(InArr), Cs).
+
+post_choice(InArr, cu(Id, Vs, M), choice(Id, In, Bs), I, I1) :-
+    arg(I, InArr, In),
+    In in 0..1,
+    same_length(Vs, Bs),
+    Bs ins 0..1,
+    sum(Bs, #=, In),
+    (   M == true
+    ->  In = 1
+    ;   true
+    ),
+    I1 is I+1.
 
 post_together(InArr, together([I|Is])) :-
     !,

@@ -1,6 +1,8 @@
 :- module(ctxrelay_packer_problem,
-          [ check_problem/4,        % +Units, +Constraints, +Budget, -Problem
-            check_options/3,        % +Options, -TimeLimit, -MaxAlternatives
+          [ check_problem/5,        % +Units, +Constraints, +Budget, +Context,
+                                    % -Problem
+            check_options/4,        % +Options, -TimeLimit, -MaxAlternatives,
+                                    % -Context
             py_term/2,              % +In, -Term
             deadline/2,             % +TimeLimit, -Deadline
             in_time/1               % +Deadline
@@ -11,6 +13,8 @@
 :- use_module(library(lists)).
 :- use_module(library(option)).
 :- use_module(library(yall)).
+:- use_module(user, [ source_term/2, is_user_constraint/1, user_constraint/2,
+                      compile_user/3 ]).
 
 /** <module> The packer's input: checked units, constraints and options
 
@@ -24,15 +28,18 @@ validates again.  Terms built in Python arrive through janus as
                  *          VALIDATION          *
                  *******************************/
 
-%   check_problem(+Units, +Constraints, +Budget, -Problem)
+%   check_problem(+Units, +Constraints, +Budget, +Context, -Problem)
 %
-%   Problem is prob(N, Ids, Us, Cs, Budget): Ids = ids(Id1, ...),
+%   Problem is prob(N, Ids, Us, Cs, Budget, User): Ids = ids(Id1, ...),
 %   Us = us(u(Vs, Mandatory), ...) with Vs = [v(K, Name, Cost, Utility)]
-%   (K the 1-based variant index) and Cs a list of together(Is), amo(Is)
+%   (K the 1-based variant index), Cs a list of together(Is), amo(Is)
 %   and requires(I, J) over 1-based unit indexes (sets sorted, no
-%   duplicates).
+%   duplicates), and User the compiled user constraints
+%   (ctxrelay_packer_user:compile_user/3; `none` when there are none).
+%   Context is the dict that if(Condition, C) constraints read.
 
-check_problem(Units, Constraints, Budget, prob(N, Ids, Us, Cs, Budget)) :-
+check_problem(Units, Constraints, Budget, Context,
+              prob(N, Ids, Us, Cs, Budget, User)) :-
     must_be(list, Units),
     must_be(list, Constraints),
     must_be(nonneg, Budget),
@@ -42,7 +49,28 @@ check_problem(Units, Constraints, Budget, prob(N, Ids, Us, Cs, Budget)) :-
     foldl(index_id, IdList, Index0-1, Index-_),
     Ids =.. [ids|IdList],
     Us =.. [us|UList],
-    maplist(check_constraint(Index), Constraints, Cs).
+    maplist(check_constraint(Index), Constraints, Cs0),
+    (   memberchk(user(_, _), Cs0)
+    ->  partition([C]>>(C = user(_, _)), Cs0, Sources, Cs),
+        maplist(unit_props, Units, PropList),
+        Props =.. [props|PropList],
+        compile_user(Sources, units(Ids, Us, Props, Index, Budget, Context), User)
+    ;   Cs = Cs0,
+        User = none
+    ).
+
+%   The properties of a unit as user constraints' selectors see them.
+unit_props(U0, Props) :-
+    py_term(U0, unit(_, _, Props0)),
+    maplist(prop_term, Props0, Props).
+
+prop_term(P0, P) :-
+    py_term(P0, P1),
+    (   P1 = mandatory(B0)
+    ->  py_bool(B0, B),
+        P = mandatory(B)
+    ;   P = P1
+    ).
 
 check_unit(U0, Id, u(Vs, Mandatory)) :-
     py_term(U0, U),
@@ -105,7 +133,10 @@ index_id(Id, A0-I, A-I1) :-
     ).
 
 check_constraint(Index, C0, C) :-
-    py_term(C0, C1),
+    (   var(C0)
+    ->  instantiation_error(C0)
+    ;   source_term(C0, C1)
+    ),
     (   C1 = together(Ids)
     ->  ids_indexes(Index, Ids, Is),
         C = together(Is)
@@ -124,6 +155,8 @@ check_constraint(Index, C0, C) :-
     ->  id_index(Index, A, IA),
         id_index(Index, B, IB),
         C = requires(IA, IB)
+    ;   is_user_constraint(C1)
+    ->  user_constraint(C1, C)
     ;   domain_error(pack_constraint, C0)
     ).
 
@@ -140,22 +173,38 @@ id_index(Index, Id, I) :-
     ;   domain_error(known_unit_id, Id)
     ).
 
-check_options(Options, TimeLimit, MaxAlt) :-
+%   check_options(+Options, -TimeLimit, -MaxAlternatives, -Context)
+%
+%   The options of pack/5: time_limit(Seconds), max_alternatives(N),
+%   context(Dict).  Unknown options are errors (one rule for every
+%   predicate of the project).
+
+check_options(Options, TimeLimit, MaxAlt, Context) :-
     must_be(list, Options),
-    maplist(py_term, Options, Opts),
+    maplist(check_option, Options, Opts),
     option(time_limit(TimeLimit), Opts, inf),
-    (   TimeLimit == inf
-    ->  true
-    ;   must_be(number, TimeLimit),
-        (   TimeLimit >= 0
-        ->  true
-        ;   domain_error(non_negative_time_limit, TimeLimit)
-        )
-    ),
     option(max_alternatives(MaxAlt), Opts, inf),
-    (   MaxAlt == inf
-    ->  true
-    ;   must_be(nonneg, MaxAlt)
+    option(context(Context), Opts, _{}).
+
+check_option(O0, O) :-
+    py_term(O0, O),
+    (   O = time_limit(T)
+    ->  (   T == inf
+        ->  true
+        ;   must_be(number, T),
+            (   T >= 0
+            ->  true
+            ;   domain_error(non_negative_time_limit, T)
+            )
+        )
+    ;   O = max_alternatives(N)
+    ->  (   N == inf
+        ->  true
+        ;   must_be(nonneg, N)
+        )
+    ;   O = context(Ctx)
+    ->  must_be(dict, Ctx)
+    ;   domain_error(pack_option, O0)
     ).
 
 %   py_term(+In, -Term)

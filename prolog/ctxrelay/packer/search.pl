@@ -1,5 +1,5 @@
 :- module(ctxrelay_packer_search,
-          [ solve/4,                % +Prep, +Restrictions, +Deadline, -Result
+          [ solve/5,                % +Prep, +Restrictions, +Lag, +Deadline, -Result
             class_best/4            % +P, +Q, +Class, -Best
           ]).
 :- use_module(library(apply)).
@@ -11,6 +11,7 @@
 :- use_module(greedy).
 :- use_module(classes).
 :- use_module(bound).
+:- use_module(rows, [rsolve/5]).
 
 /** <module> The exact search
 
@@ -112,7 +113,7 @@ prune([S|Ss], Best, F, Budget, Need, States) :-
                  *            SOLVING           *
                  *******************************/
 
-%   solve(+Prep, +Restrictions, +Deadline, -Result) is det.
+%   solve(+Prep, +Restrictions, +Lag, +Deadline, -Result) is det.
 %
 %   Result is sol(Key, Cost, Util, Status, Lambda) for the best pack of
 %   the (restricted) problem, or `none` when it has none. Key is the
@@ -121,8 +122,17 @@ prune([S|Ss], Best, F, Budget, Need, States) :-
 %   the search, the best pack found (at least the greedy one) comes with
 %   Status gap(G).
 
+solve(Prep, Restr, Lag, Deadline, Result) :-
+    Prep = prep(_, prob(_, _, _, _, _, User), _, _),
+    (   User \== none,
+        get_dict(table, User, Table),
+        Table \== none
+    ->  rsolve(Prep, Restr, Lag, Deadline, Result)
+    ;   solve(Prep, Restr, Deadline, Result)
+    ).
+
 solve(prep(_, P, X, St0), Restr, Deadline, Result) :-
-    P = prob(N, _, _, _, Budget),
+    P = prob(N, _, _, _, Budget, _),
     duplicate_term(St0, St),
     restrictions_array(Restr, R),
     (   apply_restrictions(1, N, R, X, St)
@@ -179,14 +189,14 @@ solve_result(P, Box, Status, sol(Key, Cost, Util, Status, Enum)) :-
     arg(4, Box, ClassInfo),
     (   ClassInfo = ci(Classes, Units)
     ->  maplist(class_best(PL, QL), Classes, Bests),
-        Enum = enum(PL/QL, Units, Bests)
+        Enum = enum(PL/QL, Units, Bests, none)
     ;   Enum = none
     ).
 
 class_best(P, Q, c(Front, _), Best) :-
     class_values(P, Q, c(Front, _), _, Best).
 
-allowed_from(prob(N, _, Us, _, _), R, Allowed) :-
+allowed_from(prob(N, _, Us, _, _, _), R, Allowed) :-
     functor(Allowed, allowed, N),
     forall(between(1, N, I),
            ( arg(I, R, O),

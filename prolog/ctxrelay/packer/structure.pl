@@ -40,7 +40,7 @@ search, the restrictions of a subproblem.
 %     - Consistency is `consistent` or inconsistent(UnitIndex).
 
 prepare(P, prep(Consistency, P, X, St)) :-
-    P = prob(N, _, Us, Cs, _),
+    P = prob(N, _, Us, Cs, _, _),
     groups(N, Cs, G, UG, GM),
     X = str(G, UG, GM, GMand, Req, RevReq, AmoOf, AmoSets),
     functor(GMand, gmand, G),
@@ -249,7 +249,7 @@ set_all_out([H|Hs], X, St, Ch0, Ch) :-
 %   Overrides a list of Unit-Options that take precedence (the first
 %   one for a unit wins). Alternatives are subproblems (see ENUMERATION).
 
-initial_restrictions(prob(N, _, Us, _, _), restr(Base, [])) :-
+initial_restrictions(prob(N, _, Us, _, _, _), restr(Base, [])) :-
     functor(Base, r, N),
     forall(between(1, N, I),
            ( arg(I, Us, u(Vs, M)),
