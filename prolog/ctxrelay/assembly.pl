@@ -15,6 +15,7 @@
 :- use_module(policy).
 :- use_module(context).
 :- use_module(packer).
+:- use_module(turn_pack).
 :- use_module(references).
 :- use_module(intent).
 :- use_module(blend).
@@ -102,9 +103,9 @@ assembly_(Request, Holder, Result) :-
     Budget is Policy.input_budget - Cands.priming,
     check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
     Available is Budget - Mandatory,
-    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
-    TimeLimit = Policy.time_limit,
-    pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
+    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Gated, GatedCs, Tiers),
+    turn_pack(Request, Units0-Constraints0, Gated-GatedCs, Budget, Analysis, Cands,
+              Units, Pack),
     Pack = pack(Selected, Cost, Utility, Optimality),
     units_by_id(Cands, ById),
     order_pack(Selected, Units, ById, Plan),

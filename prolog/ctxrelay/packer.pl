@@ -91,6 +91,15 @@ solves the same model compiled into an exact multiple-choice knapsack
      so the first pack that passes is the optimum of the whole model.
 */
 
+:- meta_predicate
+    pack(+, :, +, -),
+    pack(+, :, +, -, +),
+    pack_best(+, :, +, -),
+    pack_best(+, :, +, -, +),
+    pack_greedy(+, :, +, -),
+    pack_constraints(+, :, +, -, -, -),
+    pack_constraints(+, :, +, -, -, -, +).
+
 :- predicate_options(pack/5, 5,
                      [ time_limit(number),
                        max_alternatives(nonneg),

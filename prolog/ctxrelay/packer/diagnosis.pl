@@ -35,13 +35,13 @@ messages are in ctxrelay_packer_messages.
 %   Throws the error that says why the prepared problem Prep (from
 %   Units, Constraints, Budget and Options) has no pack.
 
-no_pack_error(prep(inconsistent(U), P, _, _), Units, Constraints, Options, Budget) :-
+no_pack_error(prep(inconsistent(U), P, _, _), Units, M:Constraints, Options, Budget) :-
     !,
     P = prob(_, Ids, _, _, _, _),
     arg(U, Ids, Id),
     partition(structural_term, Constraints, Structural, _),
     check_options(Options, _, _, Ctx),
-    (   quickxplain([], Structural, structural_ok(Units, Budget, Ctx), Conflict)
+    (   quickxplain([], Structural, structural_ok(Units, M, Budget, Ctx), Conflict)
     ->  maplist(shown, Conflict, Shown)
     ;   Shown = []
     ),
@@ -83,8 +83,8 @@ shown(C0, Text) :-
     format(string(Text), "~W", [C, [quoted(true), spacing(next_argument),
                                    module(ctxrelay_packer_user)]]).
 
-structural_ok(Units, Budget, Ctx, Cs) :-
-    check_problem(Units, Cs, Budget, Ctx, Problem),
+structural_ok(Units, M, Budget, Ctx, Cs) :-
+    check_problem(Units, M:Cs, Budget, Ctx, Problem),
     prepare(Problem, prep(consistent, _, _, _)).
 
 %   user_conflict(+P, +Units, +Constraints, +Options, +Budget)
@@ -94,17 +94,17 @@ structural_ok(Units, Budget, Ctx, Cs) :-
 %   takes the budget too.  A consistency test that hits the time limit
 %   counts as consistent, so the set may then be larger than minimal.
 
-user_conflict(_P, Units, Constraints, Options, Budget) :-
+user_conflict(_P, Units, M:Constraints, Options, Budget) :-
     partition(structural_term, Constraints, Structural, User),
     check_options(Options, TimeLimit0, _, _),
     (   TimeLimit0 == inf -> TimeLimit = 5 ; TimeLimit = TimeLimit0 ),
-    Test = packs_exist(Units, Structural, Options, TimeLimit),
+    Test = packs_exist(Units, M, Structural, Options, TimeLimit),
     (   quickxplain([], User, call(Test, Budget), Conflict0)
     ->  Conflict = Conflict0
     ;   Conflict = User
     ),
     maplist(shown, Conflict, Shown),
-    mandatory_selected(Units, Conflict, Structural, Options, Budget, Mand),
+    mandatory_selected(Units, M, Conflict, Structural, Options, Budget, Mand),
     unlimited(Units, Unlimited),
     (   call(Test, Unlimited, Conflict)
     ->  Details = _{constraints:Shown, mandatory:Mand, budget:Budget}
@@ -112,10 +112,10 @@ user_conflict(_P, Units, Constraints, Options, Budget) :-
     ),
     throw(error(ctxrelay(inconsistent_constraints, Details), _)).
 
-packs_exist(Units, Structural, Options, TimeLimit, Budget, User) :-
+packs_exist(Units, M, Structural, Options, TimeLimit, Budget, User) :-
     append(Structural, User, Cs),
-    catch(check_options(Options, _, _, Ctx), _, Ctx = _{}),
-    check_problem(Units, Cs, Budget, Ctx, Problem),
+    check_options(Options, _, _, Ctx),
+    check_problem(Units, M:Cs, Budget, Ctx, Problem),
     prepare(Problem, Prep),
     Prep = prep(consistent, _, _, _),
     catch(once(solutions(Prep, TimeLimit, 0, _)),
@@ -132,10 +132,10 @@ unlimited(Units, Budget) :-
 
 %   The mandatory units that the conflicting constraints select (a
 %   nonzero coefficient in one of their relations).
-mandatory_selected(Units, Conflict, Structural, Options, Budget, Ids) :-
+mandatory_selected(Units, Module, Conflict, Structural, Options, Budget, Ids) :-
     append(Structural, Conflict, Cs),
     check_options(Options, _, _, Ctx),
-    check_problem(Units, Cs, Budget, Ctx, prob(_, IdArr, Us, _, _, User)),
+    check_problem(Units, Module:Cs, Budget, Ctx, prob(_, IdArr, Us, _, _, User)),
     (   User == none
     ->  Ids = []
     ;   get_dict(rows, User, Rows),

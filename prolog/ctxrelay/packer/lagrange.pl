@@ -100,7 +100,6 @@ aggregate_scale(Touched, I, SU, SR) :-
 %   option lists t(C, U, Rv) in order of cost (the hot loop of the
 %   descent: plain recursion, no sort per class).
 eval(Mu, ctx(fixed(FBC, FBU, FRv, FSegs), Touched, Budget, Bs, _, _), F, G) :-
-    length(Touched, NT), ctxrelay_packer_rows:acc(evals, 1), ctxrelay_packer_rows:acc(evalcls, NT),
     touched_parts(Touched, Mu, 0, TBC, 0.0, TBL, FRv, TBRv, TSegs0, []),
     sort(1, @>=, TSegs0, TSegs),
     Cap is Budget - FBC - TBC,
@@ -352,7 +351,7 @@ descend(N, Dirs, Scales, Ctx, S0, S) :-
     foldl(coordinate(Dirs, Scales, Ctx), Is, S0, S1),
     S0 = _-F0-_,
     S1 = _-F1-_,
-    (   F0 - F1 =< 1.0e-9 * max(1.0, abs(F0))
+    (   F0 - F1 < 0.5                    % less than half a unit of utility
     ->  S = S1
     ;   N1 is N-1,
         descend(N1, Dirs, Scales, Ctx, S1, S)
@@ -474,7 +473,7 @@ refine(N, I, Ctx, L, R, Best0, Best) :-
         better(R, B1, B2),
         better(S, B2, B3),
         nth1(I, G, Gi),
-        (   F - Tangent =< 1.0e-9 * max(1.0, abs(F))
+        (   F - Tangent < 0.25              % the bound is floored: enough
         ->  Best = B3                   % on both tangents: the minimum
         ;   N1 is N-1,
             (   Gi < 0

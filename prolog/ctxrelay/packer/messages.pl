@@ -1,4 +1,5 @@
 :- module(ctxrelay_packer_messages, []).
+:- use_module(library(lists)).
 
 /** <module> The packer's messages
 
@@ -26,8 +27,53 @@ prolog:message(error(ctxrelay(inconsistent_constraints, D), _)) -->
     { is_dict(D),
       get_dict(unit, D, Id)
     },
-    [ 'Inconsistent pack constraints: mandatory unit ~p cannot be packed'-[Id],
-      nl,
-      '  Check together/excludes/at_most_one/requires against the \c
-       mandatory units'-[]
+    !,
+    [ 'Inconsistent pack constraints: mandatory unit ~p cannot be packed'-[Id] ],
+    (   { get_dict(constraints, D, Cs), Cs \== [] }
+    ->  [ nl, '  because of '-[] ], texts(Cs)
+    ;   []
+    ),
+    [ nl, '  Drop one of these constraints, or make one of the mandatory \c
+           units they join optional'-[] ].
+prolog:message(error(ctxrelay(inconsistent_constraints, D), _)) -->
+    { is_dict(D),
+      get_dict(constraints, D, Cs)
+    },
+    [ 'No pack satisfies '-[] ], texts(Cs),
+    (   { get_dict(mandatory, D, Ms), Ms \== [] }
+    ->  [ nl, '  with the mandatory units '-[] ], texts(Ms)
+    ;   [ nl, '  with the mandatory units and the pack constraints'-[] ]
+    ),
+    (   { get_dict(budget, D, B) }
+    ->  [ ' within the budget of ~D tokens'-[B] ]
+    ;   []
+    ),
+    [ nl, '  Relax or drop one of these constraints'-[] ],
+    (   { get_dict(budget, D, _) }
+    ->  [ ', or raise the budget'-[] ]
+    ;   [ ', or make fewer units mandatory'-[] ]
+    ).
+prolog:message(error(ctxrelay(pack_time_limit, D), _)) -->
+    { is_dict(D),
+      get_dict(time_limit, D, T)
+    },
+    [ 'The packer''s time limit (~w s) ran out before any pack that \c
+       satisfies the user constraints was found (none was proven \c
+       impossible either)'-[T], nl,
+      '  Raise time_limit, or state the constraints as linear relations \c
+       (#=<, #>=, #=), which the search bounds, rather than #\\=, \c
+       disjunctions or goals, which it can only check'-[]
     ].
+prolog:message(error(domain_error(pack_constraint, C), context(_, Why))) -->
+    { string(Why) },
+    [ 'Invalid pack constraint ~q: ~w'-[C, Why] ].
+prolog:message(error(domain_error(pack_option, O), _)) -->
+    [ 'Unknown pack option ~q: the options are time_limit(Seconds), \c
+       max_alternatives(N) and context(Dict)'-[O] ].
+
+texts([]) --> [].
+texts([X]) --> !, text(X).
+texts([X|Xs]) --> text(X), [', '-[]], texts(Xs).
+
+text(X) --> { string(X) }, !, [ '~s'-[X] ].
+text(X) --> [ '~q'-[X] ].

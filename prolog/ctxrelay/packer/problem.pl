@@ -14,7 +14,7 @@
 :- use_module(library(option)).
 :- use_module(library(yall)).
 :- use_module(user, [ source_term/2, is_user_constraint/1, user_constraint/2,
-                      compile_user/3 ]).
+                      compile_user/4 ]).
 
 /** <module> The packer's input: checked units, constraints and options
 
@@ -37,9 +37,12 @@ validates again.  Terms built in Python arrive through janus as
 %   duplicates), and User the compiled user constraints
 %   (ctxrelay_packer_user:compile_user/3; `none` when there are none).
 %   Context is the dict that if(Condition, C) constraints read.
+%   Constraints may be module-qualified (M:List): constraint(Goal) calls
+%   an unqualified Goal in M.
 
-check_problem(Units, Constraints, Budget, Context,
+check_problem(Units, Constraints0, Budget, Context,
               prob(N, Ids, Us, Cs, Budget, User)) :-
+    strip_module(Constraints0, Module, Constraints),
     must_be(list, Units),
     must_be(list, Constraints),
     must_be(nonneg, Budget),
@@ -54,7 +57,8 @@ check_problem(Units, Constraints, Budget, Context,
     ->  partition([C]>>(C = user(_, _)), Cs0, Sources, Cs),
         maplist(unit_props, Units, PropList),
         Props =.. [props|PropList],
-        compile_user(Sources, units(Ids, Us, Props, Index, Budget, Context), User)
+        compile_user(Sources, units(Ids, Us, Props, Index, Budget, Context), Module,
+                     User)
     ;   Cs = Cs0,
         User = none
     ).

@@ -16,6 +16,8 @@
 :- use_module(classes).
 :- use_module(bound, [lp/5, class_greedy/4, suffix_bounds/2, suffix_value/3]).
 :- use_module(lagrange, [multipliers/4]).
+:- use_module(absorb, [absorb_rows/4]).
+:- use_module(search, [search_classes/5, class_best/4]).
 
 /** <module> The exact search under users' linear constraints (rows)
 
@@ -111,11 +113,20 @@ cost_key(Item, k(C, NU)) :-
     arg(2, Item, U),
     NU is -U.
 
-mc_filter([], _, Kept, Kept).
-mc_filter([X|Xs], Dirs, Kept, Out) :-
-    (   dominated(Kept, Dirs, X)
-    ->  mc_filter(Xs, Dirs, Kept, Out)
-    ;   mc_filter(Xs, Dirs, [X|Kept], Out)
+%   Items come by increasing cost; MaxU is the best utility kept so far:
+%   an item more useful than every kept one is dominated by none of them
+%   (the common case once the rows no longer separate states).
+mc_filter(Items, Dirs, Kept0, Kept) :-
+    mc_filter(Items, Dirs, -1, Kept0, Kept).
+
+mc_filter([], _, _, Kept, Kept).
+mc_filter([X|Xs], Dirs, MaxU, Kept, Out) :-
+    arg(2, X, U),
+    (   U > MaxU
+    ->  mc_filter(Xs, Dirs, U, [X|Kept], Out)
+    ;   dominated(Kept, Dirs, X)
+    ->  mc_filter(Xs, Dirs, MaxU, Kept, Out)
+    ;   mc_filter(Xs, Dirs, MaxU, [X|Kept], Out)
     ).
 
 dominated([K|Ks], Dirs, X) :-
@@ -383,6 +394,9 @@ rsolve_result(P, Box, Status, sol(Key, Cost, Util, Status, Enum)) :-
     (   ClassInfo = ci(Classes, Units, Lag)
     ->  maplist({PL, QL}/[rc(Opts, _), B]>>rc_best(PL, QL, Opts, B), Classes, Bests),
         Enum = enum(PL/QL, Units, Bests, Lag)
+    ;   ClassInfo = ci(Classes, Units)      % every row merged into a class
+    ->  maplist(class_best(PL, QL), Classes, Bests),
+        Enum = enum(PL/QL, Units, Bests, none)
     ;   Enum = none
     ).
 
@@ -394,10 +408,25 @@ rc_best(PL, QL, Opts, Best) :-
 %   is semidet: the classes, the multipliers, an incumbent if the greedy
 %   over the Lagrangian hulls satisfies the rows, and the windows.
 
-rexact(P, X, St, R, Budget, Table, Lag0, Deadline, Box) :-
-    statistics(cputime, T0),
-    rclasses(P, X, St, R, Table, Deadline, Classes0, Units),
-    statistics(cputime, T1), acc(classes, T1-T0),
+rexact(P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
+    rclasses(P, X, St, R, Table0, Deadline, Classes00, Units0),
+    row_filter(5, Table0, Classes00, Classes01),
+    pairs_keys_values(Pairs0, Classes01, Units0),
+    absorb_rows(Pairs0, Table0, Pairs, Table),
+    pairs_keys_values(Pairs, Classes0, Units),
+    (   Table == none
+    ->  maplist(plain_class, Classes0, Plain),
+        search_classes(Plain, Units, Budget, Deadline, Box)
+    ;   rexact_(P, Classes0, Units, Budget, Table, Lag0, Deadline, Box)
+    ).
+
+%   A class with no row left: the plain Pareto front of its options.
+plain_class(Opts, Class) :-
+    maplist([o(C, U, _, Sel), o(C, U, Sel)]>>true, Opts, Os),
+    pareto(Os, Front),
+    make_class(Front, Class).
+
+rexact_(P, Classes0, Units, Budget, Table, Lag0, Deadline, Box) :-
     (   Lag0 == none
     ->  Table = rows(Dirs, Bs, _, _),
         multipliers(Classes0, Dirs-Bs, Budget, lag(Q, Ps, K0)),
@@ -405,7 +434,7 @@ rexact(P, X, St, R, Budget, Table, Lag0, Deadline, Box) :-
         Lag = lag(Q, Ps, K0, LUs)
     ;   Lag = Lag0
     ),
-    statistics(cputime, T2), acc(mult, T2-T1),
+
     maplist(lag_class(Lag), Classes0, Classes),
     setarg(4, Box, ci(Classes, Units, Lag)),
     maplist(view, Classes, Views),
@@ -420,11 +449,55 @@ rexact(P, X, St, R, Budget, Table, Lag0, Deadline, Box) :-
     UB is (UBL + K0) div Q,
     nb_setarg(2, Box, UB),
     nb_setarg(3, Box, PL/QL),
-    statistics(cputime, T3), acc(prep, T3-T2),
-    rwindows(Classes, Budget, UB, Lag, Table, Deadline, Box),
-    statistics(cputime, T4), acc(windows, T4-T3).
+    rwindows(Classes, Budget, UB, Lag, Table, Deadline, Box).
 
-acc(K, E) :- V is E, ( nb_current(K, V0) -> true ; V0 = 0 ), V1 is V0+V, nb_setval(K, V1).
+%   row_filter(+Rounds, +Table, +Classes0, -Classes) is semidet.
+%
+%   Bounds propagation of the rows over the classes: an option whose row
+%   value cannot be completed within a row's bound by the least (for
+%   `=<`) or largest (for `>=`) values of the other classes is dropped.
+%   Exact, and it matters for the bound: a tool output larger than a
+%   token cap on tool output cannot enter any pack, but the LP relaxation
+%   would take a fraction of it.  Fails when a class loses every option.
+
+row_filter(Rounds, Table, Classes0, Classes) :-
+    Table = rows(Dirs, Bs, _, Zero),
+    maplist(class_range(Zero), Classes0, Ranges),
+    foldl([mm(Mn, Mx), mm(A0, B0), mm(A, B)]>>( vadd(A0, Mn, A), vadd(B0, Mx, B) ),
+          Ranges, mm(Zero, Zero), mm(TotMin, TotMax)),
+    maplist(filter_class(Dirs, Bs, TotMin, TotMax), Classes0, Ranges, Classes1, Changes),
+    \+ memberchk([], Classes1),
+    (   Rounds > 1,
+        memberchk(true, Changes)
+    ->  R1 is Rounds-1,
+        row_filter(R1, Table, Classes1, Classes)
+    ;   Classes = Classes1
+    ).
+
+class_range(_, [o(_, _, Rv0, _)|Opts], mm(Mn, Mx)) :-
+    foldl([o(_, _, Rv, _), mm(A0, B0), mm(A, B)]>>
+          ( maplist([X, Y, Z]>>(Z is min(X, Y)), Rv, A0, A),
+            maplist([X, Y, Z]>>(Z is max(X, Y)), Rv, B0, B) ),
+          Opts, mm(Rv0, Rv0), mm(Mn, Mx)).
+
+filter_class(Dirs, Bs, TotMin, TotMax, Opts, mm(Mn, Mx), Kept, Changed) :-
+    vsub(TotMin, Mn, OtherMin),
+    vsub(TotMax, Mx, OtherMax),
+    include({Dirs, Bs, OtherMin, OtherMax}/[o(_, _, Rv, _)]>>
+            completable(Dirs, Rv, OtherMin, OtherMax, Bs),
+            Opts, Kept),
+    (   same_length(Kept, Opts) -> Changed = false ; Changed = true ).
+
+completable([], [], [], [], []).
+completable([D|Ds], [R|Rs], [Mn|Mns], [Mx|Mxs], [B|Bs]) :-
+    (   D == le
+    ->  R+Mn =< B
+    ;   D == ge
+    ->  R+Mx >= B
+    ;   R+Mn =< B,
+        R+Mx >= B
+    ),
+    completable(Ds, Rs, Mns, Mxs, Bs).
 
 chosen_feasible(Chosen, rows(Dirs, Bs, _, Zero), U, Sels) :-
     foldl([ol(_, OU, ORv, _, OSel), t(U0, R0, S0), t(U1, R1, [OSel|S0])]>>
@@ -439,7 +512,11 @@ rwindows(Classes, Budget, UB0, Lag, Table, Deadline, Box) :-
     arg(1, Box, inc(IU, _)),
     (   UB0 =< IU
     ->  true
-    ;   rwindow(Classes, Budget, UB0, 1, Lag, Table, Deadline, Box)
+    ;   IU >= 0
+    ->  Step is max(1, (UB0 - IU) // 8),    % the gap of rows is wider than
+        rwindow(Classes, Budget, UB0, Step, Lag, Table, Deadline, Box)  % the plain one
+    ;   Step is max(1, UB0 // 4000),
+        rwindow(Classes, Budget, UB0, Step, Lag, Table, Deadline, Box)
     ).
 
 rwindow(Classes, Budget, UB, Step, Lag, Table, Deadline, Box) :-
@@ -526,8 +603,11 @@ keep_rc(D, TQ, Valued, Best, Class0, Class, Ch0, Ch) :-
 %   contributions).  Completing a state with the cheapest options of the
 %   remaining classes gives an incumbent when it satisfies the rows.
 
-rcore(Fixed, Core, Budget, T, Lag, Table, Deadline, Box) :-
+rcore(Fixed, Core0, Budget, T, Lag, Table, Deadline, Box) :-
     Table = rows(Dirs, Bs, _, Zero),
+    partition(touched_class, Core0, Touched, Untouched),
+    append(Touched, Untouched, Core),       % once past the last class of a
+                                            % row, its clamped value is one
     foldl([rc([ol(C, U, Rv, L, Sel)], _), s(C0, U0, R0, L0, S0),
            s(C1, U1, R1, L1, [Sel|S0])]>>
           ( C1 is C0+C, U1 is U0+U, vadd(R0, Rv, R1), L1 is L0+L ),
@@ -542,6 +622,12 @@ rcore(Fixed, Core, Budget, T, Lag, Table, Deadline, Box) :-
                 ctx(Budget, T, Lag, Dirs, Bs, Deadline), Box)
     ;   true
     ).
+
+touched_class(rc(Opts, _)) :-
+    member(ol(_, _, Rv, _, _), Opts),
+    member(R, Rv),
+    R =\= 0,
+    !.
 
 %   suffix_rests(+Classes, +Zero, -Rests): per suffix, mm(Mins, Maxs)
 %   the least and largest row contributions of its classes.

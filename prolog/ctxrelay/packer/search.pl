@@ -1,5 +1,6 @@
 :- module(ctxrelay_packer_search,
           [ solve/5,                % +Prep, +Restrictions, +Lag, +Deadline, -Result
+            search_classes/5,       % +Classes, +Units, +Budget, +Deadline, !Box
             class_best/4            % +P, +Q, +Class, -Best
           ]).
 :- use_module(library(apply)).
@@ -225,6 +226,14 @@ allowed_variants([V|Vs], O, AVs) :-
 
 exact(P, X, St, R, Budget, Deadline, Box) :-
     classes(P, X, St, R, Deadline, Classes, Units),
+    search_classes(Classes, Units, Budget, Deadline, Box).
+
+%!  search_classes(+Classes, +Units, +Budget, +Deadline, !Box) is semidet.
+%
+%   The search of exact/7 over classes built elsewhere (the classes into
+%   which ctxrelay_packer_absorb merged users' rows).
+
+search_classes(Classes, Units, Budget, Deadline, Box) :-
     setarg(4, Box, ci(Classes, Units)),     % no copy; only used when done
     class_greedy(Classes, Budget, CU, Choice),
     option_sels(Choice, Sels),

@@ -3,7 +3,7 @@
             user_constraint/2,      % +Term, -user(Source, Ast)
             is_user_constraint/1,   % +Term
             source_term/2,          % +In, -Term
-            compile_user/3,         % +Sources, +Units, -User
+            compile_user/4,         % +Sources, +Units, +Module, -User
             row_table/4,            % +Rows, +Us, +N, -Table
             text_unify/2            % ?A, ?B
           ]).
@@ -77,7 +77,11 @@ normalise(C0, Term) :-
     source_term(C0, C1),
     (   structural(C1)
     ->  Term = C1
-    ;   user_constraint(C1, user(Term, _))
+    ;   user_constraint(C1, user(Term0, _)),
+        (   text_constraint(C0)
+        ->  Term = C0                       % checked; kept as written, for messages
+        ;   Term = Term0
+        )
     ).
 
 structural(C) :-
@@ -132,6 +136,16 @@ user_constraint(C0, user(constraint(C), Ast)) :-
     ->  bad(constraint(C), "an unbound variable where a relation is expected")
     ;   is_user_constraint(C)
     ->  relation(C, constraint(C), Ast)
+    ;   compound(C),
+        compound_name_arity(C, Name, _),
+        ( relation_op(Name, _) ; bool_op(Name, _) ; Name == (#\) ; Name == if )
+    ->  ( Name == (#\) -> N = 1 ; N = 2 ),
+        format(string(Why), "~q: ~w takes ~w arguments", [C, Name, N]),
+        bad(constraint(C), Why)
+    ;   expression_term(C)
+    ->  format(string(Why), "~q is an expression, not a relation: compare it \c
+                             with #=<, #<, #>=, #>, #= or #\\=", [C]),
+        bad(constraint(C), Why)
     ;   callable(C)
     ->  Ast = goal(C)
     ;   bad(constraint(C), "expected a relation such as tokens(kind(K)) #=< 300, \c
@@ -205,6 +219,13 @@ relation(if(Cond, C), Src, if(CondAst, Ast)) :-
 relation(#\ C, Src, not(Ast)) :-
     !,
     relation(C, Src, Ast).
+relation(in(Id), Src, rel(=, in(Id), int(1))) :-       % a 0/1 variable as a Boolean
+    !,
+    unit_id(Id, Src).
+relation(variant(Id, Name), Src, Ast) :-
+    !,
+    expression(variant(Id, Name), Src, E),
+    Ast = rel(=, E, int(1)).
 relation(C, Src, Ast) :-
     compound(C),
     compound_name_arguments(C, Name, [A, B]),
@@ -277,6 +298,17 @@ expression(E, Src, _) :-
                          in(Id), variant(Id, Name) or budget", [E]),
     bad(Src, Why).
 
+%   A term that reads as an expression (a likely slip for a relation).
+expression_term(C) :-
+    (   integer(C)
+    ->  true
+    ;   compound(C),
+        compound_name_arity(C, Name, Arity),
+        memberchk(Name/Arity, [(+)/2, (-)/2, (*)/2, (-)/1, count/1, tokens/1,
+                               utility/1, variant/2])
+    ;   memberchk(C, [count, tokens, utility, budget])
+    ).
+
 aggregate_name(count, count, all).
 aggregate_name(tokens, tokens, all).
 aggregate_name(utility, utility, all).
@@ -348,12 +380,13 @@ condition(C, Src, _) :-
                  *   COMPILATION AGAINST UNITS  *
                  *******************************/
 
-%!  compile_user(+Sources, +Units, -User) is det.
+%!  compile_user(+Sources, +Units, +Module, -User) is det.
 %
 %   Sources is a list of user(Source, Ast); Units is
 %   units(Ids, Us, Props, Index, Budget, Context) (Ids, Us as in the
 %   problem term, Props the array of each unit's properties, Index the
-%   id -> position assoc).  User is `none` when Sources is empty, else a
+%   id -> position assoc), Module the module in which unqualified goals
+%   are called.  User is `none` when Sources is empty, else a
 %   dict with keys sources, asts, rows, checks, goals, unsat, table and
 %   units (Units):
 %
@@ -371,12 +404,12 @@ condition(C, Src, _) :-
 %   @error domain_error(pack_constraint, C) when C names no unit or no
 %          variant of its unit.
 
-compile_user([], _, none) :- !.
-compile_user(Sources, Units, User) :-
+compile_user([], _, _, none) :- !.
+compile_user(Sources, Units, Module, User) :-
     length(Sources, NS),
     numlist(1, NS, Ns),
     pairs_keys_values(Numbered, Ns, Sources),
-    foldl(compile_one(Units), Numbered,
+    foldl(compile_one(Units, Module), Numbered,
           acc([], [], [], []), acc(Rows0, Checks0, Goals0, Unsat0)),
     maplist([user(S, _), S]>>true, Sources, SrcList),
     Srcs =.. [srcs|SrcList],
@@ -393,9 +426,9 @@ compile_user(Sources, Units, User) :-
     User = user{sources:Srcs, asts:Sources, rows:Rows, checks:Checks,
                 goals:Goals, unsat:Unsat, table:Table, units:Units}.
 
-compile_one(Units, S-user(Src, Ast), acc(R0, C0, G0, U0), acc(R, C, G, U)) :-
+compile_one(Units, Module, S-user(Src, Ast), acc(R0, C0, G0, U0), acc(R, C, G, U)) :-
     (   Ast = goal(Goal0)
-    ->  goal_module(Goal0, Src, Goal),
+    ->  goal_module(Module:Goal0, Src, Goal),
         R = R0, C = C0, U = U0, G = [goal(S, Goal)|G0]
     ;   bool(Ast, Units, Src, Bool0),
         simplify(Bool0, Bool),
@@ -410,10 +443,10 @@ compile_one(Units, S-user(Src, Ast), acc(R0, C0, G0, U0), acc(R, C, G, U)) :-
         )
     ).
 
-%   A goal is called in module user unless qualified; it must exist with
-%   one more argument (the model).
+%   A goal is called in the caller's module unless qualified; it must
+%   exist with one more argument (the model).
 goal_module(Goal0, Src, M:Goal) :-
-    strip_module(user:Goal0, M, Goal),
+    strip_module(Goal0, M, Goal),
     (   callable(Goal)
     ->  true
     ;   bad(Src, "constraint(Goal): Goal must be callable")
@@ -478,6 +511,8 @@ holds(key(Key, Value), Ctx) :-
 %   simplify(+Bool0, -Bool): constant leaves decided, negations pushed
 %   into relations where that keeps them linear.
 
+simplify(true, true) :- !.
+simplify(false, false) :- !.
 simplify(lin(Cs, Op, B), S) :-
     !,
     (   Cs == []

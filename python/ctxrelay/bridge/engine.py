@@ -74,6 +74,8 @@ def _classes_by_kind() -> dict[str, type[errors.CtxRelayError]]:
 def _domain_class(formal: str) -> type[errors.CtxRelayError] | None:
     if formal.startswith("domain_error(role,"):
         return errors.InvalidRoleError
+    if formal.startswith("domain_error(pack_constraint,"):
+        return errors.InvalidConstraintError
     if formal.startswith("type_error(text,"):
         return errors.InvalidContentError
     return None
@@ -90,8 +92,15 @@ def translate(exc: janus.PrologError) -> errors.CtxRelayError:
         return cls(message)
     cls = _classes_by_kind().get(kind) or _domain_class(info["formal"]) \
         or _ISO_CLASSES.get(kind, errors.PrologError)
+    details = {str(k): v for k, v in dict(info.get("details") or {}).items()}
     if cls is errors.ContextOverflowError:
-        return cls(message, **{str(k): v for k, v in dict(info.get("details") or {}).items()})
+        return cls(message, **details)
+    if cls is errors.InconsistentConstraintsError:
+        return cls(message, **{k: v for k, v in details.items()
+                               if k in ("constraints", "mandatory", "budget", "unit")})
+    if cls is errors.InvalidConstraintError:
+        culprit = info["formal"][len("domain_error(pack_constraint,"):-1]
+        return cls(message, constraint=culprit)
     return cls(message)
 
 
