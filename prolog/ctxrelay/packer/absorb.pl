@@ -196,25 +196,32 @@ pareto(Dirs, Options, Front) :-
     map_list_to_pairs([o(C, U, _, _), k(C, NU)]>>(NU is -U), Options, Keyed),
     keysort(Keyed, Sorted),
     pairs_values(Sorted, Ordered),
-    filter(Ordered, Dirs, -1, [], Rev),
+    filter(Ordered, Dirs, -1, [], [], Rev),
     reverse(Rev, Front).
 
-filter([], _, _, Kept, Kept).
-filter([O|Os], Dirs, MaxU, Kept, Out) :-
-    O = o(_, U, _, _),
-    (   U > MaxU
-    ->  filter(Os, Dirs, U, [O|Kept], Out)
-    ;   dominated(Kept, Dirs, O)
-    ->  filter(Os, Dirs, MaxU, Kept, Out)
-    ;   filter(Os, Dirs, MaxU, [O|Kept], Out)
+%   As ctxrelay_packer_rows:mc_filter/4: options come by increasing cost;
+%   the kept ones are summarised by their best utility per distinct row
+%   vector (a count row has a handful of values).
+filter([], _, _, _, Kept, Kept).
+filter([O|Os], Dirs, MaxU, Best, Kept, Out) :-
+    O = o(_, U, Rv, _),
+    (   U =< MaxU,
+        member(RvK-UK, Best),
+        UK >= U,
+        no_worse(Dirs, RvK, Rv)
+    ->  filter(Os, Dirs, MaxU, Best, Kept, Out)
+    ;   MaxU1 is max(MaxU, U),
+        best_put(Best, Rv, U, Best1),
+        filter(Os, Dirs, MaxU1, Best1, [O|Kept], Out)
     ).
 
-dominated([o(_, UK, RK, _)|Ks], Dirs, O) :-
-    O = o(_, U, Rv, _),
-    (   UK >= U,
-        no_worse(Dirs, RK, Rv)
-    ->  true
-    ;   dominated(Ks, Dirs, O)
+best_put([], Rv, U, [Rv-U]).
+best_put([R-V|T], Rv, U, Best) :-
+    (   R == Rv
+    ->  V1 is max(V, U),
+        Best = [R-V1|T]
+    ;   Best = [R-V|Best1],
+        best_put(T, Rv, U, Best1)
     ).
 
 no_worse([], [], []).
