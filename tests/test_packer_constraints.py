@@ -39,10 +39,15 @@ KINDS = ("ka", "kb", "kc")
 Selection = tuple[int, ...]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _packer() -> None:
+@pytest.fixture(scope="module", autouse=True, params=[8, 0], ids=["merge", "no-merge"])
+def _packer(request) -> None:
+    """Every test twice: rows of few classes merged into a class (the default,
+    8), and every row kept for the Lagrangian search (0)."""
     janus.consult(str(PACKER))
     janus.query_once("use_module(library(clpfd))")   # its operators, to read texts back
+    janus.query_once("set_prolog_flag(packer_absorb_max_classes, N)", {"N": request.param})
+    yield
+    janus.query_once("set_prolog_flag(packer_absorb_max_classes, 8)")
 
 
 # --------------------------------------------------------------------------

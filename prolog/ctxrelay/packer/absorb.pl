@@ -1,6 +1,8 @@
 :- module(ctxrelay_packer_absorb,
-          [ absorb_rows/4           % +Classes0, +Table0, -Classes, -Table
+          [ absorb_rows/5,          % +Classes0, +Table0, -Classes, -Table, -Keep
+            project_rows/5          % +Keep, +Table0, +Classes0, -Table, -Classes
           ]).
+:- use_module(library(apply)).
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).
@@ -18,26 +20,30 @@ the row disappears from the problem, as structural constraints do inside
 the classes of ctxrelay_packer_classes.  When no row is left the plain
 search applies, with its tight bound.
 
-A row is absorbed when it touches at most 8 classes and every step of
+A row is absorbed when it touches at most 8 classes (the Prolog flag
+packer_absorb_max_classes; 0 turns merging off) and every step of
 the merge has at most 600 candidate states (otherwise it stays a row,
 for the Lagrangian bound, which is tight enough for rows over many small
 units).  Several rows that touch the same classes are
 absorbed together.
 */
 
-max_support(8).
+:- create_prolog_flag(packer_absorb_max_classes, 8, [type(integer), keep(true)]).
+
+max_support(N) :- current_prolog_flag(packer_absorb_max_classes, N).
 max_states(600).
 
-%!  absorb_rows(+Classes0, +Table0, -Classes, -Table) is semidet.
+%!  absorb_rows(+Classes0, +Table0, -Classes, -Table, -Keep) is semidet.
 %
 %   Classes0 are Options-Units pairs: the options o(C, U, Rv, Sel) of a
 %   class (ctxrelay_packer_rows) and its units;
 %   Table0 is rows(Dirs, Bs, Res, Zero).  Classes are the classes after
 %   merging, their row vectors and Table restricted to the rows left
-%   (Table is `none` when none is).  Fails when a merged class has no
-%   option that satisfies its rows (no pack exists).
+%   (Table is `none` when none is); Keep says, row by row of Table0,
+%   whether it is left (true) or absorbed (false).  Fails when a merged
+%   class has no option that satisfies its rows (no pack exists).
 
-absorb_rows(Classes0, Table0, Classes, Table) :-
+absorb_rows(Classes0, Table0, Classes, Table, Keep) :-
     Table0 = rows(Dirs, Bs, _, _),
     length(Dirs, NR),
     numlist(1, NR, Rows),
@@ -48,20 +54,28 @@ absorb_rows(Classes0, Table0, Classes, Table) :-
     keysort(Keyed, Sorted),
     pairs_values(Sorted, Small),
     foldl(absorb_row(Dirs, Bs), Small, Classes0-[], Classes1-Absorbed),
-    (   Absorbed == []
+    sort(Absorbed, Gone),
+    keep_flags(NR, Gone, Keep),
+    (   Gone == []
     ->  Classes = Classes0,
         Table = Table0
-    ;   sort(Absorbed, Gone),
-        project_table(Table0, Gone, Table),
-        keep_flags(NR, Gone, Keep),
+    ;   project_table(Table0, Keep, Table),
         maplist(project_class(Keep, Table), Classes1, Classes)
     ).
 
+%!  project_rows(+Keep, +Table0, +Classes0, -Table, -Classes) is semidet.
+%
+%   Table0 and the option lists Classes0 restricted to the rows Keep
+%   marks true (the options of each class reduced to their Pareto set).
+
+project_rows(Keep, Table0, Classes0, Table, Classes) :-
+    project_table(Table0, Keep, Table),
+    maplist({Keep, Table}/[Opts0, Opts]>>project_class(Keep, Table, Opts0-x, Opts-x),
+            Classes0, Classes).
+
 %   supports(+Rows, +Classes, -Supports): Row-ClassIndexes per row.
 supports(Rows, Classes, Supports) :-
-    length(Classes, NC),
-    numlist(1, NC, Is),
-    pairs_keys_values(Indexed, Is, Classes),
+    findall(I-C, nth1(I, Classes, C), Indexed),
     maplist({Indexed}/[I, I-S]>>
             findall(K, ( member(K-Opts, Indexed), touches(I, Opts) ), S),
             Rows, Supports).
@@ -249,9 +263,7 @@ keep_flags(NR, Gone, Keep) :-
 project(Keep, Rv, Rv1) :-
     foldl([K, R, A0, A]>>( K == true -> A0 = [R|A] ; A0 = A ), Keep, Rv, Rv1, []).
 
-project_table(rows(Dirs, Bs, Res, _), Gone, Table) :-
-    length(Dirs, NR),
-    keep_flags(NR, Gone, Keep),
+project_table(rows(Dirs, Bs, Res, _), Keep, Table) :-
     project(Keep, Dirs, Dirs1),
     (   Dirs1 == []
     ->  Table = none

@@ -1,5 +1,5 @@
 :- module(ctxrelay_packer_lagrange,
-          [ multipliers/4           % +Classes, +Dirs-Bs, +Budget, -Lag
+          [ multipliers/5           % +Classes, +Dirs-Bs, +Budget, -Lag, -Slack
           ]).
 :- use_module(library(apply)).
 :- use_module(library(lists)).
@@ -26,14 +26,15 @@ the classes that touch a row depend on mu; the others' hulls are built
 once.
 */
 
-%!  multipliers(+Classes, +Dirs-Bs, +Budget, -Lag) is det.
+%!  multipliers(+Classes, +Dirs-Bs, +Budget, -Lag, -Slack) is det.
 %
 %   Classes is a list of option lists o(C, U, Rv, Sel); Dirs and Bs the
 %   directions (le, ge, eq) and right-hand sides of the rows.  Lag is
 %   lag(Q, Ps, K0): the integer multipliers Ps = round(Q*mu), Q the
-%   scale, K0 = Ps.Bs.
+%   scale, K0 = Ps.Bs.  Slack says, row by row, whether the LP solution
+%   at mu meets the row with room to spare.
 
-multipliers(Classes, Dirs-Bs, Budget, lag(Q, Ps, K0)) :-
+multipliers(Classes, Dirs-Bs, Budget, lag(Q, Ps, K0), Slack) :-
     Q = 1024,
     length(Dirs, NR),
     length(Zero, NR),
@@ -46,11 +47,19 @@ multipliers(Classes, Dirs-Bs, Budget, lag(Q, Ps, K0)) :-
     maplist({Touched}/[I, TI-TO]>>partition(touches(I), Touched, TI, TO), Is, Parts),
     Ctx = ctx(Fixed, Touched, Budget, Bs, Zero, Parts),
     (   eval(Zero, Ctx, F0, G0)
-    ->  descend(2, Dirs, Scales, Ctx, Zero-F0-G0, Mu-_-_)
-    ;   Mu = Zero                       % the cheapest options do not fit
+    ->  descend(2, Dirs, Scales, Ctx, Zero-F0-G0, Mu-_-G)
+    ;   Mu = Zero,                      % the cheapest options do not fit
+        G = Zero
     ),
+    maplist([D, Gi, S]>>slack(D, Gi, S), Dirs, G, Slack),
     maplist({Q}/[M, D, P]>>( P0 is round(M*Q), sign_ok(D, P0, P) ), Mu, Dirs, Ps),
     foldl([P, B, K1, K2]>>(K2 is K1+P*B), Ps, Bs, 0, K0).
+
+%   slack(+Dir, +Subgradient, -Slack): the LP solution at the multipliers
+%   meets the row with room to spare (b - r > 0 for =<, < 0 for >=).
+slack(le, G, S) :- ( G > 1.0e-6 -> S = true ; S = false ).
+slack(ge, G, S) :- ( G < -1.0e-6 -> S = true ; S = false ).
+slack(eq, _, false).
 
 sign_ok(le, P0, P) :- P is max(0, P0).
 sign_ok(ge, P0, P) :- P is min(0, P0).

@@ -15,8 +15,8 @@
 :- use_module(greedy, [key_cost_util/4, greedy_groups/7, initial_allowed/2]).
 :- use_module(classes).
 :- use_module(bound, [lp/5, class_greedy/4, suffix_bounds/2, suffix_value/3]).
-:- use_module(lagrange, [multipliers/4]).
-:- use_module(absorb, [absorb_rows/4]).
+:- use_module(lagrange, [multipliers/5]).
+:- use_module(absorb, [absorb_rows/5, project_rows/5]).
 :- use_module(search, [search_classes/5, class_best/4]).
 
 /** <module> The exact search under users' linear constraints (rows)
@@ -412,12 +412,12 @@ rexact(P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
     rclasses(P, X, St, R, Table0, Deadline, Classes00, Units0),
     row_filter(5, Table0, Classes00, Classes01),
     pairs_keys_values(Pairs0, Classes01, Units0),
-    absorb_rows(Pairs0, Table0, Pairs, Table),
+    absorb_rows(Pairs0, Table0, Pairs, Table, Keep),
     pairs_keys_values(Pairs, Classes0, Units),
     (   Table == none
     ->  maplist(plain_class, Classes0, Plain),
         search_classes(Plain, Units, Budget, Deadline, Box)
-    ;   rexact_(P, Classes0, Units, Budget, Table, Lag0, Deadline, Box)
+    ;   rexact_(P, Classes0, Units, Budget, Table, Keep, Lag0, Deadline, Box)
     ).
 
 %   A class with no row left: the plain Pareto front of its options.
@@ -426,19 +426,94 @@ plain_class(Opts, Class) :-
     pareto(Os, Front),
     make_class(Front, Class).
 
-rexact_(P, Classes0, Units, Budget, Table, Lag0, Deadline, Box) :-
-    (   Lag0 == none
-    ->  Table = rows(Dirs, Bs, _, _),
-        multipliers(Classes0, Dirs-Bs, Budget, lag(Q, Ps, K0)),
-        unit_lags(P, Table, Q, Ps, LUs),
-        Lag = lag(Q, Ps, K0, LUs)
-    ;   Lag = Lag0
-    ),
+%   rexact_(+P, +Classes, +Units, +Budget, +Table, +Keep, +Lag0, +Deadline, !Box)
+%
+%   The search under the rows of Table (those Keep, a mask over the
+%   problem's rows, left after the merges).  The multipliers Ps of Lag
+%   are indexed by all the problem's rows (0 for a merged row): children
+%   of the enumeration rebuild classes with every row.
+%
+%   A row that the LP solution meets with room to spare and whose
+%   multiplier is 0 does not bind the bound; it is left out of the search
+%   (states do not carry it, so the Pareto sets stay small) and the pack
+%   found is checked against it.  When the pack breaks it, the search
+%   runs again with every row: the first search solved a relaxation, so
+%   a pack it finds that meets every row is the optimum.
 
+rexact_(P, Classes0, Units, Budget, Table, Keep, Lag0, Deadline, Box) :-
+    P = prob(_, _, _, _, _, User),
+    get_dict(table, User, Full),
+    Table = rows(Dirs, Bs, _, _),
+    (   Lag0 = lag(_, PsFull, _, _)
+    ->  project(Keep, PsFull, Ps),          % a subproblem: the root's multipliers
+        maplist([Pi, A]>>( Pi =:= 0 -> A = false ; A = true ), Ps, Active0),
+        Lag = Lag0
+    ;   multipliers(Classes0, Dirs-Bs, Budget, lag(Q, Ps, _), Slack),
+        maplist([Pi, S, A]>>( Pi =:= 0, S == true -> A = false ; A = true ), Ps, Slack,
+                Active0),
+        embed(Keep, Ps, PsFull),
+        Full = rows(_, FBs, _, _),
+        dot(PsFull, FBs, 0, K0),
+        unit_lags(P, Full, Q, PsFull, LUs),
+        Lag = lag(Q, PsFull, K0, LUs)
+    ),
+    (   memberchk(false, Active0)
+    ->  (   active_search(Active0, Keep, Classes0, Units, Budget, Table, Lag, Deadline, Box),
+            arg(1, Box, inc(IU, Sels)),
+            (   IU < 0
+            ;   append(Sels, Key0), msort(Key0, Key), key_rows_hold(Full, Key)
+            )
+        ->  true
+        ;   nb_setarg(1, Box, inc(-1, none)),   % the pack breaks a left-out row
+            maplist([_, true]>>true, Active0, All),
+            active_search(All, Keep, Classes0, Units, Budget, Table, Lag, Deadline, Box)
+        )
+    ;   active_search(Active0, Keep, Classes0, Units, Budget, Table, Lag, Deadline, Box)
+    ).
+
+%   embed(+Keep, +Values, -Full): Values at the rows Keep marks, 0 elsewhere.
+embed([], [], []).
+embed([K|Ks], Vs0, [V|Vs]) :-
+    (   K == true
+    ->  Vs0 = [V|Vs1]
+    ;   V = 0,
+        Vs1 = Vs0
+    ),
+    embed(Ks, Vs1, Vs).
+
+project([], [], []).
+project([K|Ks], [V|Vs], Out) :-
+    (   K == true -> Out = [V|Out1] ; Out = Out1 ),
+    project(Ks, Vs, Out1).
+
+%   active_search(+Active, +Keep, +Classes, +Units, +Budget, +Table,
+%                 +Lag, +Deadline, !Box): the search under the rows of
+%   Table that Active marks; Keep maps Table's rows to the problem's.
+active_search(Active, Keep, Classes0, Units, Budget, Table0, Lag, Deadline, Box) :-
+    (   memberchk(false, Active)
+    ->  project_rows(Active, Table0, Classes0, Table, Classes1)
+    ;   Table = Table0,
+        Classes1 = Classes0
+    ),
+    (   Table == none
+    ->  maplist(plain_class, Classes1, Plain),
+        search_classes(Plain, Units, Budget, Deadline, Box)
+    ;   embed(Keep, Active, Mask0),
+        maplist([K, A, M]>>( K == true, A == true -> M = true ; M = false ), Keep, Mask0, Mask),
+        rsearch(Mask, Classes1, Units, Budget, Table, Lag, Deadline, Box)
+    ).
+
+%   rsearch(+Mask, +Classes0, +Units, +Budget, +Table, +Lag, +Deadline, !Box):
+%   the Lagrangian classes, an incumbent when the class greedy meets the
+%   rows, the windows.  Mask marks the problem's rows that Table has:
+%   Lag's multipliers (one per problem row) are brought to Table's.
+rsearch(Mask, Classes0, Units, Budget, Table, LagFull, Deadline, Box) :-
+    LagFull = lag(Q, PsFull, K0, LUs),
+    project(Mask, PsFull, Ps),
+    Lag = lag(Q, Ps, K0, LUs),
     maplist(lag_class(Lag), Classes0, Classes),
-    setarg(4, Box, ci(Classes, Units, Lag)),
+    setarg(4, Box, ci(Classes, Units, LagFull)),
     maplist(view, Classes, Views),
-    Lag = lag(Q, _, K0, _),
     (   class_greedy(Views, Budget, _, Choice),
         maplist([o(_, _, O), O]>>true, Choice, Chosen),
         chosen_feasible(Chosen, Table, U, Sels)
