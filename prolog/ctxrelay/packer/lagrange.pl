@@ -40,14 +40,16 @@ multipliers(Classes, Dirs-Bs, Budget, lag(Q, Ps, K0), Slack) :-
     length(Zero, NR),
     maplist(=(0.0), Zero),
     partition(untouched, Classes, Plain, Touched0),
-    fixed_part(Plain, Zero, Fixed),
-    maplist(maplist([o(C, U, Rv, _), t(C, U, Rv)]>>true), Touched0, Touched),
-    scales(Touched, NR, Scales),
     numlist(1, NR, Is),
-    maplist({Touched}/[I, TI-TO]>>partition(touches(I), Touched, TI, TO), Is, Parts),
-    Ctx = ctx(Fixed, Touched, Budget, Bs, Zero, Parts),
-    (   eval(Zero, Ctx, F0, G0)
-    ->  descend(2, Dirs, Scales, Ctx, Zero-F0-G0, Mu-_-G)
+    context(Plain, Touched0, Is, Budget, Bs, Zero, Ctx0, Scales),
+    (   eval(Zero, Ctx0, F0, G0)
+    ->  % Rows the LP meets with room to spare at mu = 0 keep mu = 0: the
+        % classes only they touch join the fixed part, which each
+        % evaluation then skips (a floor on the turns' tokens touches
+        % half of the classes and seldom binds).
+        findall(I, ( nth1(I, Dirs, D), nth1(I, G0, Gi), \+ slack(D, Gi, true) ), Live),
+        live_descent(Live, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales,
+                     Zero-F0-G0, Mu-_-G)
     ;   Mu = Zero,                      % the cheapest options do not fit
         G = Zero
     ),
@@ -60,6 +62,49 @@ multipliers(Classes, Dirs-Bs, Budget, lag(Q, Ps, K0), Slack) :-
 slack(le, G, S) :- ( G > 1.0e-6 -> S = true ; S = false ).
 slack(ge, G, S) :- ( G < -1.0e-6 -> S = true ; S = false ).
 slack(eq, _, false).
+
+%   live_descent(+Live, +Dirs, +Plain, +Touched, +Budget, +Bs, +Zero,
+%                +Scales, +S0, -S): the descent over the rows Live; when
+%   its solution breaks a row left out, again with that row too.
+live_descent([], _, _, _, _, _, _, _, S, S) :- !.
+live_descent(Live, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales, S0, S) :-
+    partition(touches_any(Live), Touched0, Touched1, Dormant),
+    append(Plain, Dormant, Plain1),
+    context(Plain1, Touched1, Live, Budget, Bs, Zero, Ctx, _),
+    descend(2, Live, Dirs, Scales, Ctx, S0, S1),
+    S1 = _-_-G1,
+    findall(I, ( nth1(I, Dirs, D), nth1(I, G1, Gi), \+ slack(D, Gi, true) ), Live1),
+    (   subtract(Live1, Live, [])
+    ->  S = S1
+    ;   union(Live, Live1, Live2),
+        msort(Live2, Live3),
+        live_descent(Live3, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales, S1, S)
+    ).
+
+%   context(+Plain, +Touched, +Rows, +Budget, +Bs, +Zero, -Ctx, -Scales):
+%   the fixed part (the classes of Plain), the touched classes as
+%   t(C, U, Rv) lists, and per row of Rows the classes that touch it and
+%   the others.
+context(Plain, Touched0, Rows, Budget, Bs, Zero, Ctx, Scales) :-
+    fixed_part(Plain, Zero, Fixed),
+    maplist(maplist([o(C, U, Rv, _), t(C, U, Rv)]>>true), Touched0, Touched),
+    length(Zero, NR),
+    scales(Touched, NR, Scales),
+    numlist(1, NR, Is),
+    maplist({Touched, Rows}/[I, TI-TO]>>
+            (   memberchk(I, Rows)
+            ->  partition(touches(I), Touched, TI, TO)
+            ;   TI = [], TO = Touched
+            ),
+            Is, Parts),
+    Ctx = ctx(Fixed, Touched, Budget, Bs, Zero, Parts).
+
+touches_any(Rows, Opts) :-
+    member(o(_, _, Rv, _), Opts),
+    member(I, Rows),
+    nth1(I, Rv, R),
+    R =\= 0,
+    !.
 
 sign_ok(le, P0, P) :- P is max(0, P0).
 sign_ok(ge, P0, P) :- P is min(0, P0).
@@ -76,14 +121,24 @@ touches(I, Opts) :-
 
 %   The classes no row touches: their base and hull segments under U do
 %   not depend on mu.
-fixed_part(Plain, Zero, fixed(BC, BU, Zero, Arr)) :-
-    foldl([Opts, t(C0, U0, S0), t(C1, U1, S1)]>>
-          ( maplist([o(C, U, _, _), p(C, U, none)]>>true, Opts, Pts),
-            hull_parts(Pts, C, U, _, S1, S0),
-            C1 is C0+C, U1 is U0+U ),
-          Plain, t(0, 0, []), t(BC, BU, Segs0)),
+fixed_part(Plain, Zero, fixed(BC, BU, BRv, Arr)) :-
+    foldl(fixed_class, Plain, t(0, 0, Zero, []), t(BC, BU, BRv, Segs0)),
     sort(1, @>=, Segs0, Segs),
     cum_array(Segs, Zero, Arr).
+
+fixed_class(Opts, t(C0, U0, R0, S0), t(C1, U1, R1, S1)) :-
+    (   untouched(Opts)
+    ->  maplist([o(C, U, _, _), p(C, U, none)]>>true, Opts, Pts),
+        hull_parts(Pts, C, U, _, S1, S0),
+        R1 = R0
+    ;   % a class touched only by rows held at mu = 0: its hull does not
+        % move, but its row values count in the subgradient
+        maplist([o(C, U, Rv, _), p(C, U, Rv)]>>true, Opts, Pts),
+        hull_parts(Pts, C, U, Rv, S1, S0),
+        vadd(R0, Rv, R1)
+    ),
+    C1 is C0+C,
+    U1 is U0+U.
 
 %   scales(+Touched, +NR, -Scales): per row, the utility per unit of row
 %   value of the options that touch it: the order of size of mu.
@@ -351,19 +406,18 @@ vsub([A|As], [B|Bs], [C|Cs]) :- C is A-B, vsub(As, Bs, Cs).
                  *     COORDINATE DESCENT       *
                  *******************************/
 
-%   descend(+Cycles, +Dirs, +Scales, +Ctx, +Mu0-F0-G0, -Mu-F-G)
+%   descend(+Cycles, +Rows, +Dirs, +Scales, +Ctx, +Mu0-F0-G0, -Mu-F-G):
+%   cycles of coordinate minimisation over Rows.
 
-descend(0, _, _, _, S, S) :- !.
-descend(N, Dirs, Scales, Ctx, S0, S) :-
-    length(Dirs, NR),
-    numlist(1, NR, Is),
+descend(0, _, _, _, _, S, S) :- !.
+descend(N, Is, Dirs, Scales, Ctx, S0, S) :-
     foldl(coordinate(Dirs, Scales, Ctx), Is, S0, S1),
     S0 = _-F0-_,
     S1 = _-F1-_,
     (   F0 - F1 < 0.5                    % less than half a unit of utility
     ->  S = S1
     ;   N1 is N-1,
-        descend(N1, Dirs, Scales, Ctx, S1, S)
+        descend(N1, Is, Dirs, Scales, Ctx, S1, S)
     ).
 
 %   coordinate(+Dirs, +Scales, +Ctx, +I, +Mu0-F0-G0, -Mu-F-G): minimise
