@@ -40,15 +40,16 @@ multipliers(Classes, Dirs-Bs, Budget, lag(Q, Ps, K0), Slack) :-
     length(Zero, NR),
     maplist(=(0.0), Zero),
     partition(untouched, Classes, Plain, Touched0),
-    numlist(1, NR, Is),
-    context(Plain, Touched0, Is, Budget, Bs, Zero, Ctx0, Scales),
-    (   eval(Zero, Ctx0, F0, G0)
+    fixed_segments(Plain, Zero, PlainPart),
+    fixed_segments(Touched0, Zero, TouchedPart),  % at mu = 0 every hull is fixed
+    fixed_array(PlainPart, TouchedPart, Zero, Fixed0),
+    (   eval(Zero, ctx(Fixed0, [], Budget, Bs, Zero, []), F0, G0)
     ->  % Rows the LP meets with room to spare at mu = 0 keep mu = 0: the
         % classes only they touch join the fixed part, which each
         % evaluation then skips (a floor on the turns' tokens touches
         % half of the classes and seldom binds).
         findall(I, ( nth1(I, Dirs, D), nth1(I, G0, Gi), \+ slack(D, Gi, true) ), Live),
-        live_descent(Live, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales,
+        live_descent(Live, Dirs, PlainPart, Touched0, Budget, Bs, Zero,
                      Zero-F0-G0, Mu-_-G)
     ;   Mu = Zero,                      % the cheapest options do not fit
         G = Zero
@@ -63,14 +64,25 @@ slack(le, G, S) :- ( G > 1.0e-6 -> S = true ; S = false ).
 slack(ge, G, S) :- ( G < -1.0e-6 -> S = true ; S = false ).
 slack(eq, _, false).
 
-%   live_descent(+Live, +Dirs, +Plain, +Touched, +Budget, +Bs, +Zero,
-%                +Scales, +S0, -S): the descent over the rows Live; when
-%   its solution breaks a row left out, again with that row too.
-live_descent([], _, _, _, _, _, _, _, S, S) :- !.
-live_descent(Live, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales, S0, S) :-
+%   live_descent(+Live, +Dirs, +PlainPart, +Touched, +Budget, +Bs, +Zero,
+%                +S0, -S): the descent over the rows Live; when its solution
+%   breaks a row left out, again with that row too.
+live_descent([], _, _, _, _, _, _, S, S) :- !.
+live_descent(Live, Dirs, PlainPart, Touched0, Budget, Bs, Zero, S0, S) :-
     partition(touches_any(Live), Touched0, Touched1, Dormant),
-    append(Plain, Dormant, Plain1),
-    context(Plain1, Touched1, Live, Budget, Bs, Zero, Ctx, _),
+    fixed_segments(Dormant, Zero, DormantPart),
+    fixed_array(PlainPart, DormantPart, Zero, Fixed),
+    maplist(maplist([o(C, U, Rv, _), t(C, U, Rv)]>>true), Touched1, Touched),
+    length(Zero, NR),
+    scales(Touched, NR, Scales),
+    numlist(1, NR, Is),
+    maplist({Touched, Live}/[I, TI-TO]>>
+            (   memberchk(I, Live)
+            ->  partition(touches(I), Touched, TI, TO)
+            ;   TI = [], TO = Touched
+            ),
+            Is, Parts),
+    Ctx = ctx(Fixed, Touched, Budget, Bs, Zero, Parts),
     descend(2, Live, Dirs, Scales, Ctx, S0, S1),
     S1 = _-_-G1,
     findall(I, ( nth1(I, Dirs, D), nth1(I, G1, Gi), \+ slack(D, Gi, true) ), Live1),
@@ -78,26 +90,24 @@ live_descent(Live, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales, S0, S) :-
     ->  S = S1
     ;   union(Live, Live1, Live2),
         msort(Live2, Live3),
-        live_descent(Live3, Dirs, Plain, Touched0, Budget, Bs, Zero, Scales, S1, S)
+        live_descent(Live3, Dirs, PlainPart, Touched0, Budget, Bs, Zero, S1, S)
     ).
 
-%   context(+Plain, +Touched, +Rows, +Budget, +Bs, +Zero, -Ctx, -Scales):
-%   the fixed part (the classes of Plain), the touched classes as
-%   t(C, U, Rv) lists, and per row of Rows the classes that touch it and
-%   the others.
-context(Plain, Touched0, Rows, Budget, Bs, Zero, Ctx, Scales) :-
-    fixed_part(Plain, Zero, Fixed),
-    maplist(maplist([o(C, U, Rv, _), t(C, U, Rv)]>>true), Touched0, Touched),
-    length(Zero, NR),
-    scales(Touched, NR, Scales),
-    numlist(1, NR, Is),
-    maplist({Touched, Rows}/[I, TI-TO]>>
-            (   memberchk(I, Rows)
-            ->  partition(touches(I), Touched, TI, TO)
-            ;   TI = [], TO = Touched
-            ),
-            Is, Parts),
-    Ctx = ctx(Fixed, Touched, Budget, Bs, Zero, Parts).
+%   fixed_segments(+Classes, +Zero, -Part): Part is t(BaseC, BaseU,
+%   BaseRv, Segs), the classes' hulls under U (mu = 0 on the rows they
+%   touch), segments by decreasing slope.
+fixed_segments(Classes, Zero, t(BC, BU, BRv, Segs)) :-
+    foldl(fixed_class, Classes, t(0, 0, Zero, []), t(BC, BU, BRv, Segs0)),
+    sort(1, @>=, Segs0, Segs).
+
+%   fixed_array(+Part1, +Part2, +Zero, -Fixed): the two parts as the
+%   fixed part of an evaluation context (cumulative array).
+fixed_array(t(C1, U1, R1, S1), t(C2, U2, R2, S2), Zero, fixed(C, U, R, Arr)) :-
+    C is C1+C2,
+    U is U1+U2,
+    vadd(R1, R2, R),
+    merge_desc(S1, S2, Segs),
+    cum_array(Segs, Zero, Arr).
 
 touches_any(Rows, Opts) :-
     member(o(_, _, Rv, _), Opts),
@@ -119,13 +129,10 @@ touches(I, Opts) :-
     R =\= 0,
     !.
 
-%   The classes no row touches: their base and hull segments under U do
-%   not depend on mu.
-fixed_part(Plain, Zero, fixed(BC, BU, BRv, Arr)) :-
-    foldl(fixed_class, Plain, t(0, 0, Zero, []), t(BC, BU, BRv, Segs0)),
-    sort(1, @>=, Segs0, Segs),
-    cum_array(Segs, Zero, Arr).
-
+%   fixed_class(+Options, +Acc0, -Acc): a class whose hull does not move
+%   while the multipliers do (no row touches it, or only rows held at
+%   mu = 0): its base and hull segments under U; its row values, if any,
+%   count in the subgradient.
 fixed_class(Opts, t(C0, U0, R0, S0), t(C1, U1, R1, S1)) :-
     (   untouched(Opts)
     ->  maplist([o(C, U, _, _), p(C, U, none)]>>true, Opts, Pts),

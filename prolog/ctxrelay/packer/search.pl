@@ -116,12 +116,17 @@ prune([S|Ss], Best, F, Budget, Need, States) :-
 
 %   solve(+Prep, +Restrictions, +Lag, +Deadline, -Result) is det.
 %
-%   Result is sol(Key, Cost, Util, Status, Lambda) for the best pack of
+%   Result is sol(Key, Cost, Util, Status, Enum) for the best pack of
 %   the (restricted) problem, or `none` when it has none. Key is the
-%   sorted list of Unit-Variant pairs, Lambda = P/Q the multiplier of the
-%   LP relaxation (it bounds the alternatives). When the time limit stops
-%   the search, the best pack found (at least the greedy one) comes with
-%   Status gap(G).
+%   sorted list of Unit-Variant pairs; Enum = enum(P/Q, Units, Bests, Lag)
+%   holds what bounds the alternatives: the multiplier P/Q of the LP
+%   relaxation, the units and best Lagrangian values of the classes, and
+%   the multipliers of users' rows (`none` without rows). When the time
+%   limit stops the search, the best pack found (at least the greedy one)
+%   comes with Status gap(G).  A problem with users' rows goes to
+%   ctxrelay_packer_rows:rsolve/5, with Lag the root's multipliers (`none`
+%   at the root), and may answer unknown(Bound) when the time limit
+%   stopped it before any pack satisfying the rows was found.
 
 solve(Prep, Restr, Lag, Deadline, Result) :-
     Prep = prep(_, prob(_, _, _, _, _, User), _, _),
