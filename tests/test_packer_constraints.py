@@ -39,15 +39,27 @@ KINDS = ("ka", "kb", "kc")
 Selection = tuple[int, ...]
 
 
+MODULE = "packer_tests"     # the packer is loaded here, not into user: a test of
+                            # what library(ctxrelay) puts into user runs in this process
+
+
+def query_once(goal: str, bindings: dict[str, Any] | None = None) -> dict[str, Any]:
+    return janus.query_once(f"{MODULE}:({goal})", bindings or {})
+
+
+def query(goal: str, bindings: dict[str, Any]):
+    return janus.query(f"{MODULE}:({goal})", bindings)
+
+
 @pytest.fixture(scope="module", autouse=True, params=[8, 0], ids=["merge", "no-merge"])
 def _packer(request) -> None:
     """Every test twice: rows of few classes merged into a class (the default,
     8), and every row kept for the Lagrangian search (0)."""
-    janus.consult(str(PACKER))
-    janus.query_once("use_module(library(clpfd))")   # its operators, to read texts back
-    janus.query_once("set_prolog_flag(packer_absorb_max_classes, N)", {"N": request.param})
+    janus.query_once(f"{MODULE}:use_module(F)", {"F": str(PACKER)})
+    query_once("use_module(library(clpfd))")   # its operators, to read texts back
+    query_once("set_prolog_flag(packer_absorb_max_classes, N)", {"N": request.param})
     yield
-    janus.query_once("set_prolog_flag(packer_absorb_max_classes, 8)")
+    query_once("set_prolog_flag(packer_absorb_max_classes, 8)")
 
 
 # --------------------------------------------------------------------------
@@ -383,7 +395,7 @@ SETTINGS = settings(max_examples=80, derandomize=True, deadline=None,
 @given(instances())
 def test_first_pack_is_the_optimum_under_user_constraints(inst: Instance) -> None:
     adm = admissible(inst)
-    r = janus.query_once(PACK, bindings(inst))
+    r = query_once(PACK, bindings(inst))
     if not adm:
         assert r["truth"] is False
         return
@@ -397,7 +409,7 @@ def test_first_pack_is_the_optimum_under_user_constraints(inst: Instance) -> Non
 @given(instances(linear_only=True, max_units=10, max_combinations=20_000))
 def test_linear_constraints_are_solved_exactly(inst: Instance) -> None:
     adm = admissible(inst)
-    r = janus.query_once(PACK, bindings(inst))
+    r = query_once(PACK, bindings(inst))
     if not adm:
         assert r["truth"] is False
         return
@@ -409,7 +421,7 @@ def test_linear_constraints_are_solved_exactly(inst: Instance) -> None:
 @given(instances(max_units=6, max_combinations=300))
 def test_alternatives_are_every_admissible_pack_once_best_first(inst: Instance) -> None:
     adm = admissible(inst)
-    with janus.query(PACK, bindings(inst)) as q:
+    with query(PACK, bindings(inst)) as q:
         packs = list(q)
     sels = [check_pack(inst, r) for r in packs]
     utils = [r["Util"] for r in packs]
@@ -423,7 +435,7 @@ def test_alternatives_are_every_admissible_pack_once_best_first(inst: Instance) 
 def test_labelling_the_model_agrees(inst: Instance) -> None:
     """pack_constraints/6 (user constraints posted) + labeling([max(U)])."""
     adm = admissible(inst)
-    r = janus.query_once(
+    r = query_once(
         "pack_constraints(Us, Cs, B, _Vars, _Cost, Util),"
         " term_variables(_Vars, _Vs), clpfd:labeling([max(Util)], _Vs), !",
         bindings(inst))
@@ -437,8 +449,8 @@ def test_labelling_the_model_agrees(inst: Instance) -> None:
 @SETTINGS
 @given(instances(max_units=7, max_combinations=2_000))
 def test_strings_and_tuples_are_the_same_constraints(inst: Instance) -> None:
-    a = janus.query_once(PACK, bindings(inst, "text"))
-    b = janus.query_once(PACK, bindings(inst, "tuple"))
+    a = query_once(PACK, bindings(inst, "text"))
+    b = query_once(PACK, bindings(inst, "tuple"))
     assert a["truth"] == b["truth"]
     if a["truth"]:
         assert (a["Sel"], a["Util"]) == (b["Sel"], b["Util"])
@@ -452,7 +464,7 @@ ERROR = ("catch(( pack_best(Us, Cs, B, pack(_, _, Util, _), []), Kind = none, D 
 @given(instances(max_units=7, max_combinations=2_000))
 def test_pack_best_names_what_makes_the_problem_empty(inst: Instance) -> None:
     adm = admissible(inst)
-    r = janus.query_once(ERROR, bindings(inst))
+    r = query_once(ERROR, bindings(inst))
     assert r["truth"] is True
     if adm:
         assert (r["Kind"], r["Util"]) == ("none", max(adm.values()))
@@ -471,9 +483,9 @@ def test_pack_best_names_what_makes_the_problem_empty(inst: Instance) -> None:
     named = r["D"]["constraints"]
     texts = {f"constraint({con_text(c)})": c for c in inst.user}
     # the error names constraints the caller gave, as a minimal conflicting set
-    parsed = [janus.query_once("term_string(_T, S), term_string(_T, S1)", {"S": s})["S1"]
+    parsed = [query_once("term_string(_T, S, [module(packer_tests)]), term_string(_T, S1)", {"S": s})["S1"]
               for s in named]
-    given_ = {janus.query_once("term_string(_T, S), term_string(_T, S1)", {"S": t})["S1"]: c
+    given_ = {query_once("term_string(_T, S, [module(packer_tests)]), term_string(_T, S1)", {"S": t})["S1"]: c
               for t, c in texts.items()}
     assert all(p in given_ for p in parsed), (parsed, list(given_))
     conflict = tuple(given_[p] for p in parsed)
