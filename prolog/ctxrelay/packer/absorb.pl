@@ -1,5 +1,6 @@
 :- module(ctxrelay_packer_absorb,
-          [ absorb_rows/5,          % +Classes0, +Table0, -Classes, -Table, -Keep
+          [ row_filter/4,           % +Rounds, +Table, +Classes0, -Classes
+            absorb_rows/5,          % +Classes0, +Table0, -Classes, -Table, -Keep
             project_rows/5          % +Keep, +Table0, +Classes0, -Table, -Classes
           ]).
 :- use_module(library(apply)).
@@ -8,7 +9,11 @@
 :- use_module(library(pairs)).
 :- use_module(library(yall)).
 
-/** <module> Rows that few classes touch become part of a class
+/** <module> Users' rows folded into the classes
+
+row_filter/4 propagates the rows over the classes (an option that no
+completion can bring within a bound is dropped); absorb_rows/5 merges the
+classes of a row that touches few of them, so that the row disappears.
 
 A user's row such as `tokens(role(tool)) #=< 150` often touches a handful
 of classes, whose units are large next to the bound.  Relaxed into the
@@ -31,7 +36,45 @@ absorbed together.
 :- create_prolog_flag(packer_absorb_max_classes, 8, [type(integer), keep(true)]).
 
 max_support(N) :- current_prolog_flag(packer_absorb_max_classes, N).
+
 max_states(600).
+
+%!  row_filter(+Rounds, +Table, +Classes0, -Classes) is semidet.
+%
+%   Bounds propagation of the rows over the classes: an option whose row
+%   value cannot be completed within a row's bound by the least (for
+%   `=<`) or largest (for `>=`) values of the other classes is dropped.
+%   Exact, and it matters for the bound: a tool output larger than a
+%   token cap on tool output cannot enter any pack, but the LP relaxation
+%   would take a fraction of it.  Fails when a class loses every option.
+
+row_filter(Rounds, Table, Classes0, Classes) :-
+    Table = rows(Dirs, Bs, _, Zero),
+    maplist(class_range(Zero), Classes0, Ranges),
+    foldl([mm(Mn, Mx), mm(A0, B0), mm(A, B)]>>( vadd(A0, Mn, A), vadd(B0, Mx, B) ),
+          Ranges, mm(Zero, Zero), mm(TotMin, TotMax)),
+    maplist(filter_class(Dirs, Bs, TotMin, TotMax), Classes0, Ranges, Classes1, Changes),
+    \+ memberchk([], Classes1),
+    (   Rounds > 1,
+        memberchk(true, Changes)
+    ->  R1 is Rounds-1,
+        row_filter(R1, Table, Classes1, Classes)
+    ;   Classes = Classes1
+    ).
+
+class_range(_, [o(_, _, Rv0, _)|Opts], mm(Mn, Mx)) :-
+    foldl([o(_, _, Rv, _), mm(A0, B0), mm(A, B)]>>
+          ( maplist([X, Y, Z]>>(Z is min(X, Y)), Rv, A0, A),
+            maplist([X, Y, Z]>>(Z is max(X, Y)), Rv, B0, B) ),
+          Opts, mm(Rv0, Rv0), mm(Mn, Mx)).
+
+filter_class(Dirs, Bs, TotMin, TotMax, Opts, mm(Mn, Mx), Kept, Changed) :-
+    vsub(TotMin, Mn, OtherMin),
+    vsub(TotMax, Mx, OtherMax),
+    include({Dirs, Bs, OtherMin, OtherMax}/[o(_, _, Rv, _)]>>
+            completable(Dirs, Rv, OtherMin, OtherMax, Bs),
+            Opts, Kept),
+    (   same_length(Kept, Opts) -> Changed = false ; Changed = true ).
 
 %!  absorb_rows(+Classes0, +Table0, -Classes, -Table, -Keep) is semidet.
 %
@@ -250,6 +293,11 @@ vadd([], [], []).
 vadd([A|As], [B|Bs], [C|Cs]) :-
     C is A+B,
     vadd(As, Bs, Cs).
+
+vsub([], [], []).
+vsub([A|As], [B|Bs], [C|Cs]) :-
+    C is A-B,
+    vsub(As, Bs, Cs).
 
 
                  /*******************************

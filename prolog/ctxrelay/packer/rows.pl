@@ -16,7 +16,7 @@
 :- use_module(classes).
 :- use_module(bound, [lp/5, class_greedy/4, suffix_bounds/2, suffix_value/3]).
 :- use_module(lagrange, [multipliers/5]).
-:- use_module(absorb, [absorb_rows/5, project_rows/5]).
+:- use_module(absorb, [row_filter/4, absorb_rows/5, project_rows/5]).
 :- use_module(search, [search_classes/5, class_best/4]).
 
 /** <module> The exact search under users' linear constraints (rows)
@@ -525,54 +525,6 @@ rsearch(Mask, Classes0, Units, Budget, Table, LagFull, Deadline, Box) :-
     nb_setarg(2, Box, UB),
     nb_setarg(3, Box, PL/QL),
     rwindows(Classes, Budget, UB, Lag, Table, Deadline, Box).
-
-%   row_filter(+Rounds, +Table, +Classes0, -Classes) is semidet.
-%
-%   Bounds propagation of the rows over the classes: an option whose row
-%   value cannot be completed within a row's bound by the least (for
-%   `=<`) or largest (for `>=`) values of the other classes is dropped.
-%   Exact, and it matters for the bound: a tool output larger than a
-%   token cap on tool output cannot enter any pack, but the LP relaxation
-%   would take a fraction of it.  Fails when a class loses every option.
-
-row_filter(Rounds, Table, Classes0, Classes) :-
-    Table = rows(Dirs, Bs, _, Zero),
-    maplist(class_range(Zero), Classes0, Ranges),
-    foldl([mm(Mn, Mx), mm(A0, B0), mm(A, B)]>>( vadd(A0, Mn, A), vadd(B0, Mx, B) ),
-          Ranges, mm(Zero, Zero), mm(TotMin, TotMax)),
-    maplist(filter_class(Dirs, Bs, TotMin, TotMax), Classes0, Ranges, Classes1, Changes),
-    \+ memberchk([], Classes1),
-    (   Rounds > 1,
-        memberchk(true, Changes)
-    ->  R1 is Rounds-1,
-        row_filter(R1, Table, Classes1, Classes)
-    ;   Classes = Classes1
-    ).
-
-class_range(_, [o(_, _, Rv0, _)|Opts], mm(Mn, Mx)) :-
-    foldl([o(_, _, Rv, _), mm(A0, B0), mm(A, B)]>>
-          ( maplist([X, Y, Z]>>(Z is min(X, Y)), Rv, A0, A),
-            maplist([X, Y, Z]>>(Z is max(X, Y)), Rv, B0, B) ),
-          Opts, mm(Rv0, Rv0), mm(Mn, Mx)).
-
-filter_class(Dirs, Bs, TotMin, TotMax, Opts, mm(Mn, Mx), Kept, Changed) :-
-    vsub(TotMin, Mn, OtherMin),
-    vsub(TotMax, Mx, OtherMax),
-    include({Dirs, Bs, OtherMin, OtherMax}/[o(_, _, Rv, _)]>>
-            completable(Dirs, Rv, OtherMin, OtherMax, Bs),
-            Opts, Kept),
-    (   same_length(Kept, Opts) -> Changed = false ; Changed = true ).
-
-completable([], [], [], [], []).
-completable([D|Ds], [R|Rs], [Mn|Mns], [Mx|Mxs], [B|Bs]) :-
-    (   D == le
-    ->  R+Mn =< B
-    ;   D == ge
-    ->  R+Mx >= B
-    ;   R+Mn =< B,
-        R+Mx >= B
-    ),
-    completable(Ds, Rs, Mns, Mxs, Bs).
 
 chosen_feasible(Chosen, rows(Dirs, Bs, _, Zero), U, Sels) :-
     foldl([ol(_, OU, ORv, _, OSel), t(U0, R0, S0), t(U1, R1, [OSel|S0])]>>
