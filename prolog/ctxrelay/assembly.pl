@@ -16,6 +16,7 @@
 :- use_module(policy).
 :- use_module(context).
 :- use_module(packer).
+:- use_module(turn_pack).
 :- use_module(references).
 :- use_module(intent).
 :- use_module(blend).
@@ -139,12 +140,12 @@ assembly_(Request, Holder, Result) :-
     Budget is Policy.input_budget - Cands.priming,
     check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
     Available is Budget - Mandatory,
-    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
-    TimeLimit = Policy.time_limit,
+    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Gated, GatedCs, Tiers),
     shape_slack(Policy, Slack),
     history_room(Policy, Room),
     PackBudget is max(Mandatory, Budget - Slack - Room),
-    pack(Units, Constraints, PackBudget, Pack, [time_limit(TimeLimit)]),
+    turn_pack(Request, Units0-Constraints0, Gated-GatedCs, PackBudget, Analysis, Cands,
+              Units, Pack),
     Pack = pack(Selected0, Cost0, Utility, Optimality),
     units_by_id(Cands, ById),
     drop_idle_boundary(Cands, ById, Selected0, Cost0, Units, Selected, Cost),

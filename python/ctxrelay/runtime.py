@@ -37,7 +37,30 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
         raise InvalidArgumentError(
             f"unknown policy option(s) {', '.join(unknown)}; valid options are: "
             + ", ".join(names))
+    if "constraints" in policy:
+        policy = {**policy, "constraints": _constraints(policy["constraints"])}
     return list(policy.items())
+
+
+def _constraints(constraints: Any) -> list[Any]:
+    """The ``constraints`` keyword: pack constraints as Prolog text
+    (``"tokens(role(tool)) #=< 300"``) or as tuples ``(Name, Arg, ...)`` for
+    ``Name(Arg, ...)`` (``("#=<", ("tokens", ("role", "tool")), 300)``).  Only
+    their shape is checked here; Prolog checks what they say (the packer's
+    vocabulary, docs/packer.md) and raises InvalidConstraintError naming the
+    bad one."""
+    from ctxrelay.errors import InvalidConstraintError
+    if isinstance(constraints, (str, bytes)) or not isinstance(constraints, (list, tuple)):
+        raise InvalidConstraintError(
+            f"constraints must be a list of constraints, not {type(constraints).__name__}; "
+            "pass constraints=[\"tokens(role(tool)) #=< 300\"]",
+            constraint=repr(constraints))
+    for c in constraints:
+        if not isinstance(c, (str, tuple)) or isinstance(c, tuple) and not c:
+            raise InvalidConstraintError(
+                f"pack constraint {c!r} is neither Prolog text nor a (Name, Arg, ...) tuple; "
+                "write it as text, e.g. \"count(tier(p)) #>= 2\"", constraint=repr(c))
+    return list(constraints)
 
 
 _BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted", "more",
@@ -354,9 +377,13 @@ class Runtime:
                      **policy: Any) -> TurnResult:
         """Append ``message``, assemble a bounded pack, call the provider, append the reply.
 
-        Policy keywords: see :data:`POLICY_KEYS`.  The same ``key`` retried
-        appends nothing new.  Raises :class:`ContextOverflowError` (nothing
-        sent) when the mandatory part cannot fit the input budget.
+        Policy keywords: see :func:`policy_option_names`; ``constraints`` is a
+        list of pack constraints (text or tuples, see docs/packer.md) the pack
+        must satisfy.  The same ``key`` retried appends nothing new.  Raises
+        :class:`ContextOverflowError` (nothing sent) when the mandatory part
+        cannot fit the input budget, :class:`InconsistentConstraintsError`
+        when no pack satisfies the constraints, :class:`InvalidConstraintError`
+        for a malformed one.
         """
         opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
         r = self._call("ctxrelay:managed_turn(S, M, R, [store(St)|_Opts])",
@@ -410,14 +437,20 @@ class Runtime:
         return _result(r)
 
     def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:
-        """The best pack for ``message`` as the next turn: nothing appended, no provider call."""
+        """The best pack for ``message`` as the next turn: nothing appended, no provider call.
+
+        ``constraints=[...]`` (text or tuples) are pack constraints it must
+        satisfy, as for :meth:`managed_turn`."""
         r = self._call("ctxrelay:assemble(S, M, R, [store(St)|_Opts]), !",
                        opts=_policy_pairs(policy), S=session_id, M=message)["R"]
         return _result(r)
 
     def packs(self, session_id: str, message: str, *, limit: int | None = None,
               **policy: Any):
-        """Iterate over alternative packs, best first (non-increasing utility)."""
+        """Iterate over alternative packs, best first (non-increasing utility).
+
+        With ``constraints=[...]`` every pack satisfies them; the first is the
+        optimum of the model that includes them."""
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
