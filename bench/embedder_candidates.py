@@ -59,11 +59,21 @@ def cache_dir() -> Path:
 
 
 def _weights_digest() -> str:
+    """The cache key of the installed MiniLM weights.
+
+    Their sha256, computed once per installed file (keyed by size and mtime) and
+    remembered, so a process that only loads a cached derivation does not read 90 MB.
+    """
     path = Path(MiniLMEmbedder.model_path()) / "model.safetensors"
+    st = path.stat()
+    memo = cache_dir() / f"weights-{st.st_size}-{st.st_mtime_ns}.sha256"
+    if memo.exists():
+        return memo.read_text().strip()
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    memo.write_text(digest.hexdigest()[:16])
     return digest.hexdigest()[:16]
 
 

@@ -691,3 +691,34 @@ def test_the_vector_memo_is_bounded(monkeypatch):
     assert len(memo._spaces[e.model_id]) <= 32
     memo.embed(e.model_id, ["x" * (_VectorMemo.MAX_CHARS + 1)], 64, e._embed)
     assert "x" * (_VectorMemo.MAX_CHARS + 1) not in memo._spaces[e.model_id]
+
+
+# -- the docs and the bench ----------------------------------------------------------------
+
+@needs_onnx
+def test_docs_example_runs():
+    # docs/embedders.md's first Python block, as written (its asserts included).
+    doc = (ROOT / "docs" / "embedders.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", doc, re.S)[0]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_embedders_bench_runs_and_writes_its_table(tmp_path):
+    # The command docs/embedders.md gives, on the hashing embedder alone (the
+    # others take minutes): every field of the table is there.
+    if not any((p / "shared" / "data" / "locomo" / "locomo-dev.json").exists()
+               for p in ROOT.parents):
+        pytest.skip("LoCoMo data not found beside the checkout")
+    out_file = tmp_path / "embedders"
+    out = subprocess.run([sys.executable, "bench/embedders_bench.py", "--candidates", "hashing",
+                          "--repeat", "1", "--out", str(out_file)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out_file.with_suffix(".json").read_text())["candidates"]["hashing"]
+    assert row["model_id"] == "hashing-v1-1024" and row["cold_start"]["runs"] == 1
+    assert row["cold_start"]["modules_loaded"] == []          # no model library for hashing
+    assert row["speed"]["query"]["n"] == 50 and row["speed"]["locomo_256_turns"]["best_s"] > 0
+    assert row["thresholds"] == HashingEmbedder().thresholds
