@@ -90,9 +90,30 @@ class FakeUpstream:
                         saw_b = fake.b_arrived.wait(timeout=3)
                         self._reply(body, f"upstream reply {n}; saw b: {saw_b}")
                         return
+                    if "[history]" in last:
+                        self._history_turn(body, n)
+                        return
                     self._reply(body, f"upstream reply {n}")
                 except (BrokenPipeError, ConnectionResetError):
                     fake.aborted += 1          # the relay hung up on us
+
+            def _history_turn(self, body: dict[str, Any], n: int) -> None:
+                """``[history]``: search the relay's history tool while it is offered,
+                then answer with what the tool returned."""
+                names = {t["function"]["name"] for t in body.get("tools") or []}
+                results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+                if "context_search" in names and not results:
+                    call = {"id": f"call_{n}", "type": "function",
+                            "function": {"name": "context_search",
+                                         "arguments": json.dumps({"query": "zebra code"})}}
+                    self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion",
+                                     "created": 1, "model": body["model"],
+                                     "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                                  "message": {"role": "assistant",
+                                                              "content": None,
+                                                              "tool_calls": [call]}}]})
+                    return
+                self._reply(body, f"upstream reply {n}; found: {' | '.join(results)}")
 
             def _reply(self, body: dict[str, Any], text: str) -> None:
                 if body.get("stream"):
@@ -175,8 +196,10 @@ class RunningRelay:
                              timeout=timeout)
 
     def transcript(self, session_id: str) -> list[tuple[str, str]]:
+        """The session's turns; [] when the session was never stored."""
         return self.relay.call_sync(
-            lambda rt: [(t.role, t.content) for t in rt.history(session_id)])
+            lambda rt: [(t.role, t.content) for t in rt.history(session_id)]
+            if session_id in {s.session_id for s in rt.sessions()} else [])
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +372,7 @@ def test_an_error_event_in_the_stream_reaches_the_client_and_stores_no_reply(rel
     with pytest.raises(openai.APIError, match="overloaded"):
         for _ in say(relayed.client(), "stream-err", "[stream-error] go", stream=True):
             pass
-    assert relayed.transcript("stream-err") == [("user", "[stream-error] go")]
+    assert relayed.transcript("stream-err") == []          # nothing of the turn, not even the session
 
 
 def test_a_client_leaving_mid_stream_frees_the_session_and_stores_no_reply(relayed, upstream):
@@ -361,14 +384,14 @@ def test_a_client_leaving_mid_stream_frees_the_session_and_stores_no_reply(relay
         assert next(r.iter_lines()).startswith("data: ")
     # The session's lock is free again at once (not after the upstream's 1.5 s stream).
     say(relayed.client(timeout=1.0), "gone", "next")
-    assert [role for role, _ in relayed.transcript("gone")] == ["user", "user", "assistant"]
+    assert relayed.transcript("gone") == [("user", "next"), ("assistant", relayed.transcript("gone")[1][1])]
     deadline = time.monotonic() + 3          # and the upstream stream was closed, not drained
     while upstream.aborted == aborted:
         assert time.monotonic() < deadline
         time.sleep(0.05)
 
 
-def test_upstream_500_is_502_and_keeps_the_user_turn_without_a_reply(relayed, upstream):
+def test_upstream_500_is_502_and_stores_nothing_of_the_turn(relayed, upstream):
     client = relayed.client()
     say(client, "fail", "before")
     upstream.fail_next = 1
@@ -378,13 +401,13 @@ def test_upstream_500_is_502_and_keeps_the_user_turn_without_a_reply(relayed, up
     error = error_of(excinfo)
     assert error["type"] == "upstream_error" and "HTTP 500" in error["message"]
     assert "the model crashed" in error["message"]
-    assert excinfo.value.response.headers["x-should-retry"] == "false"
-    assert relayed.transcript("fail")[-2:] == [("assistant", "upstream reply %d" % (
-        len(upstream.requests) - 1)), ("user", "this one fails")]
-    # The next turn sees the stored user turn; no reply was made up for it.
+    # Nothing of the failed turn is stored, so a plain retry is safe (no retry veto).
+    assert "x-should-retry" not in excinfo.value.response.headers
+    assert relayed.transcript("fail") == [("user", "before"), ("assistant", "upstream reply %d" % (
+        len(upstream.requests) - 1))]
     say(client, "fail", "after")
     roles = [t[0] for t in relayed.transcript("fail")]
-    assert roles == ["user", "assistant", "user", "user", "assistant"]
+    assert roles == ["user", "assistant", "user", "assistant"]
 
 
 def test_upstream_timeout_is_504(relayed):
@@ -393,7 +416,7 @@ def test_upstream_timeout_is_504(relayed):
         say(client, "slow", "[slow] take your time")
     assert excinfo.value.status_code == 504
     assert error_of(excinfo)["code"] == "upstream_timeout"
-    assert relayed.transcript("slow") == [("user", "[slow] take your time")]
+    assert relayed.transcript("slow") == []
 
 
 def test_an_idempotent_retry_finishes_the_turn_exactly_once(relayed, upstream):
@@ -548,7 +571,10 @@ def test_the_echo_upstream_answers_and_streams_in_openai_format(echoed):
                             "messages": [{"role": "user", "content": "hi"}]}) as r:
         lines = [line for line in r.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
-    assert all(line.startswith("data: ") for line in lines)
+    # Events, and one comment before [DONE] with the ids of the turn just stored
+    # (a stream's headers go out before its turn exists).
+    assert all(line.startswith("data: ") for line in lines[:-2])
+    assert lines[-2] == ": CRP-User-Turn: 1, CRP-Assistant-Turn: 2"
 
 
 def test_command_line_flags_become_the_config(tmp_path):
@@ -572,3 +598,161 @@ def test_the_relay_client_example_runs_as_written():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "roles=user,assistant,user" in done.stdout
     assert re.search(r"(?i)crp-context-tokens-used: \d+/\d+", done.stdout)
+
+
+# ------------------------------------------------------------------------ atomic turns
+
+
+def _sessions(relay: RunningRelay) -> set[str]:
+    return relay.relay.call_sync(lambda rt: {s.session_id for s in rt.sessions()})
+
+
+def test_a_refused_request_stores_nothing_not_even_its_session(relayed, upstream):
+    url = f"{relayed.url}/v1/chat/completions"
+    calls = len(upstream.requests)
+    earlier = [{"role": "user", "content": "stored first?"},
+               {"role": "assistant", "content": "no"}]
+    cases = {
+        # a lone surrogate in the last message, after valid earlier messages
+        "surrogate": b'{"model": "m", "messages": [{"role": "user", "content": "a"}, '
+                     b'{"role": "assistant", "content": "b"}, '
+                     b'{"role": "user", "content": "bad \\ud800 text"}]}',
+        # NaN and Infinity are not JSON numbers
+        "nan": b'{"model": "m", "temperature": NaN, '
+               b'"messages": [{"role": "user", "content": "hi"}]}',
+        "inf": b'{"model": "m", "temperature": Infinity, '
+               b'"messages": [{"role": "user", "content": "hi"}]}',
+        # JSON nested 5,000 deep (a RecursionError in the parser)
+        "deep": b'{"model": "m", "extra": ' + b"[" * 5000 + b"]" * 5000 +
+                b', "messages": [{"role": "user", "content": "hi"}]}',
+    }
+    for session, raw in cases.items():
+        r = httpx.post(url, content=raw, headers={"CRP-Session-Id": f"refused-{session}",
+                                                 "Content-Type": "application/json"})
+        assert r.status_code == 400, (session, r.text)
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    # an oversized message (context_length_exceeded) with earlier messages
+    r = httpx.post(url, headers={"CRP-Session-Id": "refused-big"},
+                   json={"model": "m", "messages": [*earlier, {"role": "user",
+                                                               "content": "etcd " * 6000}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert len(upstream.requests) == calls
+    assert not {s for s in _sessions(relayed) if s.startswith("refused-")}
+
+
+def test_earlier_messages_commit_with_the_turn_or_not_at_all(relayed, upstream):
+    client = relayed.client()
+    say(client, "atomic", "hello")
+    before = relayed.transcript("atomic")
+    msgs = [{"role": "assistant", "content": "an earlier answer"},
+            {"role": "user", "content": "the question"}]
+    upstream.fail_next = 1
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="m", messages=msgs,
+                                       extra_headers={"CRP-Session-Id": "atomic"})
+    assert relayed.transcript("atomic") == before            # the earlier message too
+    done = client.chat.completions.create(model="m", messages=msgs,
+                                          extra_headers={"CRP-Session-Id": "atomic"})
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert sent[-1]["content"] == "the question"
+    assert sent[-2]["role"] == "assistant" and sent[-2]["content"].endswith("an earlier answer")
+    assert relayed.transcript("atomic") == before + [
+        ("assistant", "an earlier answer"), ("user", "the question"),
+        ("assistant", done.choices[0].message.content)]
+
+
+def test_a_message_over_the_turn_size_limit_is_413_and_stores_nothing(run_relay):
+    relay = run_relay(upstream="echo", policy=POLICY, warmup=False, max_turn_bytes=50_000)
+    url = f"{relay.url}/v1/chat/completions"
+    say(relay.client(), "limits", "hello")
+    before = relay.transcript("limits")
+    big = "x" * 60_000
+    for messages in ([{"role": "user", "content": big}],
+                     [{"role": "assistant", "content": big}, {"role": "user", "content": "hi"}]):
+        r = httpx.post(url, headers={"CRP-Session-Id": "limits"},
+                       json={"model": "m", "messages": messages})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "turn_too_large", r.text
+    r = httpx.post(url, headers={"CRP-Session-Id": "limits"},          # the body itself
+                   json={"model": "m", "messages": [{"role": "user", "content": "y" * 500_000}]})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert relay.transcript("limits") == before
+    say(relay.client(), "limits", "still fine")                         # the session goes on
+    assert len(relay.transcript("limits")) == len(before) + 2
+
+
+def test_re_deriving_a_session_with_another_embedder_never_blocks_its_relay_turns(echoed):
+    client = echoed.client()
+    say(client, "emb", "our etcd quota is 8 GiB")
+    echoed.relay.call_sync(lambda rt: rt.derive("emb", embedder="hashing", recompute=True))
+    for text in ("what was the quota?", "and the defrag plan?"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="echo", messages=[{"role": "user", "content": text}],
+            extra_headers={"CRP-Session-Id": "emb"})
+        assert raw.http_response.status_code == 200
+    assert len(echoed.transcript("emb")) == 6
+
+
+def _strict_template_accepts(messages: list[dict[str, Any]]) -> bool:
+    """What strict chat templates (Llama, Mistral) require: at most one system
+    message, first; then user and assistant alternating, from user to user."""
+    roles = [m["role"] for m in messages]
+    if roles and roles[0] == "system":
+        roles = roles[1:]
+    return (bool(roles) and roles[0] == "user" and roles[-1] == "user"
+            and all(r in ("user", "assistant") for r in roles)
+            and all(a != b for a, b in zip(roles, roles[1:])))
+
+
+def test_every_request_the_relay_sends_has_the_strict_template_shape(relayed, upstream):
+    client = relayed.client()
+    session = {"CRP-Session-Id": "strict"}
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "quota"}'}}
+    shapes = [
+        [{"role": "user", "content": "our etcd quota is 8 GiB"}],
+        [{"role": "assistant", "content": "a note"}, {"role": "assistant", "content": "another"},
+         {"role": "user", "content": "and the defrag plan?"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one"},
+         {"role": "user", "content": "two"}],
+        [{"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "call_1", "content": "8 GiB"},
+         {"role": "user", "content": "so what is it?"}],
+    ]
+    for messages in shapes:
+        client.chat.completions.create(model="m", messages=messages, extra_headers=session)
+        sent = upstream.requests[-1]["body"]["messages"]
+        assert _strict_template_accepts(sent), [m["role"] for m in sent]
+    # Recalled turns keep their pairing: the whole history is offered back.
+    for i in range(12):
+        say(client, "strict", f"question {i} about etcd member{i}")
+    say(client, "strict", "what did we say about etcd member3?")
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert _strict_template_accepts(sent)
+
+
+def test_the_relay_runs_the_cold_history_tools_itself(run_relay, upstream):
+    relay = run_relay(upstream=upstream.base_url, model="fake-model", warmup=False,
+                      policy={"max_context_tokens": 1200, "output_reserve": 200,
+                              "safety_margin": 20, "min_recent_turns": 2})
+    client = relay.client()
+    say(client, "cold", "remember: the zebra code is 7741-ALPHA")
+    for i in range(40):                                   # push it out of the window
+        say(client, "cold", f"filler {i}: " + "lorem ipsum dolor sit amet " * 8)
+    calls = len(upstream.requests)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "[history] what was the code?"}],
+        extra_headers={"CRP-Session-Id": "cold"})
+    answer = raw.parse().choices[0].message.content
+    first, second = upstream.requests[calls]["body"], upstream.requests[calls + 1]["body"]
+    assert {"context_search", "context_slice", "context_peek"} <= \
+        {t["function"]["name"] for t in first["tools"]}
+    boundary = [m["content"] for m in first["messages"] if "cold_history_boundary" in m["content"]]
+    assert boundary and "context_search" in boundary[0] and "context(" not in boundary[0]
+    assert second["messages"][-1]["role"] == "tool" and "7741-ALPHA" in answer
+    assert raw.headers["CRP-Context-History-Tool-Rounds"] == "1"
+    # every round within the cap, and only the reply is stored
+    from ctxrelay.text.tokens import count_messages
+    budget = int(raw.headers["CRP-Context-Tokens-Used"].split("/")[1])
+    assert count_messages(second["messages"], "fake-model").n <= budget
+    assert relay.transcript("cold")[-2:] == [("user", "[history] what was the code?"),
+                                             ("assistant", answer)]

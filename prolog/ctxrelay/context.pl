@@ -9,6 +9,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> Cold history: bounded, lazy access to the whole transcript
@@ -55,6 +56,9 @@ with_input_context(Store, Session, Goal) :-
 %
 %     - peek(item(I)): Result is turn I (a dict)
 %     - peek(head(N)), peek(tail(N)): the first / last N turns
+%     - peek(text(I, Start, Length)): characters Start.. of turn I's text
+%       (at most 4 per max_tokens), for turns too long to read whole:
+%       Result is text{turn_id, start, length, total_length, text, more}
 %     - slice(Start, Length): turns Start .. Start+Length-1 (clipped at
 %       the end of the conversation)
 %     - search(Query): BM25-ranked hits, one per solution on
@@ -75,7 +79,7 @@ context(Source, Operation, Result) :-
     context(Source, Operation, Result, []).
 
 context(Source, Operation, Result, Options) :-
-    must_be(list, Options),
+    check_options(context/4, 4, Options),
     source_store_session(Source, Options, Store, Session),
     must_be(nonvar, Operation),
     context_(Operation, Store, Session, Result, Options).
@@ -115,7 +119,7 @@ context_(slice(Start, Length), Store, Session, Result, Options) :-
     limits(Options, MaxItems, MaxTokens),
     End0 is Start + Length - 1,
     End is min(End0, min(Count, Start + MaxItems - 1)),
-    history(Store, Session, Start-End, Turns),
+    transcript_history(Store, Session, Start-End, Turns),
     bounded(Turns, MaxTokens, Items, Truncated0),
     (   End < min(End0, Count) -> Truncated = true ; Truncated = Truncated0 ),
     list_result(Items, Truncated, Count, Result).
@@ -150,13 +154,29 @@ peek(tail(N), Store, Session, Result, Options) :-
     must_be(positive_integer, N),
     limits(Options, MaxItems, MaxTokens),
     Take is min(N, MaxItems),
-    history(Store, Session, last(Take), Turns),
+    transcript_history(Store, Session, last(Take), Turns),
     turn_count(Store, Session, Count),
     reverse(Turns, Newest),            % keep the newest when tokens run out
     bounded(Newest, MaxTokens, Kept, Truncated0),
     reverse(Kept, Items),
     (   Take < min(N, Count) -> Truncated = true ; Truncated = Truncated0 ),
     list_result(Items, Truncated, Count, Result).
+peek(text(I, Start, Length), Store, Session, Result, Options) :-
+    !,
+    must_be(positive_integer, I),
+    must_be(nonneg, Start),
+    must_be(positive_integer, Length),
+    limits(Options, _, MaxTokens),
+    turn_get(Store, Session, I, Turn),
+    string_length(Turn.content, Total),
+    Max is MaxTokens * 4,                  % characters: a generous 4 per token
+    Take is max(0, min(min(Length, Max), Total - min(Start, Total))),
+    From is min(Start, Total),
+    sub_string(Turn.content, From, Take, _, Text),
+    Next is From + Take,
+    (   Next < Total -> More = true ; More = false ),
+    Result = text{turn_id:I, start:From, length:Take, total_length:Total, text:Text,
+                  more:More}.
 peek(What, _, _, _, _) :-
     domain_error(context_operation, peek(What)).
 
@@ -170,9 +190,10 @@ limits(Options, MaxItems, MaxTokens) :-
 
 %   bounded(+Items, +MaxTokens, -Kept, -Truncated)
 %
-%   Keep the longest prefix whose token total fits MaxTokens.  Items
-%   without a stored count (search hits) are charged their stored turn
-%   tokens when present, else nothing.
+%   Keep the longest prefix whose token total fits MaxTokens.  Every item
+%   (a turn or a search hit) carries its stored token count: the store
+%   counts (or, for an unknown tokenizer, estimates) each turn once, so
+%   no estimate is made here.
 bounded(Items, MaxTokens, Kept, Truncated) :-
     bounded_(Items, 0, MaxTokens, Kept, Truncated).
 
@@ -188,10 +209,7 @@ bounded_([Item|Items], Used, Max, Kept, Truncated) :-
     ).
 
 item_tokens(Item, T) :-
-    (   get_dict(tokens, Item, T0), integer(T0) -> T = T0
-    ;   get_dict(content, Item, C) -> string_length(C, L), T is (L + 3) // 4
-    ;   T = 0
-    ).
+    get_dict(tokens, Item, T).
 
 take(N, List, Taken, Cut) :-
     length(List, Len),

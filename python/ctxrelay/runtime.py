@@ -13,26 +13,34 @@ from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnResult
+from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, SessionInfo, SessionStats,
+                            Turn, TurnResult)
 
 
-POLICY_KEYS = ("max_context_tokens", "provider_context_tokens", "output_reserve",
-               "safety_margin", "min_recent_turns", "cold_history_boundary", "model",
-               "half_life", "max_retrieved", "retrieval", "warm", "system", "provider",
-               "provider_options", "time_limit", "threads", "embedder", "knowledge",
-               "max_facts", "namespace", "tier_shares", "mode", "promotion")
+_POLICY_NAMES: tuple[str, ...] | None = None
+
+
+def policy_option_names() -> tuple[str, ...]:
+    """The policy options, as ``ctxrelay_policy:policy_option_names/1`` lists them
+    (the one list: Prolog's policy/2 checks them)."""
+    global _POLICY_NAMES
+    if _POLICY_NAMES is None:
+        names = _prolog.once("ctxrelay_policy:policy_option_names(L)")["L"]
+        _POLICY_NAMES = tuple(str(n) for n in names if str(n) != "key")
+    return _POLICY_NAMES
 
 
 def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
-    unknown = sorted(set(policy) - set(POLICY_KEYS))
+    names = policy_option_names()
+    unknown = sorted(set(policy) - set(names))
     if unknown:
         raise InvalidArgumentError(
             f"unknown policy option(s) {', '.join(unknown)}; valid options are: "
-            + ", ".join(POLICY_KEYS))
+            + ", ".join(names))
     return list(policy.items())
 
 
-_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted",
+_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted", "more",
                         "pinned", "observed_exact", "raw_tokens_exact", "summary_exact",
                         "resumed"})
 
@@ -63,7 +71,9 @@ def _result(r: dict[str, Any]) -> TurnResult:
                     input_budget=lg["input_budget"], effective_cap=lg["effective_cap"],
                     output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
                     host_only_tokens=lg["host_only"]["tokens"],
-                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()})
+                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()},
+                    excerpts=[str(x) for x in lg.get("excerpts", [])],
+                    shape=dict(lg.get("shape") or {}))
     pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
                      utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
             for u in r["pack"]]
@@ -103,6 +113,47 @@ def _json_metadata(metadata: Any) -> Any:
     return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
 
 
+def _turn_input(message: Any) -> Any:
+    """A managed turn's input for Prolog: the text, or the list of messages."""
+    if isinstance(message, (list, tuple)):
+        out = []
+        for i, m in enumerate(message):
+            if not isinstance(m, dict):
+                raise InvalidArgumentError(
+                    f"message[{i}] must be a dict with role and content, not "
+                    f"{type(m).__name__}")
+            out.append({k: v for k, v in m.items() if v is not None})
+        return out
+    return message
+
+
+def json_object(value: Any, name: str) -> dict[str, Any]:
+    """``value`` as a JSON object that crosses to Prolog unchanged."""
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"{name} must be a dict, not {type(value).__name__}")
+    import json
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{name} must be JSON-serialisable ({exc}); pass plain "
+                                   "dicts, lists, strings and numbers") from None
+
+
+#: The caller's names of the goals' variables, for error messages.
+_ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
+                   "Q": "query", "OpText": "operation", "Sum": "summary"}
+
+
+def _check_session_id(session_id: Any) -> None:
+    """A session id is a str: anything else (a list of characters, bytes) would be
+    read as text by Prolog and name another session."""
+    if not isinstance(session_id, str):
+        from ctxrelay.errors import InvalidSessionIdError
+        raise InvalidSessionIdError(
+            f"session_id must be a str, not {type(session_id).__name__}; pass the "
+            "session's id as text")
+
+
 def _text_or_none(name: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -119,15 +170,22 @@ class Runtime:
     or call :meth:`close`.
     """
 
-    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,
+                 max_turn_bytes: int | None = None) -> None:
         if not isinstance(store_dir, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
         self.store_dir = Path(store_dir)
-        opts = f"[default(true), map_size({int(map_size)})]" if map_size else "[default(true)]"
-        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, {opts})",
-                                   {"Dir": os.fspath(self.store_dir)})["Store"]
+        sizes = {"map_size": map_size, "max_turn_bytes": max_turn_bytes}
+        for name, value in sizes.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+        self._store = _prolog.once(
+            "ctxrelay:store_open(Dir, Store, [default(true), map_size(M), max_turn_bytes(T)])",
+            {"Dir": os.fspath(self.store_dir), "M": map_size or 0,
+             "T": max_turn_bytes or 0})["Store"]
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -150,12 +208,14 @@ class Runtime:
               **bindings: Any) -> dict[str, Any]:
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if "S" in bindings:
+            _check_session_id(bindings["S"])
         if opts is not None:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
         _check_encodable(bindings)
-        return _prolog.once(goal, {"St": self._store, **bindings})
+        return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
     def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
@@ -267,6 +327,52 @@ class Runtime:
                        opts=opts, S=session_id, M=message)["R"]
         return _result(r)
 
+    def prepare_turn(self, session_id: str, message: str | list[dict[str, Any]], *,
+                     key: str | None = None, create_session: bool = False,
+                     **policy: Any) -> PreparedTurn:
+        """Assemble the pack of a managed turn without storing anything.
+
+        The first half of :meth:`managed_turn` for a caller that calls its own
+        model (the relay does): send ``prepared.result.messages``, then
+        :meth:`commit_turn` with the reply.  ``message`` is the user's text or a
+        list of new messages ending with the user's (earlier ones are tool
+        results or assistant messages; they enter the pack and are stored with
+        the turn).  With ``create_session`` a missing session is created at
+        commit.  Raises :class:`ContextOverflowError` when the pack cannot fit.
+        """
+        opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
+        opts.append(("create_session", bool(create_session)))
+        r = self._call("ctxrelay:turn_prepare(S, M, R, [store(St)|_Opts])",
+                       opts=opts, S=session_id, M=_turn_input(message))["R"]
+        commit = r["commit"]
+        replay = str(commit["state"]) == "replay"
+        return PreparedTurn(result=_result({k: v for k, v in r.items() if k != "commit"}),
+                            replay=replay, reply=commit.get("reply") if replay else None,
+                            user_turn=commit.get("user_turn"),
+                            assistant_turn=commit.get("assistant_turn"), turn=r)
+
+    def commit_turn(self, prepared: PreparedTurn, reply: str, *,
+                    metadata: dict[str, Any] | None = None,
+                    provider: str = "", usage: dict[str, Any] | None = None) -> TurnResult:
+        """Store a prepared turn with its reply, all in one transaction.
+
+        The new messages, the user's and the reply are stored together (a
+        replayed turn stores nothing); then the references the message resolved
+        are recorded and durable values promoted.  ``metadata`` goes on the
+        reply turn.
+        """
+        if not isinstance(prepared, PreparedTurn):
+            raise InvalidArgumentError(
+                f"prepared must be what prepare_turn() returned, not "
+                f"{type(prepared).__name__}")
+        if not isinstance(reply, str):
+            raise InvalidArgumentError(f"reply must be a str, not {type(reply).__name__}")
+        answer: Any = reply if metadata is None else \
+            {"content": reply, "metadata": json_object(metadata, "metadata")}
+        r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=prepared.turn, A=answer,
+                       I={"provider": provider, "usage": dict(usage or {})})["R"]
+        return _result(r)
+
     def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:
         """The best pack for ``message`` as the next turn: nothing appended, no provider call."""
         r = self._call("ctxrelay:assemble(S, M, R, [store(St)|_Opts]), !",
@@ -276,6 +382,7 @@ class Runtime:
     def packs(self, session_id: str, message: str, *, limit: int | None = None,
               **policy: Any):
         """Iterate over alternative packs, best first (non-increasing utility)."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
@@ -317,6 +424,7 @@ class Runtime:
 
     def derived(self, session_id: str, turn_id: int) -> dict[str, Any] | None:
         """A turn's derived fields, or None if it has not been derived yet."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
@@ -454,6 +562,7 @@ class Runtime:
 
     def recent(self, session_id: str, n: int) -> list[Turn]:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         # as(python): the Turn list crosses janus as one reference, not n dicts.
@@ -478,6 +587,8 @@ class Runtime:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")
+        if session_id is not None:
+            _check_session_id(session_id)
         names = [access or "search"] if not isinstance(access, list) else access
         terms = []
         for name in names:

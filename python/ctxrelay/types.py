@@ -40,13 +40,14 @@ class Turn:
 
 @dataclass(frozen=True)
 class Hit:
-    """A search result: a turn and its BM25 score."""
+    """A search result: a turn, its BM25 score and its stored token count."""
 
     session_id: str
     turn_id: int
     score: float
     role: str
     content: str
+    tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +110,11 @@ class Ledger:
     # Per horizon (p, c, e): the share of the budget left after the
     # mandatory units, the tokens its candidates asked for, what was offered.
     tiers: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Units packed as a bounded excerpt of a stored turn too long to show whole.
+    excerpts: list[str] = field(default_factory=list)
+    # What alternation(strict) did: messages before and after, and the tokens
+    # it added (negative: merged messages share their framing).
+    shape: dict[str, int] = field(default_factory=dict)
 
     def stage(self, name: str) -> dict[str, Any] | None:
         return next((s for s in self.stages if s["name"] == name), None)
@@ -127,6 +133,24 @@ class TurnResult:
     reply: str | None = None
     user_turn: int | None = None
     assistant_turn: int | None = None
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A managed turn assembled but not stored (``Runtime.prepare_turn``).
+
+    ``result`` is the pack to send (``result.messages``); ``replay`` is true
+    when the key's reply is already stored (``reply`` holds it: send nothing,
+    commit to get the ids).  Pass it to ``Runtime.commit_turn`` with the reply
+    to store the turn; drop it to store nothing.
+    """
+
+    result: TurnResult
+    replay: bool
+    reply: str | None
+    user_turn: int | None
+    assistant_turn: int | None
+    turn: dict[str, Any] = field(repr=False)        # the Prolog turn, passed back as is
 
 
 @dataclass(frozen=True)

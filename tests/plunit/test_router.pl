@@ -1,5 +1,6 @@
 :- use_module(library(plunit)).
 :- use_module(library(ctxrelay)).
+:- use_module(library(ctxrelay/router)).
 :- use_module(library(janus)).
 
 %   The storage router seen from Prolog: the decision table, the plans it
@@ -59,7 +60,7 @@ test(window_option_sizes_the_recent_window, N == 3) :-
 test(coverage_reaches_the_cdr_step, [C, N] == [["seen text"], partial]) :-
     access_plan(intent(explore, "q"), [coverage(["seen text"]), novelty(partial)], P),
     get_dict(steps, P, [Step]), get_dict(coverage, Step, C), get_dict(novelty, Step, N).
-test(bad_novelty, error(domain_error(novelty, sometimes), _)) :-
+test(bad_novelty, error(type_error(oneof([on, off, partial]), sometimes), _)) :-
     access_plan(intent(explore, "q"), [novelty(sometimes)], _).
 test(user_extension_is_routed, Ops == ["log.recent", "graph.cdr"]) :-
     access_plan(intent(summarise, "what did we decide"), [session(s)], P),
@@ -80,8 +81,10 @@ test(negative_recent, error(type_error(nonneg, -1), _)) :-
     access_plan(recent(-1), [session(s)], _).
 test(bad_k, error(type_error(positive_integer, 0), _)) :-
     access_plan(search("q"), [k(0)], _).
-test(not_an_option, error(domain_error(retrieve_option, fast), _)) :-
+test(not_an_option, error(type_error(compound, fast), _)) :-
     access_plan(search("q"), [fast], _).
+test(unknown_option, error(existence_error(option, speed(fast)), _)) :-
+    access_plan(search("q"), [speed(fast)], _).
 test(empty_blend, error(domain_error(non_empty_list, []), _)) :-
     access_plan(blend([]), [], _).
 test(session_needed, error(existence_error(option, session), _)) :-
@@ -97,14 +100,14 @@ test(unknown_session, error(existence_error(session, nope), _)) :-
 test(recent_turns_is_the_history_tail, Recent == Last) :-
     store_with_turns(St, 12),
     recent_turns(St, s, 4, Recent),
-    history(St, s, last(4), Last).
+    transcript_history(St, s, last(4), Last).
 test(recent_turns_after_direct_appends, Recent == Last) :-
     store_with_turns(St, 3),
     % Appends that bypass the bridge hook: the ring lags and re-syncs.
     py_call(St:append("s", "assistant", "direct 1"), _),
     py_call(St:append("s", "user", "direct 2"), _),
     recent_turns(St, s, 5, Recent),
-    history(St, s, last(5), Last).
+    transcript_history(St, s, last(5), Last).
 test(key_through_the_index, [Used, Hit, Text] == [[index], false, "The Q3 budget is 1200 dollars."]) :-
     fresh_store(St),
     fact_add(St, "The Q3 budget is 1200 dollars.", _, [key(budget_q3)]),

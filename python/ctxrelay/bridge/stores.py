@@ -24,9 +24,20 @@ def _none_if_unset(value: Any) -> Any:
     return None if value in (None, "none") else value
 
 
-def store(path: str, map_size: int = 0) -> TranscriptStore:
-    kwargs = {"map_size": int(map_size)} if map_size else {}
+def store(path: str, map_size: int = 0, max_turn_bytes: int = 0) -> TranscriptStore:
+    kwargs: dict[str, Any] = {"map_size": int(map_size)} if map_size else {}
+    if max_turn_bytes:
+        kwargs["max_turn_bytes"] = int(max_turn_bytes)
     return open_store(os.fspath(path), **kwargs)
+
+
+def check_input(st: TranscriptStore, texts: list) -> int:
+    """A turn's new texts before any work: each within the store's size limit
+    (TurnTooLargeError), and their token lower bound (for Prolog's fail-closed rule)."""
+    from ctxrelay.text.tokens import lower_bound_all
+    for text in texts:
+        st.check_size(text)
+    return lower_bound_all(texts)
 
 
 def store_path(st: TranscriptStore) -> str:
@@ -69,6 +80,29 @@ def append(st: TranscriptStore, session_id: str, role: str, content: str,
     )
     router_for(st).log_turn(session_id, turn_id)     # the rolling log follows every append
     return turn_id
+
+
+def has_session(st: TranscriptStore, session_id: str) -> bool:
+    return st.has_session(session_id)
+
+
+def commit_turns(st: TranscriptStore, session_id: str, turns: list, create: bool) -> list[int]:
+    """Store a managed turn's new turns (earlier messages, the user's, the reply)
+    in one transaction, creating the session in it when ``create``; the rolling
+    log follows.  Returns their ids in order."""
+    items = []
+    for t in turns:
+        item = {k: (v if k in ("role", "content") else _none_if_unset(v))
+                for k, v in dict(t).items()}
+        if isinstance(item.get("metadata"), dict):
+            item["metadata"] = dict(item["metadata"])
+        items.append(item)
+    ids = st.append_many(session_id, items, create=bool(create),
+                         session_metadata={"created_by": "managed_turn"} if create else None)
+    router = router_for(st)
+    for turn_id in ids:
+        router.log_turn(session_id, turn_id)
+    return ids
 
 
 def turn(st: TranscriptStore, session_id: str, turn_id: int) -> dict:

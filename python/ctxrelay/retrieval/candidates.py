@@ -21,18 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxrelay.text import tokens as tok
+from ctxrelay.knowledge.scope import visible_to
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.types import Turn
+from ctxrelay.text.bounds import derived_text
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 _RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 _THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
-_RETRIEVE_OVERSUPPLY = 1.0    # retrieved candidates hold this many times the budget
-                              # (1.5: +0.003 LoCoMo recall at 1,024 only, ~15% slower)
 _NEIGHBOURS = 12              # a thread is compared through its latest user turns
 
 
@@ -47,11 +47,15 @@ class Unit:
     costs: dict[str, int] = field(default_factory=dict)
     exact: bool = True
     features: dict[str, Any] = field(default_factory=dict)
+    inexact: set[str] = field(default_factory=set)     # variants charged a bound, not a count
 
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "turn_ids": list(self.turn_ids),
                 "variants": [{"name": name, "cost": self.costs[name]} for name in self.variants],
                 "exact": self.exact, **self.features}
+
+    def variant_exact(self, name: str) -> bool:
+        return self.exact and name not in self.inexact
 
 
 @dataclass
@@ -106,7 +110,6 @@ def _tool_call_ids(turn: Turn) -> list[str]:
 # The input budget of the assembly in progress: a message whose text is so long
 # that it cannot fit is not counted exactly (a 10 MB turn would take a minute).
 _COST_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("cost_cap", default=None)
-_MAX_TOKEN_BYTES = 1024       # no tokenizer in the registry has a longer token (cl100k: 128)
 # The primitives the assembly in progress read from (CRP-Context-Store-Used).
 _STORE_USED: contextvars.ContextVar[set[str]] = contextvars.ContextVar("store_used")
 # The model whose tokenizer the transcript's stored per-turn counts were made
@@ -128,12 +131,12 @@ def _stored_counts_model(store: TranscriptStore, model: "str | tok.Tokenizer") -
 def message_cost(message: dict[str, Any], model: "str | tok.Tokenizer") -> tuple[int, bool]:
     """Tokens one message adds to a request, framing included, reply priming excluded.
 
-    Past the assembly's cap a lower bound stands in for the count: at least
-    one token per ``_MAX_TOKEN_BYTES`` bytes, which is already over the cap,
+    Past the assembly's cap a lower bound stands in for the count
+    (:func:`ctxrelay.text.tokens.lower_bound`), which is already over the cap,
     so the unit is never packed (or, if mandatory, the turn fails closed).
     """
     if _past_cap(message):
-        return len(message["content"].encode("utf-8", "surrogatepass")) // _MAX_TOKEN_BYTES, False
+        return tok.lower_bound(message["content"]), False
     counted = tok.count_messages([message], model, prime_reply=False)
     return counted.n, counted.exact
 
@@ -144,7 +147,7 @@ def _past_cap(message: dict[str, Any]) -> bool:
     cap = _COST_CAP.get()
     content = message.get("content")
     return cap is not None and isinstance(content, str) \
-        and len(content) > _MAX_TOKEN_BYTES * (cap + 1)
+        and tok.lower_bound(content) > cap
 
 
 def _terms(text: str) -> set[str]:
@@ -153,12 +156,60 @@ def _terms(text: str) -> set[str]:
 
 
 def _add(units: dict[str, Unit], unit: Unit, model: "str | tok.Tokenizer") -> Unit:
-    for name, msg in unit.variants.items():
+    for name, msg in list(unit.variants.items()):
         n, exact = message_cost(msg, model)
         unit.costs[name] = n
-        unit.exact = unit.exact and exact
+        if not exact and _past_cap(msg):
+            unit.inexact.add(name)            # the bound: never packed, so not in any count
+        else:
+            unit.exact = unit.exact and exact
+    _offer_excerpt(unit, model)
     units[unit.id] = unit
     return unit
+
+
+# Limits of the assembly in progress, decided in Prolog: a stored turn whose
+# verbatim cost is over ``above`` tokens is also offered as a bounded excerpt
+# of about ``size`` tokens (None: no excerpts).
+_EXCERPT: contextvars.ContextVar[tuple[int, int] | None] = \
+    contextvars.ContextVar("excerpt", default=None)
+_EXCERPT_KINDS = frozenset({"turn", "retrieved", "referenced", "thread", "instructions"})
+
+
+def _offer_excerpt(unit: Unit, model: "str | tok.Tokenizer") -> None:
+    """Give an oversized stored turn an ``excerpt`` variant: its head and tail with its
+    size and how to read the rest, so one huge turn never makes the mandatory part
+    impossible.  Only the excerpt is counted (bounded work whatever the turn's size)."""
+    limits = _EXCERPT.get()
+    verbatim = unit.variants.get("verbatim")
+    if limits is None or verbatim is None or unit.kind not in _EXCERPT_KINDS \
+            or len(unit.turn_ids) != 1 or "excerpt" in unit.variants:
+        return
+    above, size = limits
+    content = verbatim.get("content")
+    if unit.costs.get("verbatim", 0) <= above or not isinstance(content, str):
+        return
+    message = dict(verbatim)
+    message["content"] = excerpt_text(unit.turn_ids[0], content, size)
+    n, exact = message_cost(message, model)
+    unit.variants["excerpt"] = message
+    unit.costs["excerpt"] = n
+    if not exact:
+        unit.inexact.add("excerpt")
+
+
+def excerpt_text(turn_id: int, content: str, size: int) -> str:
+    """The head and the tail of ``content`` in about ``size`` tokens, framed by what was
+    left out and the context/3 operation that reads it."""
+    take = max(64, size * 2)              # characters per side: about size/2 tokens each
+    head, tail = content[:take], content[-take:]
+    left_out = len(content) - len(head) - len(tail)
+    return (f"[excerpt of turn {turn_id}: {len(content.encode('utf-8', 'surrogatepass')):,} "
+            f"bytes; its first and last {take:,} characters are shown and {left_out:,} "
+            f"characters between them are left out. Read them with "
+            f"context(input(context), peek(text({turn_id}, {len(head)}, 4000)), R), which "
+            f"pages through the turn's text]\n{head}\n[... {left_out:,} characters left out "
+            f"...]\n{tail}")
 
 
 # A plain stored turn (no tool call, not a tool result) becomes the same
@@ -204,10 +255,12 @@ def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: st
         return None
     if _past_cap(priced.message):
         return None                       # over this assembly's cap: the bound applies
-    return Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
+    unit = Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
                 variants={"verbatim": dict(priced.message)},
                 costs={"verbatim": priced.cost}, exact=priced.exact,
                 features={"role": priced.role, **features})
+    _offer_excerpt(unit, tkey[0])
+    return unit
 
 
 def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: str,
@@ -224,7 +277,8 @@ def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: 
     message = unit.variants["verbatim"]
     if plain and tkey is not None and not _past_cap(message):     # a count, not the bound
         keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
-             _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
+             _Priced(turn.role, dict(message), unit.costs["verbatim"],
+                     unit.variant_exact("verbatim")),
              _PRICED_MAX)
     return unit
 
@@ -260,32 +314,53 @@ def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]
             f"({entry.freshness}, {rendered.action}); re-run the tool for current data]"), rendered.action
 
 
-def boundary_text(first: int, last: int, count: int, tokens: int) -> str:
-    return (
-        "[managed_cold_history_boundary] This conversation is longer than what is shown. "
-        f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
-        "guaranteed recent window; only some of them may appear below. The full original "
-        "transcript is kept and is authoritative: retrieve it before guessing about earlier "
-        "content, with bounded operations (turn ids are 1-based):\n"
-        'context(input(context), search("query"), Result).\n'
-        "context(input(context), slice(Start, Length), Result).\n"
-        "context(input(context), peek(item(Index)), Result)."
-    )
+#: How the boundary note tells the model to read cold history: through
+#: context/3 (a Prolog agent), through the relay's tools (an OpenAI client), or not
+#: at all (``none``: the caller offers no way to read it).
+_HISTORY_ACCESS = {
+    "context": ("with bounded operations (turn ids are 1-based):\n"
+                'context(input(context), search("query"), Result).\n'
+                "context(input(context), slice(Start, Length), Result).\n"
+                "context(input(context), peek(item(Index)), Result)."),
+    "tools": ("with the tools context_search (BM25 search of the whole transcript), "
+              "context_slice (turns Start.. in order) and context_peek (one turn, or a "
+              "part of a long one); turn ids are 1-based."),
+    "none": "",
+}
+
+
+def boundary_text(first: int, last: int, count: int, tokens: int,
+                  access: str = "context") -> str:
+    how = _HISTORY_ACCESS[access]
+    head = ("[managed_cold_history_boundary] This conversation is longer than what is shown. "
+            f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
+            "guaranteed recent window; only some of them may appear below.")
+    if not how:
+        return head
+    return (f"{head} The full original transcript is kept and is authoritative: retrieve it "
+            f"before guessing about earlier content, {how}")
 
 
 def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
                message: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Gather the candidate units for one assembly.
+    """Gather the candidate units for one assembly, within the limits Prolog set.
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
-    history_end, window_tokens, min_recent_turns, max_retrieved, retrieval,
-    warm, system, boundary.
+    history_end (0 for a session not stored yet), window_tokens,
+    min_recent_turns, tail_first (the first turn of the guaranteed tail),
+    boundary (offer the cold-history boundary for turns before it),
+    max_retrieved and retrieve_tokens (recalled turns are offered until
+    either is reached), retrieval, warm, system, threads, embedder, pending
+    (the new messages before ``message``, not stored yet: offered as
+    mandatory units in their order).
     """
     model = str(options.get("model") or "cl100k_base")
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
     _COST_CAP.set(window_tokens)
+    above, size = options.get("excerpt_above"), options.get("excerpt_tokens")
+    _EXCERPT.set((int(above), int(size)) if above and size else None)
     _STORE_USED.set(set())
     counter = tok.resolve(model)      # resolved once: every unit below is counted with it
     _STORED_COUNTS_MODEL.set(_stored_counts_model(store, counter))
@@ -306,6 +381,9 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         query_text = str(message)
         _add(units, Unit(id="message", kind="message", turn_ids=[],
                          variants={"verbatim": {"role": "user", "content": query_text}}), counter)
+    pending = [_pending_unit(i, p) for i, p in enumerate(options.get("pending") or [])]
+    for unit in pending:
+        _add(units, unit, counter)
 
     window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent)
     if message is None and window:
@@ -321,28 +399,32 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         kind = "instructions" if turn.role == "system" else "turn"
         _add_turn(units, store, turn, kind, scratch, counter)
     _tool_groups(window, call_owner, groups)
+    _pending_groups(pending, call_owner, groups)
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
-    if options.get("threads", True):
+    if options.get("threads", True) and history_end > 0:
         thread_info, dense = _thread_context(store, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
         info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
-                                   window_tokens, int(options.get("max_retrieved", 200)),
-                                   units, groups, counter, scratch, dense, embedder)
+                                   int(options.get("retrieve_tokens", window_tokens)),
+                                   int(options.get("max_retrieved", 200)),
+                                   units, groups, counter, scratch, dense, embedder,
+                                   pair=bool(options.get("pair_turns", False)))
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
 
-    tail_first = max(1, history_end - min_recent + 1)
-    if options.get("boundary", True) and history_end > min_recent:
+    tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
+    if options.get("boundary", True) and tail_first > 1:
         first, last = 1, tail_first - 1
         count = last - first + 1
         prefix_tokens = _range_tokens(store, session_id, first, last, history_end)
-        text = boundary_text(first, last, count, prefix_tokens)
+        text = boundary_text(first, last, count, prefix_tokens,
+                             str(options.get("history_access") or "context"))
         _add(units, Unit(id="boundary", kind="boundary", turn_ids=[],
                          variants={"verbatim": {"role": "system", "content": text}},
                          features={"omitted_first": first, "omitted_last": last,
@@ -351,7 +433,11 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     info.update(window_start=window_start, tail_first=tail_first,
                 total_turns=history_end)
     info.update(thread_info)
-    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role, "content": t.content}
+    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
+    # a bounded preview, so a huge turn costs the same as a short one there.
+    preview = int(options.get("preview_chars", 2000))
+    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
+                             "content": t.content[:preview]}
                             for t in window[-_RECENT_FOR_REFERENCES:]]
     info["scratch_recent"] = [] if scratch is None else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
@@ -432,10 +518,37 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
         groups.append([f"t{owner}", *members])
 
 
+def _pending_unit(index: int, message: dict[str, Any]) -> Unit:
+    """A new message that comes before the user's in this turn (a tool call's
+    result, an assistant message the client sent): not stored until the turn
+    commits, packed as it will be stored."""
+    turn = Turn(session_id="", turn_id=0, role=str(message["role"]),
+                content=str(message["content"]), name=message.get("name"),
+                tool_call_id=message.get("tool_call_id"),
+                metadata=dict(message.get("metadata") or {}), timestamp="", key=None,
+                tokens=0, tokens_exact=True)
+    msg = _message_for_turn(turn)
+    if turn.role == "tool" and not turn.tool_call_id:
+        msg["tool_call_id"] = f"pending_{index}"
+    return Unit(id=f"p{index}", kind="pending", turn_ids=[], variants={"verbatim": msg},
+                features={"role": turn.role, "position": index})
+
+
+def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
+                    groups: list[list[str]]) -> None:
+    """A pending tool result goes with its stored call: providers reject a
+    result whose call is not in the request."""
+    for unit in pending:
+        call_id = unit.variants["verbatim"].get("tool_call_id")
+        if unit.features["role"] == "tool" and call_id in call_owner:
+            groups.append([f"t{call_owner[call_id]}", unit.id])
+
+
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
-              history_end: int, window_tokens: int, max_retrieved: int,
+              history_end: int, retrieve_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
-              scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
+              scratch: Any = None, dense: Any = None, embedder: Any = None,
+              pair: bool = False) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
     get their relevance as a feature; older ones become ``retrieved``
@@ -455,7 +568,7 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
     older: list[int] | None = None
     direct: set[str] = set()        # candidates this ranking scores (not marked below)
     ids, scores = ranked.ids, ranked.scores
-    budget = _RETRIEVE_OVERSUPPLY * window_tokens
+    budget = retrieve_tokens
     for at, turn_id in enumerate(ids):
         if count >= max_retrieved or offered >= budget:
             break
@@ -485,6 +598,9 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
                                       scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
+    if pair:
+        _pair_questions_and_answers(store, session_id, direct, window_start, history_end,
+                                    units, groups, model, scratch)
     # Turns offered for another reason (the window, a resumed thread, the tool
     # pair of a candidate) carry their place in the ranking as relevance.
     score_of = dict(zip(ids, scores))
@@ -496,6 +612,40 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
             unit.features.setdefault("relevance", score)
     info["retrieved"] = count
     return info
+
+
+def _pair_questions_and_answers(store: TranscriptStore, session_id: str, recalled: set[str],
+                                window_start: int, history_end: int, units: dict[str, Unit],
+                                groups: list[list[str]], model: "str | tok.Tokenizer",
+                                scratch: Any) -> None:
+    """A recalled answer comes with its question and a recalled question with its
+    answer (packed together or not at all), so no pack shows a reply without what
+    it replies to."""
+    wanted: dict[str, int] = {}
+    for uid in recalled:
+        unit = units.get(uid)
+        if unit is None or unit.kind != "retrieved" or len(unit.turn_ids) != 1:
+            continue
+        tid, role = unit.turn_ids[0], unit.features.get("role")
+        partner = tid - 1 if role == "assistant" else tid + 1 if role == "user" else None
+        if partner is None or not 1 <= partner <= history_end:
+            continue
+        wanted[uid] = partner
+    missing = sorted({p for p in wanted.values()
+                      if f"t{p}" not in units and p < window_start})
+    loaded = {t.turn_id: t for t in store.turns(session_id, missing)} if missing else {}
+    for uid, partner in wanted.items():
+        pid = f"t{partner}"
+        role = units[uid].features.get("role")
+        if pid not in units:
+            turn = loaded.get(partner)
+            want = "user" if role == "assistant" else "assistant"
+            if turn is None or turn.role != want or _tool_call_ids(turn):
+                continue
+            _add_turn(units, store, turn, "retrieved", scratch, model, score=0.0)
+        elif units[pid].features.get("role") != ("user" if role == "assistant" else "assistant"):
+            continue
+        groups.append(sorted([uid, pid], key=lambda u: int(u[1:])))
 
 
 def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,
@@ -589,7 +739,7 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
         per_unit.append({"id": unit_id, "kind": unit.kind, "variant": variant,
                          "turn_ids": unit.turn_ids, "tokens": whole,
                          "content_tokens": whole - framing, "framing": framing,
-                         "exact": unit.exact})
+                         "exact": unit.variant_exact(variant)})
     observed = tok.count_messages(messages, cands.model) if messages else None
     return {"messages": messages, "units": per_unit,
             "observed_total": observed.n if observed else cands.priming,
@@ -642,7 +792,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     log.sync(store, session_id, embedder)
     sync_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
-    vec = embedder.embed_batch([query_text or ""])[0]
+    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
     embed_ms = (time.perf_counter() - t0) * 1000
     # Bounded: the most recent threads only, so the cost follows the window,
     # not the number of topics a very long session has had.
@@ -713,11 +863,9 @@ def has_knowledge(store: TranscriptStore) -> bool:
 
 def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:
     """Offer the facts of a router retrieval (``ctxrelay.retrieval.router``) as units."""
-    # A fact promoted from a session's own turns or tool outputs belongs to that
-    # session: other sessions of the namespace never see it in their packs.
+    # A fact another session owns never enters this session's pack.
     items = [i for i in result.items if i.get("kind") == "fact"
-             and ((i.get("record") or {}).get("metadata") or {}).get("session_id")
-             in (None, cands.session_id)]
+             and visible_to(i.get("record") or {}, cands.session_id)]
     out: dict[str, Any] = {"units": [], "facts": 0, "store_used": list(result.store_used),
                            "cache_hit": bool(result.cache_hit),
                            "retrieval_ms": round(float(result.retrieval_ms), 3)}
