@@ -240,7 +240,7 @@ class LiveIndex:
                 for s in STATUSES:
                     counts[s] += state.counts[s]
                 edges += state.edges
-                communities += len(state.labels)
+                communities += state.communities
                 pending += state.pending
                 held, gone = self.index_counts(state.name)
                 elements += held

@@ -523,7 +523,7 @@ def test_communities_are_saved_whole_and_read_back_retrievable(backend):
     assert backend.save_communities("ns", {ids[0]: 0, ids[1]: 0, ids[2]: 1},
                                     {0: ("alpha", "beta", "gamma", "delta"), 1: ("one",)},
                                     now=T0).value
-    assert backend.namespace("ns").pending == 0
+    assert (backend.namespace("ns").pending, backend.namespace("ns").communities) == (0, 2)
     membership, keywords = backend.communities("ns")
     assert membership == {ids[0]: 0, ids[1]: 0, ids[2]: 1}
     assert keywords == {0: ("alpha", "beta", "gamma", "delta"), 1: ("one",)}

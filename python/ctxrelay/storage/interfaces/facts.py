@@ -271,7 +271,8 @@ class NamespaceState:
     seqs hidden or re-embedded since the last checkpoint marked ``rebuilt``;
     ``pending`` the facts added since :meth:`FactStorage.save_communities`;
     ``last_mod`` the latest ``modified_at`` (epoch) given in the namespace;
-    ``labels`` the community keywords by community id.
+    ``communities`` how many communities were last saved (their keywords:
+    :meth:`FactReader.communities`).
     """
 
     name: str
@@ -283,7 +284,7 @@ class NamespaceState:
     edges: int
     last_mod: float
     counts: Mapping[str, int]
-    labels: Mapping[int, tuple[str, ...]]
+    communities: int
     ef: int | None
 
 

@@ -195,7 +195,7 @@ def namespace_state(name: str, info: Mapping[str, Any]) -> NamespaceState:
         name=name, id=info["id"], gen=info["gen"], saved_gen=info["saved_gen"],
         churn=info["changed"], pending=info["adds"], edges=info["edges"],
         last_mod=info["last_mod"], counts=dict(info["counts"]),
-        labels={int(c): tuple(k) for c, k in info["labels"].items()},
+        communities=len(info["labels"]),
         ef=None if info.get("ef") is None else int(info["ef"]))
 
 

@@ -17,8 +17,7 @@ from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, Change, Fact, FactTa
                                                NamespaceState, SourceRecord, UnknownFactError,
                                                iso_time)
 from ctxrelay.storage.lmdb import factcodec as codec
-from ctxrelay.storage.lmdb.factcodec import (F32, ID_LEN, U32, U64, RecordCache, fact_key,
-                                             prefix_items)
+from ctxrelay.storage.lmdb.factcodec import F32, ID_LEN, U32, U64, RecordCache, prefix_items
 from ctxrelay.storage.lmdb.textindex import TextIndex
 
 __all__ = ["StoreContext", "FactView"]
@@ -172,8 +171,7 @@ class FactView:
         info = self.info(ns)
         if info is None:
             return HeadArrays.from_rows([None] * len(seqs))
-        nid = info["id"]
-        return self._heads(fact_key(nid, int(s)) if s >= 0 else None for s in seqs)
+        return self._heads(_fkeys_at(info["id"], seqs))
 
     def _vectors(self, fkeys: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
         vectors = self.ctx.dbs[b"vectors"]
@@ -204,8 +202,7 @@ class FactView:
         info = self.info(ns)
         if info is None:
             return np.zeros((len(seqs), self.dim), dtype=np.float32), np.zeros(len(seqs), bool)
-        nid = info["id"]
-        return self._vectors([fact_key(nid, int(s)) if s >= 0 else None for s in seqs])
+        return self._vectors(_fkeys_at(info["id"], seqs))
 
     def ids_at(self, ns: str, seqs: Sequence[int]) -> list[str | None]:
         info = self.info(ns)
@@ -388,3 +385,13 @@ class FactView:
                 found.append((key[16:], value.decode()))
         found.sort()        # seq order, as a scan would give them
         return [fid for _, fid in found]
+
+
+def _fkeys_at(nid: int, seqs: Sequence[int]) -> list[bytes | None]:
+    """The LMDB keys of ``seqs`` in namespace ``nid`` (None for -1), built in one
+    numpy pass: a walk asks for a few hundred at a time."""
+    seqs = np.asarray(seqs, dtype=np.int64)
+    keys = np.empty((len(seqs), 2), dtype=">u8")
+    keys[:, 0], keys[:, 1] = nid, np.maximum(seqs, 0)
+    buf = keys.tobytes()
+    return [buf[16 * i:16 * i + 16] if s >= 0 else None for i, s in enumerate(seqs.tolist())]
