@@ -180,6 +180,20 @@ def test_unreadable_index_file_is_rebuilt(tmp_path):
             assert s.search_ann("sourdough rye", k=1)[0].fact_id == fid
 
 
+def test_version_moves_with_writes_only_and_fixed_ef_search(store):
+    v0 = store.version()
+    fid = store.add_fact("A fact that moves the version.")
+    v1 = store.version()
+    store.fact(fid), store.search_ann("fact", k=1), store.etag()
+    assert v1 > v0 and store.version() == v1
+    store.set_status(fid, "STALE")
+    assert store.version() > v1
+    store.set_ef_search(40)
+    assert store.live.index("default").index.ef_search == 40 and not store.live.auto_ef
+    with pytest.raises(InvalidArgumentError, match="ef_search"):
+        store.set_ef_search(0)
+
+
 def test_a_second_instance_on_the_same_path_is_refused(store):
     with pytest.raises(StoreError, match="FactStore.open"):
         FactStore(store.path, embedder="hashing")

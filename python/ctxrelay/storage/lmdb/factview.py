@@ -38,24 +38,44 @@ class StoreContext:
 class FactView:
     """The fact store as one transaction sees it."""
 
-    __slots__ = ("ctx", "txn", "model_id", "dim")
+    __slots__ = ("ctx", "txn", "model_id", "dim", "_seen")
 
     def __init__(self, ctx: StoreContext, txn: Any) -> None:
         self.ctx = ctx
         self.txn = txn
         self.model_id = ctx.model_id
         self.dim = ctx.dim
+        # the last namespace record read: a record is tens of kB at 100k facts (its
+        # community labels), and one read asks for it several times
+        self._seen: tuple[str, dict[str, Any], NamespaceState] | None = None
 
     # -- namespaces ----------------------------------------------------------------
 
+    def _record(self, ns: str) -> tuple[str, dict[str, Any], NamespaceState] | None:
+        seen = self._seen
+        if seen is not None and seen[0] == ns:
+            return seen
+        raw = self.txn.get(ns.encode(), db=self.ctx.dbs[b"ns"])
+        if raw is None:
+            return None
+        info, state = self.ctx.cache.info(ns, raw)
+        if self.txn_is_read:
+            self._seen = (ns, info, state)
+        return ns, info, state
+
+    @property
+    def txn_is_read(self) -> bool:
+        """Whether the namespace records cannot change while this view lives."""
+        return True
+
     def info(self, ns: str) -> dict[str, Any] | None:
         """The namespace record, shared and parsed once per change: do not change it."""
-        raw = self.txn.get(ns.encode(), db=self.ctx.dbs[b"ns"])
-        return None if raw is None else self.ctx.cache.info(ns, raw)[0]
+        found = self._record(ns)
+        return None if found is None else found[1]
 
     def namespace(self, ns: str) -> NamespaceState | None:
-        raw = self.txn.get(ns.encode(), db=self.ctx.dbs[b"ns"])
-        return None if raw is None else self.ctx.cache.info(ns, raw)[1]
+        found = self._record(ns)
+        return None if found is None else found[2]
 
     def namespaces(self) -> list[str]:
         return sorted(k.decode() for k, _ in self.txn.cursor(db=self.ctx.dbs[b"ns"]))

@@ -46,6 +46,10 @@ class FactWriter(FactView):
         self.stamp_before = 0.0 if info is None else info["last_mod"]
 
     @property
+    def txn_is_read(self) -> bool:
+        return False            # this write changes the record: read it afresh each time
+
+    @property
     def state(self) -> NamespaceState:
         return codec.namespace_state(self.ns, self.ns_info)
 
