@@ -17,6 +17,7 @@
 :- use_module(library(assoc)).
 :- use_module(library(ordsets)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store, [store_ref/2]).
 :- use_module(naming).
 
@@ -67,7 +68,7 @@ Users change the rules by changing the facts, e.g.
 :- det(promotion_actions/3).
 
 :- predicate_options(promote_turns/5, 5,
-                     [ references(list(integer)), rules(list(atom)), namespace(text),
+                     [ references(list(integer)), rules(list(text)), namespace(text),
                        embedder(any), min_references(positive_integer),
                        min_threads(integer), stores(dict), as(oneof([prolog, python]))
                      ]).
@@ -143,14 +144,15 @@ similarity_floor(TopicSame, Edge, Floor) :-
 %       (the Python list, for Python callers)
 %
 %   @error domain_error(promotion_rule, R) for an unknown rule
+%   @error existence_error(option, Opt) for an option it does not take
 %   @error ctxrelay(invalid_argument, Msg) for turns outside the session
 promote_turns(Store0, Session, Turns, Promoted, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session),
-    must_be(list, Options),
     (   Turns = First-Last -> true ; type_error(turn_range, Turns) ),
     must_be(integer, First),
     must_be(integer, Last),
+    check_options(promote_turns/5, 5, Options),
     settings(Options, Settings),
     option(references(Refs), Options, []),
     must_be(list(integer), Refs),
@@ -175,7 +177,7 @@ promote_scratch_entry(Store0, Session, Id, Promoted, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session),
     must_be(text, Id),
-    must_be(list, Options),
+    check_options(promote_scratch_entry/5, 5, Options),
     settings([rules([tool_result])|Options], Settings),
     option(namespace(NS), Options, ""),
     option(stores(Stores), Options, _{}),
