@@ -115,19 +115,28 @@ class Runtime:
 
     ``Runtime(store_dir)`` opens (or creates) the store and makes it the
     default store of the embedded Prolog, so ``context/3`` and the other
-    predicates that take ``default`` see it too.  Use it as a context manager
-    or call :meth:`close`.
+    predicates that take ``default`` see it too.  ``store_dir`` is a
+    directory (the embedded default) or a store URL such as
+    ``lmdb:///abs/dir``; ``cache`` is None or ``memory://``.  Runtimes on one
+    store share it (closing one leaves the others working).  Use it as a
+    context manager or call :meth:`close`.
     """
 
-    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,
+                 cache: str | None = None) -> None:
         if not isinstance(store_dir, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
-        self.store_dir = Path(store_dir)
-        opts = f"[default(true), map_size({int(map_size)})]" if map_size else "[default(true)]"
-        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, {opts})",
-                                   {"Dir": os.fspath(self.store_dir)})["Store"]
+        from ctxrelay.storage.spec import parse_cache_spec, parse_store_spec
+        spec = parse_store_spec(store_dir)        # a bad spec fails here, before Prolog
+        parse_cache_spec(cache)
+        # A plain directory stays as given (relative paths too); a URL gives its location.
+        self.store_dir = Path(spec.location) if spec.is_url else Path(store_dir)
+        opts = ["default(true)"] + ([f"map_size({int(map_size)})"] if map_size else []) + \
+            (["cache(Cache)"] if cache is not None else [])
+        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, [{', '.join(opts)}])",
+                                   {"Dir": os.fspath(store_dir), "Cache": cache})["Store"]
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -206,13 +215,13 @@ class Runtime:
     # metadata key (a NUL is cut, Latin-1 keys do not decode).  The store
     # validates the arguments.
     def turn(self, session_id: str, turn_id: int) -> Turn:
-        return self._live_store().turn(session_id, turn_id)
+        return self._live_store().transcript.turn(session_id, turn_id)
 
     def history(self, session_id: str, start: int = 1, end: int | None = None) -> list[Turn]:
-        return self._live_store().history(session_id, start, end)
+        return self._live_store().transcript.history(session_id, start, end)
 
     def last(self, session_id: str, n: int) -> list[Turn]:
-        return self._live_store().last(session_id, n)
+        return self._live_store().transcript.last(session_id, n)
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The id of the turn appended with idempotency ``key``, or None."""

@@ -631,6 +631,10 @@ class CKFBackend(ABC):
     def flush(self) -> None:
         """Make everything durable (index snapshots included)."""
 
+    def write_generation(self) -> int | None:
+        """A number that moves with every committed write, or None if unknown."""
+        return None
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -2107,6 +2111,9 @@ class NativeBackend(CKFBackend):
                 if mem.ops_since_save:
                     self._save(name)
 
+    def write_generation(self) -> int | None:
+        return self._db.write_generation()
+
     def close(self) -> None:
         with self._lock:
             if self._db.closed:
@@ -2509,6 +2516,11 @@ class FactStore:
     @property
     def closed(self) -> bool:
         return getattr(self, "_closed", False)
+
+    def write_generation(self) -> int | None:
+        """A number that moves with every committed write by any process (None:
+        the backend cannot tell); equal numbers mean the state hash is unchanged."""
+        return self.backend.write_generation()
 
     def close(self) -> None:
         """Save the index snapshots and close (idempotent)."""

@@ -266,9 +266,9 @@ def value_of_turn(turn: Turn) -> str:
 class _Run:
     """What one promote_after_turn call reads and writes."""
 
-    def __init__(self, store: Any, session_id: str, facts: Any, scratch: Any,
+    def __init__(self, stores: Any, session_id: str, facts: Any, scratch: Any,
                  namespace: str | None, turnlog: Any, embedder: Any) -> None:
-        self.store, self.session_id = store, session_id
+        self.stores, self.store, self.session_id = stores, stores.transcript, session_id
         self._facts, self.scratch = facts, scratch
         self.namespace, self.turnlog, self.embedder = namespace, turnlog, embedder
         self._turns: dict[int, Turn] = {}
@@ -279,8 +279,7 @@ class _Run:
         """The CKF, opened on the first promotion (most turns promote nothing,
         and opening it may load the default embedder)."""
         if self._facts is None:
-            from ctxrelay.bridge import stores as bridge
-            self._facts = bridge.fact_store_for(self.store)
+            self._facts = self.stores.facts
         return self._facts
 
     def turn(self, turn_id: int) -> Turn:
@@ -515,21 +514,19 @@ def _promote_reused(run: _Run, turn: Turn, *, min_threads: int) -> None:
 
 # -- entry points ------------------------------------------------------------------
 
-def _open_defaults(store: Any, facts: Any, scratch: Any, turnlog: Any, embedder: Any,
+def _open_defaults(stores: Any, facts: Any, scratch: Any, turnlog: Any, embedder: Any,
                    use_turnlog: bool) -> tuple[Any, Any, Any, Any]:
-    from ctxrelay.bridge import stores as bridge
     if scratch is None:
-        scratch = bridge.scratch_store_for(store)
+        scratch = stores.scratch_if_present()
     if use_turnlog and (embedder is None or isinstance(embedder, str)):
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(embedder)
     if turnlog is None and use_turnlog:
-        from ctxrelay.storage.lmdb.turnlog import turnlog_for
-        turnlog = turnlog_for(store)
+        turnlog = stores.turnlog
     return facts, scratch, turnlog, embedder
 
 
-def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any = None,
+def promote_after_turn(stores: Any, session_id: str, turn_id: int, *, facts: Any = None,
                        scratch: Any = None, since: int | None = None,
                        references: Iterable[int] = (), namespace: str | None = None,
                        turnlog: Any = None, embedder: Any = None,
@@ -538,9 +535,9 @@ def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any 
                        rules: Sequence[str] = RULES) -> list[dict[str, Any]]:
     """Apply the promotion rules to turns ``since..turn_id`` of ``session_id``.
 
-    ``store`` is the :class:`TranscriptStore`; ``facts`` (the CKF) and
-    ``scratch`` default to the stores beside it, ``turnlog`` to
-    ``<store>/turnlog`` (synced here with ``embedder``, a name or object,
+    ``stores`` is the store's :class:`~ctxrelay.storage.stores.Stores`; ``facts``
+    (the CKF), ``scratch`` and ``turnlog`` default to its parts (the turn log is
+    synced here with ``embedder``, a name or object,
     which must be the one the turn log was derived with).  ``references``
     are turn ids that ``turn_id``'s message resolved to (the assembler's
     ``referenced_turns``).  Returns one dict per fact added (or renamed
@@ -549,6 +546,7 @@ def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any 
     second call over the same turns returns ``[]``.
     @raises InvalidArgumentError for a bad turn range or an unknown rule.
     """
+    store = stores.transcript
     count = store.turn_count(session_id)
     if isinstance(turn_id, bool) or not isinstance(turn_id, int) or not 1 <= turn_id <= count:
         raise InvalidArgumentError(
@@ -567,9 +565,9 @@ def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any 
     if isinstance(min_threads, bool) or not isinstance(min_threads, int) or min_threads < 2:
         raise InvalidArgumentError(f"min_threads must be an int >= 2, not {min_threads!r}")
     facts, scratch, turnlog, embedder = _open_defaults(
-        store, facts, scratch, turnlog, embedder, use_turnlog=True)
+        stores, facts, scratch, turnlog, embedder, use_turnlog=True)
     turnlog.sync(store, session_id, embedder)
-    run = _Run(store, session_id, facts, scratch, namespace, turnlog, embedder)
+    run = _Run(stores, session_id, facts, scratch, namespace, turnlog, embedder)
     resolved = [int(t) for t in references]
     for tid in range(start, turn_id + 1):
         turn = run.turn(tid)
@@ -598,28 +596,29 @@ def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any 
     return [p.to_dict() for p in run.out]
 
 
-def promote_scratch_entry(store: Any, session_id: str, scratch_id: str, *, facts: Any = None,
+def promote_scratch_entry(stores: Any, session_id: str, scratch_id: str, *, facts: Any = None,
                           scratch: Any = None, namespace: str | None = None,
                           min_references: int = MIN_REFERENCES) -> list[dict[str, Any]]:
     """Rule ``tool_result`` for one entry, e.g. right after it is pinned."""
-    facts, scratch, _, _ = _open_defaults(store, facts, scratch, None, None,
+    facts, scratch, _, _ = _open_defaults(stores, facts, scratch, None, None,
                                           use_turnlog=False)
     if scratch is None:
         return []
     from ctxrelay.storage.lmdb.scratch import check_scratch_id
-    run = _Run(store, session_id, facts, scratch, namespace, None, None)
+    run = _Run(stores, session_id, facts, scratch, namespace, None, None)
     entry = run.entry(check_scratch_id(scratch_id))
-    _promote_entry(run, entry, store.turn_count(session_id), min_references=min_references)
+    _promote_entry(run, entry, run.store.turn_count(session_id),
+                   min_references=min_references)
     return [p.to_dict() for p in run.out]
 
 
-def promote_managed_turn(store: Any, session_id: str, assistant_turn: int, user_turn: int,
+def promote_managed_turn(stores: Any, session_id: str, assistant_turn: int, user_turn: int,
                          references: Sequence[int], embedder: str = "",
                          namespace: str = "") -> list[dict[str, Any]]:
     """The managed runtime's call after a reply is stored: the rules over the
     user turn and the reply, with the turns the user's message referred to.
     Returns plain dicts (what was promoted), for Prolog."""
-    found = promote_after_turn(store, session_id, int(assistant_turn), since=int(user_turn),
+    found = promote_after_turn(stores, session_id, int(assistant_turn), since=int(user_turn),
                                references=[int(t) for t in references],
                                embedder=embedder or None, namespace=namespace or None)
     return [{k: v for k, v in item.items() if isinstance(v, (str, int, float, bool)) or v is None}

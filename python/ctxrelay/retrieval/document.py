@@ -89,7 +89,7 @@ def conversation_seeds(recent_turns: list[dict[str, Any]], task: str = "",
     return seeds
 
 
-def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any]) -> dict[str, Any]:
+def add_document_units(cands: Any, stores: Any, task: str, options: dict[str, Any]) -> dict[str, Any]:
     """Tier P per sub-query, novelty on, each fact offered once.
 
     ``options``: mode (document or hybrid), k (facts per sub-query),
@@ -105,10 +105,9 @@ def add_document_units(cands: Any, store: Any, task: str, options: dict[str, Any
     out: dict[str, Any] = {"units": [], "subqueries": queries, "coverage": [],
                            "store_used": [], "retrieval_ms": 0.0, "facts": 0}
     k = int(options.get("k", 0))
-    if k <= 0 or not queries or not has_knowledge(store):
+    if k <= 0 or not queries or not has_knowledge(stores):
         return out
-    from ctxrelay.bridge.stores import fact_store_for
-    facts = fact_store_for(store)
+    facts = stores.facts
     namespace = options.get("namespace") or None
     per_query = max(1, -(-k // len(queries)) + 1)
     covered: list[str] = []

@@ -537,6 +537,30 @@ class _Flock:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
+class _Exclusive:
+    """The thread lock, then an exclusive ``flock`` (released in reverse order)."""
+
+    __slots__ = ("lock", "fd")
+
+    def __init__(self, lock: threading.RLock, fd: int) -> None:
+        self.lock = lock
+        self.fd = fd
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            self.lock.release()
+
+
 # -- the public log -------------------------------------------------------------
 
 class RollingLog:
@@ -573,6 +597,16 @@ class RollingLog:
         self._lock = threading.RLock()
         self._rings: OrderedDict[bytes, _Ring] = OrderedDict()
         self._closed = False
+        self._sync_fd = -1
+        self._sync_thread_lock = threading.RLock()
+
+    @property
+    def capacity_entries(self) -> int:
+        return self._cap_entries
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._cap_bytes
 
     # lifecycle -----------------------------------------------------------------
 
@@ -582,6 +616,20 @@ class RollingLog:
                 ring.close()
             self._rings.clear()
             self._closed = True
+            if self._sync_fd >= 0:
+                os.close(self._sync_fd)
+                self._sync_fd = -1
+
+    def exclusive(self) -> "_Exclusive":
+        """A lock held across threads and processes (``flock`` on ``sync.lock`` in
+        the directory) while a caller brings rings in line with their source."""
+        with self._lock:
+            self._check_open()
+            if self._sync_fd < 0:
+                self._sync_fd = os.open(self._dir / "sync.lock",
+                                        os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                                        0o600)
+            return _Exclusive(self._sync_thread_lock, self._sync_fd)
 
     def __enter__(self) -> RollingLog:
         return self
@@ -782,6 +830,20 @@ class MemoryRollingLog:
         self._cap_bytes = _count(capacity_bytes, "capacity_bytes", minimum=1)
         self._lock = threading.Lock()
         self._rings: dict[str, tuple[deque, list[int]]] = {}   # entries, [next_seq, bytes]
+        self._exclusive = threading.RLock()
+
+    @property
+    def capacity_entries(self) -> int:
+        return self._cap_entries
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._cap_bytes
+
+    def exclusive(self) -> threading.RLock:
+        """A lock for callers that bring rings in line with their source (only this
+        process can see a memory log, so a thread lock is enough)."""
+        return self._exclusive
 
     def append(self, session_id: str, entry: Entry) -> int:
         _session_bytes(session_id)

@@ -110,6 +110,12 @@ class LmdbStore:
     def closed(self) -> bool:
         return self._env is None
 
+    def write_generation(self) -> int | None:
+        """A number that moves with every committed write, by any process (LMDB's
+        last transaction id); None once closed."""
+        env = self._env
+        return None if env is None else int(env.info()["last_txnid"])
+
     def close(self) -> None:
         with _registry_lock:
             if self._env is None:
