@@ -23,7 +23,7 @@ import lmdb
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.storage.lmdb import transcript as transcript_mod
+from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.errors import StoreError, StoreFullError
 from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 
@@ -445,7 +445,7 @@ def test_a_small_map_grows_under_the_runtime(tmp_path):
 
 def test_a_map_that_cannot_grow_raises_store_full_and_keeps_the_store(tmp_path, monkeypatch):
     store = tmp_path / "store"
-    monkeypatch.setattr(transcript_mod, "_MAX_MAP_SIZE", 256 * 1024)
+    monkeypatch.setattr(LmdbStore, "MAX_MAP_SIZE", 256 * 1024)
     with Runtime(store, map_size=128 * 1024) as rt:
         rt.create_session("f")
         text = " ".join(f"x{i}" for i in range(300))

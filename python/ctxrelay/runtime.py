@@ -82,8 +82,8 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     call too."""
     if isinstance(value, str):
         from ctxrelay.errors import InvalidContentError
-        from ctxrelay.storage.lmdb.transcript import _check_utf8
-        _check_utf8(value, where, InvalidContentError)
+        from ctxrelay.storage.validation import check_utf8
+        check_utf8(value, where, InvalidContentError)
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_encodable(k, where)
@@ -99,8 +99,8 @@ def _json_metadata(metadata: Any) -> Any:
     if not isinstance(metadata, dict):
         return metadata               # str (JSON) or a wrong type the store refuses
     import json
-    from ctxrelay.storage.lmdb.transcript import _normalise_metadata
-    return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
+    from ctxrelay.storage.validation import normalise_metadata
+    return json.dumps(normalise_metadata(metadata), ensure_ascii=False)
 
 
 def _text_or_none(name: str, value: Any) -> str | None:

@@ -14,8 +14,7 @@ def close_all() -> None:
     :class:`Stores`, then every embedded environment still open on its own."""
     from ctxrelay.storage import stores
     stores.close_all()
-    from ctxrelay.storage.lmdb import base, scratch, transcript, warm
-    transcript.close_all()
-    warm.close_all()
-    scratch.close_all()
-    base.close_all()
+    from ctxrelay.storage.lmdb import base, scratch, transcript, turnlog, warm
+    for kind in (transcript.TranscriptStore, warm.WarmStore, scratch.ScratchStore,
+                 turnlog.TurnLog):
+        base.close_all(kind)

