@@ -9,6 +9,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -42,5 +43,22 @@ def mounted_tmpfs(mount_point: Path, size: str):
         subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
+def spawn_transcript_worker(*args: object) -> subprocess.Popen:
+    """Run tests/_transcript_worker.py in its own process (this checkout's code)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT / "python"), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "_transcript_worker.py"),
+                             *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-__all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl"]
+
+def watchdog(proc: subprocess.Popen, seconds: float) -> threading.Timer:
+    """Kill ``proc`` if the test is still waiting on it after ``seconds``."""
+    timer = threading.Timer(seconds, proc.kill)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+__all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl", "spawn_transcript_worker",
+           "watchdog"]

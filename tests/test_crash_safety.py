@@ -6,7 +6,7 @@ SIGKILL; the parent then reopens the store and checks that every acknowledged
 write is there, that nothing half-written is visible and that the derived
 records (search index, ANN index, warm ``latest``, scratch metadata) agree
 with the data.  Appends killed mid-stream and imports are covered by
-tests/test_transcript_durability.py; this file covers the other writers.
+tests/storage/lmdb/test_lmdb_transcript_durability.py; this file covers the other writers.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_st
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _crash_worker import doc_text, managed_message, tool_raw  # noqa: E402
-from test_transcript_durability import watchdog  # noqa: E402
+from support import watchdog  # noqa: E402
 from conftest import mounted_tmpfs  # noqa: E402
 
 WORKER = HERE / "_crash_worker.py"

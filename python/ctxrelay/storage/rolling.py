@@ -91,7 +91,7 @@ import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any
 
 from ctxrelay.errors import (
     CorruptStoreError,
@@ -109,7 +109,7 @@ __all__ = [
     "MAX_SESSION_ID_BYTES", "FORMAT_VERSION",
 ]
 
-Entry = Union[str, dict]
+from ctxrelay.storage.interfaces.rolling import Entry, RollingLogBackend  # noqa: E402,F401
 
 DEFAULT_CAPACITY_ENTRIES = 256
 DEFAULT_CAPACITY_BYTES = 1 << 20
@@ -193,26 +193,6 @@ class LogStats:
     entries: int
     bytes_used: int
     file_bytes: int
-
-
-@runtime_checkable
-class RollingLogBackend(Protocol):
-    """What the router needs from a rolling log (SPEC-038 §2.2).
-
-    ``append`` returns the entry's sequence number (monotonic per session);
-    ``read_recent`` returns at most ``n`` entries, newest last; ``roll_off`` drops
-    the oldest ``n`` and returns how many it dropped.
-    """
-
-    def append(self, session_id: str, entry: Entry) -> int: ...
-
-    def read_recent(self, session_id: str, n: int) -> list[Entry]: ...
-
-    def roll_off(self, session_id: str, n: int = 1) -> int: ...
-
-    def drop(self, session_id: str) -> bool: ...
-
-    def stats(self, session_id: str | None = None) -> RingStats | LogStats: ...
 
 
 # -- argument checks and encoding ---------------------------------------------
@@ -894,6 +874,11 @@ class MemoryRollingLog:
         _session_bytes(session_id)
         with self._lock:
             return self._rings.pop(session_id, None) is not None
+
+    def sessions(self) -> list[str]:
+        """The session ids that have a ring."""
+        with self._lock:
+            return sorted(self._rings)
 
     def close(self) -> None:
         """Nothing to release; present so both back ends can be closed alike."""
