@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxrelay.storage.lmdb import transcript
+from ctxrelay.storage.lmdb.transcript import records as transcript_records
+from ctxrelay.storage.lmdb.transcript import store as transcript_store
 from ctxrelay.errors import (
     ArchivedSessionError,
     CorruptStoreError,
@@ -30,7 +32,6 @@ from ctxrelay.errors import (
     KeyConflictError,
     SessionExistsError,
     StoreError,
-    StoreFullError,
     UnknownSessionError,
     UnknownTurnError,
 )
@@ -201,7 +202,7 @@ def test_last(store, session):
 
 
 def test_iter_turns_reads_lazily_in_chunks(store, session, monkeypatch):
-    monkeypatch.setattr(transcript, "_CHUNK", 3)
+    monkeypatch.setattr(transcript_store, "_CHUNK", 3)
     for i in range(1, 11):
         store.append(session, "user", str(i))
     reads = []
@@ -406,8 +407,8 @@ def test_default_tokens_are_exact_cl100k(store, session):
 
 
 def test_fallback_estimate_when_tiktoken_cannot_load(tmp_path, monkeypatch):
-    monkeypatch.setattr(transcript, "_encoding", None)
-    monkeypatch.setattr(transcript, "_encoding_failed", True)
+    monkeypatch.setattr(transcript_records, "_encoding", None)
+    monkeypatch.setattr(transcript_records, "_encoding_failed", True)
     with TranscriptStore(tmp_path / "s") as store:
         store.create_session("s")
         store.append("s", "user", "héllo")            # 6 UTF-8 bytes -> 2
@@ -757,7 +758,7 @@ def test_path_under_a_file(tmp_path):
 
 def test_unwritable_directory(tmp_path, monkeypatch):
     # root ignores permission bits, so simulate what access() reports for others
-    monkeypatch.setattr(transcript.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(StoreError, match="fix its permissions"):
         TranscriptStore(tmp_path / "s")
 

@@ -8,8 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
-from pathlib import Path
 
 import pytest
 
