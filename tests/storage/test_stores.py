@@ -124,6 +124,8 @@ def test_read_paths_create_no_part(tmp_path):
         assert stores.warm_if_present() is None and stores.scratch_if_present() is None
         assert stores.facts_if_present() is None
         assert not stores.has("warm") and stores.has("turnlog")
+        with pytest.raises(InvalidArgumentError, match="no store part 'blobs'"):
+            stores.has("blobs")
     assert sorted(p.name for p in store.iterdir()) == ["rolling", "transcript.lmdb", "turnlog"]
 
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.storage.interfaces.backend import PARTS
 from ctxrelay.storage.spec import (CacheSpec, StoreSpec, backend_opener, cache_opener,
                                    parse_cache_spec, parse_store_spec)
 
@@ -302,7 +303,10 @@ class Stores:
     def has(self, part: str) -> bool:
         """Whether the store holds ``part`` (``turnlog``, ``warm``, ``scratch``,
         ``facts``) already; nothing is opened or created."""
-        found = getattr(self, "_" + part, None)
+        if part not in PARTS:
+            raise InvalidArgumentError(f"no store part {part!r}; the parts are "
+                                       f"{', '.join(PARTS)} (the transcript always exists)")
+        found = getattr(self, "_" + part)
         return (found is not None and not found.closed) or self.backend.has(part)
 
     def _present(self, part: str, attr: str) -> Any:

@@ -43,9 +43,9 @@ import os
 import re
 import struct
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ctxrelay.errors import (
     ArtifactKeyConflictError,
@@ -58,6 +58,7 @@ from ctxrelay.errors import (
     UnknownTurnError,
 )
 from ctxrelay.storage.lmdb import base
+from ctxrelay.storage.interfaces.warm import TranscriptLike
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.validation import check_int as _check_int
 from ctxrelay.storage.validation import check_optional_str as _check_optional_str
@@ -81,13 +82,6 @@ MAX_PRODUCER_CHARS = 200
 _MAX_TURN = 2**63 - 1
 _DB_NAMES = (b"meta", b"artifacts", b"latest", b"keys")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
-
-
-class TranscriptLike(Protocol):
-    """What publish needs of a transcript to validate a range."""
-
-    def has_session(self, session_id: str) -> bool: ...
-    def turn_count(self, session_id: str) -> int: ...
 
 
 # -- the artifact ------------------------------------------------------------
@@ -375,12 +369,10 @@ class WarmStore(LmdbStore):
     def transcript(self) -> TranscriptLike | None:
         return self._transcript
 
-    # The transactions of the base class, under the names this module uses.
-    def _read(self, fn: Callable[[Any], Any]) -> Any:
-        return self.read(fn)
-
-    def _write(self, fn: Callable[[Any], Any]) -> Any:
-        return self.write(fn)
+    # The transactions of the base class, under the names this module uses
+    # (aliases, not wrappers: a summary read is a few microseconds).
+    _read = LmdbStore.read
+    _write = LmdbStore.write
 
     # -- publishing ----------------------------------------------------
 
@@ -501,7 +493,7 @@ class WarmStore(LmdbStore):
         range_key = _sha256(session_id) + _U64.pack(start) + _U64.pack(end)
         return self._read(lambda txn: [
             self._checked(raw, session_id)
-            for _, raw in _prefixed(txn, self._artifacts, range_key)])
+            for _, raw in base.prefixed(txn, self._artifacts, range_key)])
 
     def latest(self, session_id: str) -> list[WarmArtifact]:
         """The latest version of every range, ordered by start, then end."""
@@ -521,7 +513,7 @@ class WarmStore(LmdbStore):
     def _latest_txn(self, txn: Any, session_id: str, turn_id: int | None) -> list[WarmArtifact]:
         prefix = _sha256(session_id)
         found = []
-        for range_key, raw_version in _prefixed(txn, self._latest, prefix):
+        for range_key, raw_version in base.prefixed(txn, self._latest, prefix):
             start, end = _U64.unpack(range_key[32:40])[0], _U64.unpack(range_key[40:48])[0]
             if turn_id is not None and start > turn_id:
                 break                        # keys are in start order
@@ -599,13 +591,3 @@ def _require_transcript_like(transcript: Any) -> None:
             f"transcript {type(transcript).__name__} has no {' or '.join(missing)} "
             "method; pass a ctxrelay.storage.lmdb.transcript.TranscriptStore (or an object with "
             "has_session(session_id) and turn_count(session_id)), or None")
-
-
-def _prefixed(txn: Any, db: Any, prefix: bytes) -> Iterable[tuple[bytes, bytes]]:
-    cursor = txn.cursor(db=db)
-    if not cursor.set_range(prefix):
-        return
-    for key, value in cursor:
-        if not key.startswith(prefix):
-            return
-        yield key, value

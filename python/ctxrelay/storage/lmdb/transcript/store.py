@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TextIO
@@ -112,12 +112,10 @@ class TranscriptStore(LmdbStore):
                        or getattr(self._token_counter, "__name__", "custom"))
         return DEFAULT_TOKENIZER if load_encoding() is not None else ESTIMATE_TOKENIZER
 
-    # The transactions of the base class, under the names this module uses.
-    def _read(self, fn: Callable[[Any], Any]) -> Any:
-        return self.read(fn)
-
-    def _write(self, fn: Callable[[Any], Any]) -> Any:
-        return self.write(fn)
+    # The transactions of the base class, under the names this module uses
+    # (aliases, not wrappers: a summary read is a few microseconds).
+    _read = LmdbStore.read
+    _write = LmdbStore.write
 
     # -- token counting ------------------------------------------------
 
