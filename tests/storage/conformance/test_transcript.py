@@ -118,6 +118,23 @@ def test_a_keyed_append_is_stored_once(transcript):
     assert transcript.session(sid).archived and transcript.turn_count(sid) == 1
 
 
+def test_several_turns_are_appended_all_or_none(transcript):
+    sid = _session(transcript, [("user", "first")])
+    ids = transcript.append_many(sid, [{"role": "user", "content": "a", "key": "ka"},
+                                       {"role": "assistant", "content": "b", "name": "bot"}])
+    assert ids == [2, 3] and transcript.turn(sid, 3).name == "bot"
+    assert transcript.append_many(sid, [{"role": "user", "content": "a", "key": "ka"}]) == [2]
+    with pytest.raises(InvalidRoleError):
+        transcript.append_many(sid, [{"role": "user", "content": "c"},
+                                     {"role": "robot", "content": "d"}])
+    with pytest.raises(UnknownSessionError):
+        transcript.append_many("new-one", [{"role": "user", "content": "x"}])
+    assert transcript.turn_count(sid) == 3 and not transcript.has_session("new-one")
+    assert transcript.append_many("new-one", [{"role": "user", "content": "x"}],
+                                  create=True, session_metadata={"by": "test"}) == [1]
+    assert transcript.session("new-one").metadata == {"by": "test"}
+
+
 def test_concurrent_appends_get_contiguous_ids(transcript):
     sid = _session(transcript)
     errors: list[BaseException] = []

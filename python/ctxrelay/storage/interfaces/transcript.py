@@ -22,6 +22,7 @@ Idempotency by key
     :class:`~ctxrelay.errors.KeyConflictError`.  ``turn_for_key`` finds it.
 Atomicity
     An append (the turn, its index postings, counters and key record), an
+    ``append_many`` (its turns, and the session with ``create``), an
     ``import_jsonl`` (the session and all its turns) and ``repair_derived``
     each commit as one transaction: all or nothing.  A write that fails
     (validation, a full disk, a full store) leaves nothing behind.  Readers
@@ -102,6 +103,13 @@ class Transcript(Protocol):
                timestamp: str | datetime | None = None,
                key: str | None = None) -> int:
         """Append one turn, return its id (see Idempotency by key)."""
+
+    def append_many(self, session_id: str, turns: Iterable[dict[str, Any]], *,
+                    create: bool = False,
+                    session_metadata: dict[str, Any] | str | None = None) -> list[int]:
+        """Append several turns (dicts of :meth:`append`'s arguments) in one
+        transaction, all or none, creating the session in it with ``create``;
+        keyed retries are not stored again.  Returns the ids in order."""
 
     def turn(self, session_id: str, turn_id: int) -> "Turn": ...
 

@@ -172,4 +172,4 @@ def hit_of(turn: Turn | None, score: float) -> Hit:
             "the search index names a turn that is not stored; the store is "
             "damaged, restore a backup")
     return Hit(session_id=turn.session_id, turn_id=turn.turn_id, score=float(score),
-               role=turn.role, content=turn.content)
+               role=turn.role, content=turn.content, tokens=turn.tokens)
