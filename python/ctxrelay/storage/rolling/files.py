@@ -83,8 +83,8 @@ class RollingLog:
         self._lock = threading.RLock()
         self._rings: OrderedDict[bytes, Ring] = OrderedDict()
         self._closed = False
-        self._sync_fd = -1
         self._sync_thread_lock = threading.RLock()
+        self._exclusive: _Exclusive | None = None    # made on first use, one per log
 
     @property
     def capacity_entries(self) -> int:
@@ -102,20 +102,24 @@ class RollingLog:
                 ring.close()
             self._rings.clear()
             self._closed = True
-            if self._sync_fd >= 0:
-                os.close(self._sync_fd)
-                self._sync_fd = -1
+            if self._exclusive is not None:
+                with self._sync_thread_lock:      # not while a caller holds it
+                    os.close(self._exclusive.fd)
+                    self._exclusive = None
 
     def exclusive(self) -> "_Exclusive":
         """A lock held across threads and processes (``flock`` on ``sync.lock`` in
         the directory) while a caller brings rings in line with their source."""
-        with self._lock:
-            self._check_open()
-            if self._sync_fd < 0:
-                self._sync_fd = os.open(self._dir / "sync.lock",
-                                        os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                                        0o600)
-            return _Exclusive(self._sync_thread_lock, self._sync_fd)
+        found = self._exclusive
+        if found is None:
+            with self._lock:
+                self._check_open()
+                if self._exclusive is None:
+                    fd = os.open(self._dir / "sync.lock",
+                                 os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+                    self._exclusive = _Exclusive(self._sync_thread_lock, fd)
+                found = self._exclusive
+        return found
 
     def __enter__(self) -> RollingLog:
         return self
