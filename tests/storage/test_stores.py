@@ -55,7 +55,7 @@ def test_a_back_end_registered_for_a_scheme_opens_its_specs(tmp_path, monkeypatc
     from ctxrelay.storage.lmdb.backend import LmdbBackend
     opened = []
 
-    def opener(spec, *, map_size=None):
+    def opener(spec, *, map_size=None, max_turn_bytes=None):
         opened.append(spec.scheme)
         return LmdbBackend(spec_mod.StoreSpec("lmdb", str(tmp_path / "x"), spec.text,
                                               spec.key), map_size=map_size)

@@ -25,11 +25,12 @@ def _none_if_unset(value: Any) -> Any:
     return None if value in (None, "none") else value
 
 
-def store(spec: str, map_size: int = 0, cache: Any = None) -> Stores:
+def store(spec: str, map_size: int = 0, max_turn_bytes: int = 0, cache: Any = None) -> Stores:
     """Open the store of ``spec`` (a directory or URL): one more reference to its
     one :class:`Stores` in this process (``close`` drops it)."""
     return open_stores(os.fspath(spec), cache=_none_if_unset(cache),
-                       map_size=int(map_size) or None)
+                       map_size=int(map_size) or None,
+                       max_turn_bytes=int(max_turn_bytes) or None)
 
 
 def store_for_dir(spec: str) -> Stores:
@@ -37,6 +38,15 @@ def store_for_dir(spec: str) -> Stores:
     ``dir(Dir)`` alias); opened (and left open) if it is not open yet."""
     found = find_stores(os.fspath(spec))
     return found if found is not None else open_stores(os.fspath(spec))
+
+
+def check_input(stores: Stores, texts: list) -> int:
+    """A turn's new texts before any work: each within the store's size limit
+    (TurnTooLargeError), and their token lower bound (for Prolog's fail-closed rule)."""
+    from ctxrelay.text.tokens import lower_bound_all
+    for text in texts:
+        stores.transcript.check_size(text)
+    return lower_bound_all(texts)
 
 
 def store_path(stores: Stores) -> str:

@@ -81,7 +81,8 @@ _caches: dict[str, Callable[..., Any] | str] = {
 
 
 def register_backend(scheme: str, opener: Callable[..., Any] | str) -> None:
-    """Make ``<scheme>://`` store specs open through ``opener(spec, *, map_size)``,
+    """Make ``<scheme>://`` store specs open through ``opener(spec, *, map_size,
+    max_turn_bytes)`` (options the back end may ignore when they mean nothing to it),
     which returns a :class:`ctxrelay.storage.interfaces.backend.Backend`.
     ``opener`` may be ``"module:attr"`` (imported on first use)."""
     with _lock:

@@ -55,14 +55,15 @@ _registry_lock = threading.RLock()
 
 
 def open_stores(spec: Any, *, cache: Any = None, map_size: int | None = None,
-                ring_entries: int | None = None, ring_bytes: int | None = None) -> "Stores":
+                max_turn_bytes: int | None = None, ring_entries: int | None = None,
+                ring_bytes: int | None = None) -> "Stores":
     """The one :class:`Stores` of ``spec`` in this process, with one more reference.
 
     ``spec`` is a directory (the embedded LMDB default) or a URL such as
     ``lmdb:///abs/dir``; ``cache`` is None or ``memory://``.  ``map_size``
-    (the transcript's initial LMDB map), ``ring_entries`` and ``ring_bytes``
-    (the rolling log's per-session capacity) apply when the store is first
-    opened in the process.  Use the result as a context manager, or call
+    (the transcript's initial LMDB map), ``max_turn_bytes`` (the largest turn
+    it takes), ``ring_entries`` and ``ring_bytes`` (the rolling log's
+    per-session capacity) apply when the store is first opened in the process.  Use the result as a context manager, or call
     :meth:`Stores.close` once per call of this function.
 
     @raises InvalidArgumentError for a bad spec (an unknown scheme names the
@@ -81,7 +82,8 @@ def open_stores(spec: Any, *, cache: Any = None, map_size: int | None = None,
             found._refs += 1
             return found
         stores = Stores(store_spec, cache_spec, map_size=map_size,
-                        ring_entries=ring_entries, ring_bytes=ring_bytes)
+                        max_turn_bytes=max_turn_bytes, ring_entries=ring_entries,
+                        ring_bytes=ring_bytes)
         _registry[store_spec.key] = stores
         return stores
 
@@ -108,7 +110,8 @@ class Stores:
     """The parts of one store (see the module doc); made by :func:`open_stores`."""
 
     def __init__(self, spec: StoreSpec, cache_spec: CacheSpec, *, map_size: int | None,
-                 ring_entries: int | None, ring_bytes: int | None) -> None:
+                 max_turn_bytes: int | None, ring_entries: int | None,
+                 ring_bytes: int | None) -> None:
         self.spec = spec
         self.cache_spec = cache_spec
         self._ring = (RING_ENTRIES if ring_entries is None else ring_entries,
@@ -124,7 +127,8 @@ class Stores:
         self._rolling: Any = None
         self._hot: Any = None
         self._cache_backend: Any = None
-        self.backend = backend_opener(spec)(spec, map_size=map_size)
+        self.backend = backend_opener(spec)(spec, map_size=map_size,
+                                            max_turn_bytes=max_turn_bytes)
         try:
             #: The durable transcript (with its text index); opened at once.
             self.transcript: Transcript = self.backend.open_transcript()

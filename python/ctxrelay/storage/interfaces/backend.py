@@ -27,7 +27,8 @@ PARTS = ("turnlog", "warm", "scratch", "facts")
 
 @runtime_checkable
 class Backend(Protocol):
-    """Opens the durable parts of one store (``opener(spec, *, map_size)`` makes it)."""
+    """Opens the durable parts of one store (``opener(spec, *, map_size, max_turn_bytes)``
+    makes it)."""
 
     def open_transcript(self) -> "Transcript": ...
 

@@ -32,15 +32,16 @@ _MARKERS = {"turnlog": ("turnlog", "data.mdb"), "warm": ("warm",),
 class LmdbBackend:
     """Opens the parts of the store in ``spec.location`` (see the module doc)."""
 
-    def __init__(self, spec: StoreSpec, *, map_size: int | None = None) -> None:
+    def __init__(self, spec: StoreSpec, *, map_size: int | None = None,
+                 max_turn_bytes: int | None = None) -> None:
         self.spec = spec
         self.dir = Path(spec.location)
-        self._map_size = map_size
+        self._transcript_options = {name: int(value) for name, value in (
+            ("map_size", map_size), ("max_turn_bytes", max_turn_bytes)) if value}
 
     def open_transcript(self) -> Any:
         from ctxrelay.storage.lmdb.transcript import open_store
-        kw = {} if not self._map_size else {"map_size": int(self._map_size)}
-        return open_store(os.fspath(self.dir), **kw)
+        return open_store(os.fspath(self.dir), **self._transcript_options)
 
     def open_turnlog(self) -> Any:
         from ctxrelay.storage.lmdb.turnlog import TurnLog

@@ -70,8 +70,9 @@ from ctxrelay.storage.lmdb.transcript.derived import DerivedReport
 from ctxrelay.storage.lmdb.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
                                                       FORMAT, TokenCounter,
                                                       default_token_counter, estimate_tokens)
-from ctxrelay.storage.lmdb.transcript.store import (ENV_DIRNAME, SEARCH_MAX_POSTINGS,
-                                                    TranscriptStore, close_all, open_store)
+from ctxrelay.storage.lmdb.transcript.store import (DEFAULT_MAX_TURN_BYTES, ENV_DIRNAME,
+                                                    SEARCH_MAX_POSTINGS, TranscriptStore,
+                                                    close_all, open_store)
 from ctxrelay.storage.validation import MAX_SESSION_ID_CHARS
 
 # The old private names of the argument checks (now ctxrelay.storage.validation),
@@ -85,7 +86,7 @@ from ctxrelay.storage.validation import normalise_metadata as _normalise_metadat
 from ctxrelay.storage.validation import normalise_timestamp as _normalise_timestamp  # noqa: F401
 from ctxrelay.storage.validation import sha256 as _sha256  # noqa: F401
 
-__all__ = ["FORMAT", "ENV_DIRNAME", "DEFAULT_TOKENIZER", "ESTIMATE_TOKENIZER",
+__all__ = ["FORMAT", "ENV_DIRNAME", "DEFAULT_MAX_TURN_BYTES", "DEFAULT_TOKENIZER", "ESTIMATE_TOKENIZER",
            "MAX_SESSION_ID_CHARS", "SEARCH_MAX_POSTINGS", "TokenCounter", "TranscriptStore",
            "DerivedReport", "open_store", "close_all", "default_token_counter",
            "estimate_tokens"]

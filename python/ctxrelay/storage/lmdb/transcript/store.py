@@ -15,6 +15,7 @@ from ctxrelay.errors import (
     InvalidArgumentError,
     KeyConflictError,
     SessionExistsError,
+    TurnTooLargeError,
     UnknownSessionError,
     UnknownTurnError,
 )
@@ -37,9 +38,14 @@ from ctxrelay.storage.validation import (check_content, check_int, check_optiona
                                          normalise_metadata, normalise_timestamp, sha256)
 from ctxrelay.types import Hit, SessionInfo, SessionStats, Turn
 
-__all__ = ["TranscriptStore", "open_store", "close_all", "ENV_DIRNAME", "SEARCH_MAX_POSTINGS"]
+__all__ = ["TranscriptStore", "open_store", "close_all", "ENV_DIRNAME", "SEARCH_MAX_POSTINGS",
+           "DEFAULT_MAX_TURN_BYTES"]
 
 ENV_DIRNAME = "transcript.lmdb"
+#: The largest turn a store accepts by default (UTF-8 bytes): far above any chat
+#: message, small enough that one turn cannot stall a session's assemblies.
+#: Larger tool outputs belong in the scratch buffer (a blob, summarised in context).
+DEFAULT_MAX_TURN_BYTES = 1 << 20
 # Per-term cap on postings read by a search (newest first); see search().
 SEARCH_MAX_POSTINGS = 1024
 _CHUNK = 256                # turns per read transaction in iter_turns()
@@ -51,7 +57,8 @@ def open_store(path: str | os.PathLike[str], **kw: Any) -> "TranscriptStore":
     """The one shared :class:`TranscriptStore` of ``path`` in this process.
 
     Keyword arguments apply when the store is first opened; a later call with a
-    different ``readonly`` or ``token_counter`` raises InvalidArgumentError.
+    different ``readonly``, ``token_counter`` or ``max_turn_bytes`` raises
+    InvalidArgumentError.
     """
     return TranscriptStore.open(path, **kw)
 
@@ -83,7 +90,9 @@ class TranscriptStore(LmdbStore):
 
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30,
                  readonly: bool = False,
-                 token_counter: TokenCounter | None = None) -> None:
+                 token_counter: TokenCounter | None = None,
+                 max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES) -> None:
+        self._max_turn_bytes = check_int(max_turn_bytes, "max_turn_bytes", minimum=1)
         self._token_counter = token_counter
         super().__init__(path, map_size=map_size, readonly=readonly)
         dbs = self.dbs
@@ -94,6 +103,8 @@ class TranscriptStore(LmdbStore):
         if "token_counter" in kw and kw["token_counter"] is not self._token_counter \
                 and kw["token_counter"] != self._token_counter:
             return "token_counter"
+        if "max_turn_bytes" in kw and kw["max_turn_bytes"] != self._max_turn_bytes:
+            return f"max_turn_bytes (it is open with {self._max_turn_bytes})"
         return super()._reopen_conflict(kw)
 
     def _open_extra(self, txn: Any, create: bool) -> None:
@@ -199,8 +210,8 @@ class TranscriptStore(LmdbStore):
         session = self._find_session(txn, session_id)
         if session is None:
             raise UnknownSessionError(
-                f"no session {session_id!r} in {self._path}; create it with "
-                "create_session() or pick one from sessions()")
+                f"no session {session_id!r} in {self._path}; create the session first, "
+                "or name one of the store's sessions")
         return session
 
     def _info_txn(self, txn: Any, session_id: str) -> SessionInfo:
@@ -263,8 +274,30 @@ class TranscriptStore(LmdbStore):
             return [self._append_txn(txn, session, p, tokenizer) for p in pendings]
         return self._write(write)
 
+    @property
+    def max_turn_bytes(self) -> int:
+        """The largest turn content this store accepts, in UTF-8 bytes."""
+        return self._max_turn_bytes
+
+    def check_size(self, content: str) -> None:
+        """Refuse content over ``max_turn_bytes`` (UTF-8) before any other work.
+
+        @raises TurnTooLargeError naming the size and the limit."""
+        # Characters bound the bytes from below and 4x above: most texts need no encoding.
+        if len(content) * 4 <= self.max_turn_bytes:
+            return
+        size = len(content.encode("utf-8", "surrogatepass"))
+        if size > self.max_turn_bytes:
+            raise TurnTooLargeError(
+                f"a turn of {size:,} bytes is over this store's limit of "
+                f"{self.max_turn_bytes:,} bytes (max_turn_bytes); store large outputs "
+                "with record_tool_output (a blob, summarised in context), split the text, "
+                "or open the store with a larger max_turn_bytes")
+
     def _prepare(self, role: Any, content: Any, *, name: Any, tool_call_id: Any,
                  metadata: Any, timestamp: Any, key: Any) -> Pending:
+        if isinstance(content, str):
+            self.check_size(content)
         fields = dict(
             role=check_role(role), content=check_content(content),
             name=check_optional_str(name, "name"),
