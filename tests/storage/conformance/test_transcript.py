@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ctxrelay.errors import (ArchivedSessionError, ImportFormatError, InvalidContentError,
                              InvalidRoleError, InvalidSessionIdError, KeyConflictError,
-                             SessionExistsError, StoreError, UnknownSessionError,
-                             UnknownTurnError)
+                             SessionExistsError, StoreError, TurnTooLargeError,
+                             UnknownSessionError, UnknownTurnError)
 from ctxrelay.storage.interfaces.transcript import Transcript
 from protocol_view import through
 
@@ -82,6 +82,20 @@ def test_turns_round_trip_with_contiguous_ids(transcript):
     with pytest.raises(InvalidContentError):
         transcript.append(sid, "user", b"bytes")                   # type: ignore[arg-type]
     assert transcript.turn_count(sid) == 3                         # refused appends wrote nothing
+
+
+def test_a_turn_over_the_size_limit_is_refused_before_anything_is_written(transcript):
+    sid = _session(transcript)
+    limit = transcript.max_turn_bytes
+    transcript.check_size("x" * limit)                          # at the limit: fine
+    with pytest.raises(TurnTooLargeError, match="max_turn_bytes"):
+        transcript.check_size("é" * (limit // 2 + 1))           # bytes, not characters
+    with pytest.raises(TurnTooLargeError):
+        transcript.append(sid, "user", "x" * (limit + 1))
+    with pytest.raises(TurnTooLargeError):
+        transcript.append_many(sid, [{"role": "user", "content": "ok"},
+                                     {"role": "user", "content": "x" * (limit + 1)}])
+    assert transcript.turn_count(sid) == 0
 
 
 def test_reads_in_order(transcript):

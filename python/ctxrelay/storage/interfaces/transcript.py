@@ -35,7 +35,9 @@ Errors
     :class:`~ctxrelay.errors.UnknownTurnError` (no such turn),
     :class:`~ctxrelay.errors.SessionExistsError`, ``InvalidRoleError``,
     ``InvalidContentError``, ``InvalidMetadataError``,
-    ``InvalidArgumentError`` (other bad arguments), ``ImportFormatError``
+    ``InvalidArgumentError`` (other bad arguments), ``TurnTooLargeError``
+    (content over ``max_turn_bytes``, refused before anything is written),
+    ``ImportFormatError``
     (naming the bad line), :class:`~ctxrelay.errors.StoreFullError` (nothing
     was written), :class:`~ctxrelay.errors.StoreError` (closed or read-only
     store), :class:`~ctxrelay.errors.CorruptStoreError` (damaged data).
@@ -73,6 +75,13 @@ class Transcript(Protocol):
     @property
     def tokenizer_name(self) -> str:
         """The tokenizer that counts ``Turn.tokens`` of new turns."""
+
+    @property
+    def max_turn_bytes(self) -> int:
+        """The largest turn content this store takes, in UTF-8 bytes."""
+
+    def check_size(self, content: str) -> None:
+        """Raise TurnTooLargeError for content over :attr:`max_turn_bytes`."""
 
     def write_generation(self) -> int | None:
         """A number that moves with every committed write by any process (None:
