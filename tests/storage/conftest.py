@@ -91,8 +91,9 @@ HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "backend" in metafunc.fixturenames:
-        store = getattr(metafunc.module, "STORE")
+    store = getattr(metafunc.module, "STORE", None)
+    if store is not None and "backend" in metafunc.fixturenames:
+        # (a suite without STORE, such as test_facts.py, brings its own backend fixture)
         metafunc.parametrize("backend", [(store, name) for name in BACKENDS[store]],
                              ids=BACKENDS[store], indirect=True)
 
