@@ -679,12 +679,12 @@ def _scan_turns(store: Any, session_id: str, count: int,
     return turns + extra
 
 
-def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
+def _check_session(rt: Any, stores: Any, session_id: str) -> dict[str, Any]:
     from ctxrelay.errors import CtxRelayError
     from ctxrelay.storage.lmdb.textindex import tokenize
     problems: list[str] = []
     stats = rt.stats(session_id)
-    turns = _scan_turns(store, session_id, stats.turn_count, problems)
+    turns = _scan_turns(stores.transcript, session_id, stats.turn_count, problems)
     ids = [t.turn_id for t in turns]
     if ids != list(range(1, len(ids) + 1)):
         missing = sorted(set(range(1, max(ids, default=0) + 1)) - set(ids))
@@ -714,7 +714,7 @@ def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
         problems.append(f"session info says {info_count} turns, stats say {stats.turn_count}")
     # Exact comparison of every derived record (postings, totals, key records);
     # the counters were compared above in the words the stats use.
-    derived = store.check_derived(session_id)
+    derived = stores.transcript.check_derived(session_id)
     problems.extend(p for p in derived.problems
                     if derived.repairable and not p.startswith("counter "))
     derived_problems = list(derived.problems) if derived.repairable else []
@@ -739,7 +739,7 @@ def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
                 problems.append(f"the search index does not return turn {t.turn_id} for "
                                 f"its own words {query!r} (top {k}: {[h.turn_id for h in hits]})")
         break
-    turnlog = _check_turnlog(store, session_id, len(turns))
+    turnlog = _check_turnlog(stores, session_id, len(turns))
     problems.extend(turnlog)
     return {"session_id": session_id, "turns": len(turns), "search": search,
             "problems": problems, "ok": not problems,
@@ -747,40 +747,12 @@ def _check_session(rt: Any, store: Any, session_id: str) -> dict[str, Any]:
             "turnlog_problems": turnlog}
 
 
-def _open_turnlog(store: Any) -> Any:
-    """The turn log beside the transcript, or None when none was derived yet."""
-    path = Path(store.path) / "turnlog"
-    if not (path / "data.mdb").is_file():
-        return None
-    from ctxrelay.storage.lmdb.turnlog import TurnLog
-    return TurnLog.open(path)
-
-
-def _turnlog_state(log: Any, session_id: str) -> tuple[dict[str, Any] | None, int, int]:
-    """The session's progress record and how many derived and vector records it has."""
-    from ctxrelay.storage.lmdb.turnlog import _session_key
-    skey = _session_key(session_id)
-
-    def read(txn: Any) -> tuple[dict[str, Any] | None, int, int]:
-        raw = txn.get(skey, db=log.dbs[b"progress"])
-        counts = []
-        for name in (b"derived", b"vectors"):
-            cursor = txn.cursor(db=log.dbs[name])
-            n, found = 0, cursor.set_range(skey)
-            while found and cursor.key().startswith(skey):
-                n, found = n + 1, cursor.next()
-            counts.append(n)
-        return (None if raw is None else json.loads(raw)), counts[0], counts[1]
-    return log.read(read)
-
-
-def _check_turnlog(store: Any, session_id: str, turn_count: int) -> list[str]:
+def _check_turnlog(stores: Any, session_id: str, turn_count: int) -> list[str]:
     """The turn log's derived fields must cover turns 1..derived_upto exactly."""
-    log = _open_turnlog(store)
+    log = stores.turnlog_if_present()
     if log is None:
         return []
-    progress, n_derived, n_vectors = _turnlog_state(log, session_id)
-    upto = 0 if progress is None else int(progress.get("derived_upto", 0))
+    upto, n_derived, n_vectors = log.coverage(session_id)
     problems = []
     if upto > turn_count:
         problems.append(f"turn log derived fields up to turn {upto} but the session has "
@@ -807,38 +779,35 @@ def _turnlog_embedder(model_id: str) -> Any:
                    EXIT_PROBLEM)
 
 
-def _repair_session(store: Any, report: dict[str, Any]) -> list[str]:
+def _repair_session(stores: Any, report: dict[str, Any]) -> list[str]:
     """Rewrite what is derived from an intact transcript; returns what was repaired."""
     session_id = report["session_id"]
     repaired: list[str] = []
     if not report["repairable"]:
         return repaired
     if report["derived_problems"]:
-        repaired += list(store.repair_derived(session_id).problems)
+        repaired += list(stores.transcript.repair_derived(session_id).problems)
     if report["turnlog_problems"]:
-        log = _open_turnlog(store)
-        progress, _, _ = _turnlog_state(log, session_id)
-        if progress is not None:
-            log.recompute(store, session_id, _turnlog_embedder(progress["model_id"]),
+        log = stores.turnlog
+        model_id = log.model_id(session_id)
+        if model_id is not None:
+            log.recompute(stores.transcript, session_id, _turnlog_embedder(model_id),
                           progress=False)
         repaired += report["turnlog_problems"]
     return repaired
 
 
-def _check_side_stores(store: Any, repair: bool) -> list[dict[str, Any]]:
+def _check_side_stores(stores: Any, repair: bool) -> list[dict[str, Any]]:
     """The warm store's and the scratch buffer's derived records (if they exist)."""
     reports = []
-    warm_dir, scratch_dir = Path(store.path) / "warm", Path(store.path) / "scratch"
-    if (warm_dir / "data.mdb").is_file():
-        from ctxrelay.storage.lmdb.warm import open_warm_store
-        warm = open_warm_store(warm_dir)
+    warm = stores.warm_if_present()
+    if warm is not None:
         problems = list(warm.check())
         repaired = list(warm.check(repair=True)) if repair and problems else []
         reports.append({"store": "warm", "repaired": repaired,
                         "problems": problems if not repaired else list(warm.check())})
-    if (scratch_dir / "scratch.lmdb").is_dir():
-        from ctxrelay.storage.lmdb.scratch import open_scratch_store
-        scratch = open_scratch_store(scratch_dir)
+    scratch = stores.scratch_if_present()
+    if scratch is not None:
         problems = list(scratch.verify())
         repaired = list(scratch.verify(repair=True)) if repair and problems else []
         if repair:   # blobs no entry names, entries whose blob is gone (60 s grace)
@@ -852,10 +821,9 @@ def _check_side_stores(store: Any, repair: bool) -> list[dict[str, Any]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ctxrelay.storage.lmdb.transcript import open_store
+    from ctxrelay.storage.stores import open_stores
     repair = bool(getattr(args, "repair", False))
-    with _runtime(args) as rt:
-        store = open_store(rt.store_dir)          # the instance the Runtime already opened
+    with _runtime(args) as rt, open_stores(rt.store_dir) as store:   # the Runtime's store
         known = [s.session_id for s in rt.sessions()]
         wanted = args.sessions or known
         unknown = [s for s in wanted if s not in known]

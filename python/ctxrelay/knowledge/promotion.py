@@ -229,9 +229,10 @@ def value_of_turn(turn: Turn) -> str:
 class _Run:
     """What one promotion reads and writes, from evidence to apply."""
 
-    def __init__(self, store: Any, session_id: str, facts: Any, scratch: Any,
+    def __init__(self, stores: Any, session_id: str, facts: Any, scratch: Any,
                  namespace: str | None, turnlog: Any, embedder: Any) -> None:
-        self.store, self.session_id = store, session_id
+        # ``stores`` is the store's Stores object; ``store`` its transcript.
+        self.stores, self.store, self.session_id = stores, stores.transcript, session_id
         self._facts, self.scratch = facts, scratch
         self.namespace, self.turnlog, self.embedder = namespace, turnlog, embedder
         self._turns: dict[int, Turn] = {}
@@ -247,8 +248,7 @@ class _Run:
         """The CKF, opened on the first promotion (most turns promote nothing,
         and opening it may load the default embedder)."""
         if self._facts is None:
-            from ctxrelay.bridge import stores as bridge
-            self._facts = bridge.fact_store_for(self.store)
+            self._facts = self.stores.facts
         return self._facts
 
     def turn(self, turn_id: int) -> Turn:
@@ -296,24 +296,22 @@ class _Run:
 
 # -- evidence --------------------------------------------------------------------------
 
-def _open_stores(store: Any, given: dict[str, Any], use_turnlog: bool
+def _open_stores(stores: Any, given: dict[str, Any], use_turnlog: bool
                  ) -> tuple[Any, Any, Any, Any]:
-    from ctxrelay.bridge import stores as bridge
     facts, scratch = given.get("facts"), given.get("scratch")
     turnlog, embedder = given.get("turnlog"), given.get("embedder")
     if scratch is None:
-        scratch = bridge.scratch_store_for(store)
+        scratch = stores.scratch_if_present()
     if use_turnlog and (embedder is None or isinstance(embedder, str)):
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(embedder or None)
     if turnlog is None and use_turnlog:
-        from ctxrelay.storage.lmdb.turnlog import turnlog_for
-        turnlog = turnlog_for(store)
+        turnlog = stores.turnlog
     return facts, scratch, turnlog, embedder
 
 
-def _turn_range(store: Any, session_id: str, first: Any, last: Any) -> tuple[int, int]:
-    count = store.turn_count(session_id)
+def _turn_range(stores: Any, session_id: str, first: Any, last: Any) -> tuple[int, int]:
+    count = stores.transcript.turn_count(session_id)
     if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= count:
         raise InvalidArgumentError(
             f"turn_id must be an int in 1..{count} (a turn of {session_id!r}), not {last!r}")
@@ -341,7 +339,7 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     if options.get("embedder"):
         given.setdefault("embedder", options["embedder"])
     facts, scratch, turnlog, embedder = _open_stores(store, given, use_turnlog=True)
-    turnlog.sync(store, session_id, embedder)
+    turnlog.sync(store.transcript, session_id, embedder)
     run = _Run(store, session_id, facts, scratch, options.get("namespace") or None,
                turnlog, embedder)
     resolved = [int(t) for t in options.get("references") or ()]
@@ -503,7 +501,7 @@ def entry_evidence(store: Any, session_id: str, scratch_id: str,
                                         use_turnlog=False)
     run = _Run(store, session_id, facts, scratch, options.get("namespace") or None, None, None)
     return {"handle": run, "turns": [], "entries": _entries(run, [scratch_id]),
-            "at_turn": store.turn_count(session_id), "similarity": None}
+            "at_turn": store.transcript.turn_count(session_id), "similarity": None}
 
 
 def similarities(run: _Run, ids: Sequence[int]) -> list[list[Any]]:
@@ -652,9 +650,8 @@ def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any 
     """Apply the promotion rules to turns ``since..turn_id`` of ``session_id``
     (``ctxrelay_promotion:promote_turns/5``).
 
-    ``store`` is the :class:`TranscriptStore`; ``facts`` (the CKF) and
-    ``scratch`` default to the stores beside it, ``turnlog`` to
-    ``<store>/turnlog`` (synced here with ``embedder``, a name or object,
+    ``store`` is the store's :class:`~ctxrelay.storage.stores.Stores`; ``facts``
+    (the CKF), ``scratch`` and ``turnlog`` default to its parts (the turn log synced here with ``embedder``, a name or object,
     which must be the one the turn log was derived with).  ``references``
     are turn ids that ``turn_id``'s message resolved to (the assembler's
     ``referenced_turns``).  ``min_references``, ``min_threads`` and

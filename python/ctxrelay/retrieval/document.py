@@ -32,7 +32,7 @@ def term_overlaps(texts: list[str]) -> dict[str, Any]:
     return {"has_terms": [bool(t) for t in terms], "jaccard": jaccard}
 
 
-def add_document_units(cands: Any, store: Any, options: dict[str, Any]) -> dict[str, Any]:
+def add_document_units(cands: Any, stores: Any, options: dict[str, Any]) -> dict[str, Any]:
     """Tier P per sub-query, novelty on, each fact offered once.
 
     ``options``: queries (the sub-queries, in order), per_query (facts each
@@ -48,10 +48,9 @@ def add_document_units(cands: Any, store: Any, options: dict[str, Any]) -> dict[
     per_query = int(options.get("per_query", 0))
     out: dict[str, Any] = {"units": [], "coverage": [], "store_used": [],
                            "retrieval_ms": 0.0, "facts": 0}
-    if per_query <= 0 or not queries or not has_knowledge(store):
+    if per_query <= 0 or not queries or not has_knowledge(stores):
         return out
-    from ctxrelay.bridge.stores import fact_store_for
-    facts = fact_store_for(store)
+    facts = stores.facts
     namespace = options.get("namespace") or None
     covered: list[str] = []
     t0 = time.perf_counter()

@@ -12,7 +12,7 @@ from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.storage.lmdb.turnlog import TurnLog, derive_state, extract_entities
 from ctxrelay.types import Turn
 
-from conftest import ROOT
+from support import ROOT
 
 
 @pytest.fixture

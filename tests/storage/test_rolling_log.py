@@ -30,7 +30,7 @@ from ctxrelay.storage.rolling import (MAX_SESSION_ID_BYTES, CorruptRingError, En
 
 import ctxrelay.storage.rolling as rolling_module  # noqa: E402
 
-PACKAGE_DIR = Path(rolling_module.__file__).resolve().parent.parent   # the ctxrelay package
+PACKAGE_DIR = Path(rolling_module.__file__).resolve().parents[2]   # the ctxrelay package
 
 
 def encoded_size(entry) -> int:
@@ -442,8 +442,8 @@ def test_a_crash_at_any_store_of_an_append_leaves_a_valid_ring(tmp_path, monkeyp
     """Every store of many appends (filling, evicting by count and bytes, wrapping) is
     made to fail in turn, whole or half-written; the ring read afterwards is always the
     state before the append, that state minus evicted entries, or the state after."""
-    from ctxrelay.storage import rolling
-    real_write = rolling._Ring._write
+    from ctxrelay.storage.rolling import ring as ring_module
+    real_write = ring_module.Ring._write
     cap_n, cap_b = 4, 64
     crash_at = [-1]
 
@@ -454,7 +454,7 @@ def test_a_crash_at_any_store_of_an_append_leaves_a_valid_ring(tmp_path, monkeyp
             raise _Crash
         crash_at[0] -= 1
         real_write(ring, at, data)
-    monkeypatch.setattr(rolling._Ring, "_write", write)
+    monkeypatch.setattr(ring_module.Ring, "_write", write)
 
     def records() -> list[tuple[int, object]]:
         with RollingLog(tmp_path, capacity_entries=cap_n, capacity_bytes=cap_b) as log:

@@ -23,7 +23,7 @@ from ctxrelay.storage.lmdb.scratch import (
 )
 from ctxrelay.storage.lmdb.transcript import InvalidSessionIdError
 
-from conftest import ROOT
+from support import ROOT
 
 CSV = "id,value\n" + "\n".join(f"{i},{i * 3}" for i in range(40))
 OUTPUTS = [

@@ -8,20 +8,16 @@ import random
 import signal
 import subprocess
 import sys
-import threading
-from pathlib import Path
 
 import pytest
 
 from ctxrelay.errors import StoreFullError
 from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all
 
-HERE = Path(__file__).resolve().parent
-PYTHON_DIR = HERE.parent / "python"
-WORKER = HERE / "_transcript_worker.py"
-sys.path.insert(0, str(HERE))
+from support import ROOT, mounted_tmpfs, spawn_transcript_worker, watchdog  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))       # where the worker script lives
 from _transcript_worker import append_content, writer_content  # noqa: E402
-from conftest import mounted_tmpfs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -30,19 +26,7 @@ def _close_stores():
     close_all()
 
 
-def spawn(*args) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(PYTHON_DIR), os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen([sys.executable, str(WORKER), *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def watchdog(proc: subprocess.Popen, seconds: float) -> threading.Timer:
-    """Kill ``proc`` if the test is still waiting on it after ``seconds``."""
-    timer = threading.Timer(seconds, proc.kill)
-    timer.daemon = True
-    timer.start()
-    return timer
+spawn = spawn_transcript_worker
 
 
 def read_lines_then_kill(proc: subprocess.Popen, wanted: int) -> list[str]:

@@ -47,7 +47,7 @@ from ctxrelay.storage.lmdb.scratch import (
 from ctxrelay.text.summarize import FOOTER, summarize
 from ctxrelay.text.tokens import count
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT  # noqa: E402
 SID = "scr_" + "0123456789abcdef" * 2
 CAP = 256
 T0 = 1_700_000_000.0
