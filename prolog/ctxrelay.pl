@@ -8,18 +8,28 @@ Load with `:- use_module(library(ctxrelay)).` from a swipl started by
 project's virtual environment under janus), or from Python by
 `import ctxrelay`.
 
-The public predicates are re-exported from one module per concern:
+This module is the public API: it re-exports the documented user
+predicates of the modules below and nothing else, so loading it adds no
+plumbing and no generic names to the importing module.
 
-  - ctxrelay_store: the durable transcript (sessions, append, history,
-    search, export/import, stats)
-  - ctxrelay_errors: error terms crossing the janus boundary
-  - ctxrelay_policy: caps, reserve, margin, the input budget
-  - ctxrelay_context: context/3, lazy bounded cold-history access
-  - ctxrelay_warm: explicit, versioned warm artifacts
-  - ctxrelay_packer: the CLP(FD) packer
-  - ctxrelay_mode: conversation, document and hybrid modes
-  - ctxrelay_threads: the turn log (derived fields), topic threads, thread state
-  - ctxrelay_runtime: managed_turn/4, assemble/4, completion/4
+  | Group            | Predicates                                              | Module             |
+  |------------------|---------------------------------------------------------|--------------------|
+  | managed turns    | managed_turn/4, turn_prepare/4, turn_commit/4, completion/4 | ctxrelay_runtime |
+  | assembly, packs  | assemble/4, pack/5, pack_best/5                         | ctxrelay_assembly, ctxrelay_packer |
+  | cold history     | context/3, context/4, with_input_context/3              | ctxrelay_context   |
+  | the store        | store_open/2,3, store_close/1, default_store/1, set_default_store/1, session_create/3, session_info/3, sessions/2, session_archive/2, session_stats/3, turn_append/4,5, turn_get/4, turn_count/3, turn_for_key/4, transcript_history/4, transcript_search/4,5, transcript_export/3, transcript_import/4 | ctxrelay_store |
+  | knowledge (P)    | fact_add/4, facts_search/4, fact_get/4, knowledge_ingest/4 | ctxrelay_knowledge |
+  | tool output (E)  | tool_output_record/6,7, scratch_get/4,5, scratch_raw/4, scratch_pin/3, scratch_entries/3 | ctxrelay_scratch |
+  | warm artifacts   | warm_publish/5,6, warm_artifacts/3                      | ctxrelay_warm      |
+  | topic threads    | turnlog_derive/3, turn_derived/4, topic_threads/3, topic_thread/4, thread_state_set/4 | ctxrelay_threads |
+  | storage router   | retrieve/4, recent_turns/4,5                            | ctxrelay_router    |
+
+The decision models that users extend (multifile, dynamic hooks) stay in
+their modules and are reached module-qualified: the intent markers
+(ctxrelay_intent), the reference lexicon (ctxrelay_references), the
+document and seed markers (ctxrelay_mode), the blend weights
+(ctxrelay_blend), the router's access model (ctxrelay_router:route/2)
+and the policy defaults (ctxrelay_policy).  See docs/architecture.md.
 */
 
 % Running from a source checkout: make the Python package importable even
@@ -32,26 +42,45 @@ The public predicates are re-exported from one module per concern:
    ;   true
    ).
 
-:- reexport(ctxrelay/errors).
-:- reexport(ctxrelay/store).
-:- reexport(ctxrelay/policy).
-:- reexport(ctxrelay/context).
-:- reexport(ctxrelay/warm).
-:- reexport(ctxrelay/scratch).
-:- reexport(ctxrelay/knowledge).
-:- reexport(ctxrelay/router).
-:- reexport(ctxrelay/envelope).
-:- reexport(ctxrelay/mode).
-:- reexport(ctxrelay/threads).
-:- reexport(ctxrelay/references).
-:- reexport(ctxrelay/intent).
-:- reexport(ctxrelay/packer).
-:- reexport(ctxrelay/runtime).
+:- reexport(ctxrelay/runtime,
+            [ managed_turn/4, turn_prepare/4, turn_commit/4, completion/4 ]).
+:- reexport(ctxrelay/assembly,
+            [ assemble/4 ]).
+:- reexport(ctxrelay/packer,
+            [ pack/5, pack_best/5 ]).
+:- reexport(ctxrelay/context,
+            [ context/3, context/4, with_input_context/3 ]).
+:- reexport(ctxrelay/store,
+            [ store_open/2, store_open/3, store_close/1,
+              default_store/1, set_default_store/1,
+              session_create/3, session_info/3, sessions/2,
+              session_archive/2, session_stats/3,
+              turn_append/4, turn_append/5, turn_get/4, turn_count/3,
+              turn_for_key/4, transcript_history/4,
+              transcript_search/4, transcript_search/5,
+              transcript_export/3, transcript_import/4
+            ]).
+:- reexport(ctxrelay/knowledge,
+            [ fact_add/4, facts_search/4, fact_get/4, knowledge_ingest/4 ]).
+:- reexport(ctxrelay/scratch,
+            [ tool_output_record/6, tool_output_record/7,
+              scratch_get/4, scratch_get/5, scratch_raw/4,
+              scratch_pin/3, scratch_entries/3
+            ]).
+:- reexport(ctxrelay/warm,
+            [ warm_publish/5, warm_publish/6, warm_artifacts/3 ]).
+:- reexport(ctxrelay/threads,
+            [ turnlog_derive/3, turn_derived/4, topic_threads/3,
+              topic_thread/4, thread_state_set/4
+            ]).
+:- reexport(ctxrelay/router,
+            [ retrieve/4, recent_turns/4, recent_turns/5 ]).
 
 %   py_options(+Pairs, -Options) is det.
 %
-%   Pairs is a list of [Name, Value] lists from Python (janus has no
-%   Name(Value) term on its side); Options is the Prolog option list.
+%   For the Python facade: Pairs is a list of [Name, Value] lists (janus
+%   has no Name(Value) term on its side); Options is the Prolog option
+%   list.  Not exported: Python calls it as ctxrelay:py_options/2.
 py_options(Pairs, Options) :-
     maplist(py_option, Pairs, Options).
 

@@ -116,3 +116,36 @@ def test_hot_cache_scopes_never_share_an_entry(scope_a, scope_b):
     # scope and etag are length-prefixed in the digest: moving text across them differs
     assert cache.key(query, "x" + "etag1", "a").digest() != cache.key(query, "etag1", "ax").digest()
     assert cache.get(key_a) == SECRET
+
+
+LAUNCH = "7741-ALPHA"
+
+
+def test_a_value_named_in_one_session_reaches_no_other_sessions_pack_on_any_path(tmp_path):
+    """A promoted fact belongs to its session: conversation (CDR and the CDGR
+    walk), document and hybrid modes, the router and the managed turn of
+    another session never offer it; its own session still does."""
+    from ctxrelay.knowledge.fabric import FactStore
+    FactStore(tmp_path / "store" / "ckf", embedder="hashing", recluster_every=None).close()
+    with Runtime(tmp_path / "store") as rt:
+        for name in ("a", "b"):
+            rt.create_session(name)
+        rt.append("b", "user", "we are planning the zebra launch")
+        rt.managed_turn("a", f"let's call {LAUNCH} the zebra launch code", **POLICY)
+        owned = [f for f in rt.facts("zebra launch code", k=20) if LAUNCH in f["content"]]
+        assert owned and all(f["metadata"]["session_id"] == "a" for f in owned)
+        rt.add_fact("The zebra launch is planned for the spring release.", source="docs")
+        asks = {"conversation": "what is the zebra launch code?",
+                "document": "write a guide about the zebra launch code",
+                "hybrid": "write a guide about what we discussed and the zebra launch code"}
+        for mode, message in asks.items():
+            for session, sees in (("b", False), ("a", True)):
+                r = rt.assemble(session, message, mode=mode, **POLICY)
+                assert (LAUNCH in json.dumps(r.messages)) is sees, (mode, session)
+        drill = rt.assemble("b", "go deeper into the zebra launch code details", **POLICY)
+        assert LAUNCH not in json.dumps(drill.messages)
+        for access in ("facts", "search", "explore", "drill_down"):
+            found = rt.retrieve("zebra launch code", session_id="b", access=access)
+            assert LAUNCH not in json.dumps([i.get("text") for i in found.items]), access
+        turn = rt.managed_turn("b", "remind me of the zebra launch code", **POLICY)
+        assert LAUNCH not in json.dumps(turn.messages) and LAUNCH not in turn.reply

@@ -169,9 +169,8 @@ def test_fail_closed_sends_nothing(etcd, counting_provider):
     assert err.mandatory_tokens > err.input_budget == 290
     assert "max_context_tokens" in str(err)
     assert counting_provider == []                        # nothing was sent
-    # The user turn is durable; no assistant turn was invented.
-    assert etcd.turn_count("ops") == before + 1
-    assert etcd.turn("ops", before + 1).role == "user"
+    # A refused turn stores nothing: no user turn, no reply (a retry finds no half turn).
+    assert etcd.turn_count("ops") == before
 
 
 def test_budget_that_leaves_nothing_is_refused(etcd):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.retrieval.document import conversation_seeds, subqueries
+import janus_swi as janus
 from ctxrelay.errors import CtxRelayError
 
 POLICY = dict(max_context_tokens=1500, output_reserve=200, embedder="hashing")
@@ -21,6 +21,12 @@ FACTS = ["etcd TLS certificates are rotated by replacing the peer and client cer
          "The etcd backend quota defaults to 2 GiB.",
          "Kubernetes ingress routes HTTP traffic to services.",
          "Restore etcd from a snapshot with etcdutl snapshot restore."]
+
+
+def subqueries(task: str, seeds: list[str] | None = None) -> list[str]:
+    """ctxrelay_mode:subqueries/3, the one home of the decomposition."""
+    return janus.query_once("ctxrelay_mode:subqueries(T, S, Q)",
+                            {"T": task, "S": list(seeds or [])})["Q"]
 
 
 @pytest.fixture
@@ -48,16 +54,15 @@ def test_subqueries_split_the_task_and_drop_the_directive():
 def test_subqueries_drop_near_duplicates_and_respect_the_limit():
     qs = subqueries("write a guide on etcd backups", ["etcd backups", "etcd backups!", "quota"])
     assert qs == ["etcd backups", "quota"]
-    many = subqueries("write a guide on " + ", ".join(f"topic{i}" for i in range(20)), limit=5)
-    assert len(many) == 5
+    limit = janus.query_once("ctxrelay_mode:max_subqueries(N)")["N"]
+    many = subqueries("write a guide on " + ", ".join(f"topic{i}" for i in range(20)))
+    assert len(many) == limit
 
 
-def test_conversation_seeds_are_recent_user_turns_newest_first():
-    turns = [{"role": "user", "content": "first question? more text"},
-             {"role": "assistant", "content": "answer"},
-             {"role": "user", "content": "second topic here."},
-             {"role": "user", "content": "write me a guide"}]
-    assert conversation_seeds(turns, "write me a guide") == ["second topic here.", "first question?"]
+def test_seeds_are_the_first_sentence_of_each_user_turn():
+    assert subqueries("write me a guide about what we discussed",
+                      ["second topic here. more", "first question? more text"]) == \
+        ["second topic here.", "first question?"]
 
 
 def test_document_mode_is_detected_and_retrieves_per_subquery(rt):

@@ -45,7 +45,11 @@ def rt(store_dir):
 def test_import_loads_the_prolog_library_into_user():
     # Public predicates answer janus.query_once in module user after import.
     assert janus.query_once("current_predicate(user:turn_append/5)")["truth"]
-    assert janus.query_once("current_predicate(user:history/4)")["truth"]
+    assert janus.query_once("current_predicate(user:transcript_history/4)")["truth"]
+    # ... and plumbing or generic names do not leak into user.
+    for name in ("py_api/1", "py_plain/2", "py_bool/2", "pack/4", "history/4", "intent/1",
+                 "route/2", "policy/2", "classify_intent/4"):
+        assert not janus.query_once(f"current_predicate(user:{name})")["truth"], name
 
 
 def test_embedded_python_is_the_venv_interpreter():

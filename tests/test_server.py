@@ -175,8 +175,10 @@ class RunningRelay:
                              timeout=timeout)
 
     def transcript(self, session_id: str) -> list[tuple[str, str]]:
+        """The session's turns; [] when the session was never stored."""
         return self.relay.call_sync(
-            lambda rt: [(t.role, t.content) for t in rt.history(session_id)])
+            lambda rt: [(t.role, t.content) for t in rt.history(session_id)]
+            if session_id in {s.session_id for s in rt.sessions()} else [])
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +351,7 @@ def test_an_error_event_in_the_stream_reaches_the_client_and_stores_no_reply(rel
     with pytest.raises(openai.APIError, match="overloaded"):
         for _ in say(relayed.client(), "stream-err", "[stream-error] go", stream=True):
             pass
-    assert relayed.transcript("stream-err") == [("user", "[stream-error] go")]
+    assert relayed.transcript("stream-err") == []          # nothing of the turn, not even the session
 
 
 def test_a_client_leaving_mid_stream_frees_the_session_and_stores_no_reply(relayed, upstream):
@@ -361,14 +363,14 @@ def test_a_client_leaving_mid_stream_frees_the_session_and_stores_no_reply(relay
         assert next(r.iter_lines()).startswith("data: ")
     # The session's lock is free again at once (not after the upstream's 1.5 s stream).
     say(relayed.client(timeout=1.0), "gone", "next")
-    assert [role for role, _ in relayed.transcript("gone")] == ["user", "user", "assistant"]
+    assert relayed.transcript("gone") == [("user", "next"), ("assistant", relayed.transcript("gone")[1][1])]
     deadline = time.monotonic() + 3          # and the upstream stream was closed, not drained
     while upstream.aborted == aborted:
         assert time.monotonic() < deadline
         time.sleep(0.05)
 
 
-def test_upstream_500_is_502_and_keeps_the_user_turn_without_a_reply(relayed, upstream):
+def test_upstream_500_is_502_and_stores_nothing_of_the_turn(relayed, upstream):
     client = relayed.client()
     say(client, "fail", "before")
     upstream.fail_next = 1
@@ -378,13 +380,13 @@ def test_upstream_500_is_502_and_keeps_the_user_turn_without_a_reply(relayed, up
     error = error_of(excinfo)
     assert error["type"] == "upstream_error" and "HTTP 500" in error["message"]
     assert "the model crashed" in error["message"]
-    assert excinfo.value.response.headers["x-should-retry"] == "false"
-    assert relayed.transcript("fail")[-2:] == [("assistant", "upstream reply %d" % (
-        len(upstream.requests) - 1)), ("user", "this one fails")]
-    # The next turn sees the stored user turn; no reply was made up for it.
+    # Nothing of the failed turn is stored, so a plain retry is safe (no retry veto).
+    assert "x-should-retry" not in excinfo.value.response.headers
+    assert relayed.transcript("fail") == [("user", "before"), ("assistant", "upstream reply %d" % (
+        len(upstream.requests) - 1))]
     say(client, "fail", "after")
     roles = [t[0] for t in relayed.transcript("fail")]
-    assert roles == ["user", "assistant", "user", "user", "assistant"]
+    assert roles == ["user", "assistant", "user", "assistant"]
 
 
 def test_upstream_timeout_is_504(relayed):
@@ -393,7 +395,7 @@ def test_upstream_timeout_is_504(relayed):
         say(client, "slow", "[slow] take your time")
     assert excinfo.value.status_code == 504
     assert error_of(excinfo)["code"] == "upstream_timeout"
-    assert relayed.transcript("slow") == [("user", "[slow] take your time")]
+    assert relayed.transcript("slow") == []
 
 
 def test_an_idempotent_retry_finishes_the_turn_exactly_once(relayed, upstream):
@@ -548,7 +550,10 @@ def test_the_echo_upstream_answers_and_streams_in_openai_format(echoed):
                             "messages": [{"role": "user", "content": "hi"}]}) as r:
         lines = [line for line in r.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
-    assert all(line.startswith("data: ") for line in lines)
+    # Events, and one comment before [DONE] with the ids of the turn just stored
+    # (a stream's headers go out before its turn exists).
+    assert all(line.startswith("data: ") for line in lines[:-2])
+    assert lines[-2] == ": CRP-User-Turn: 1, CRP-Assistant-Turn: 2"
 
 
 def test_command_line_flags_become_the_config(tmp_path):
@@ -572,3 +577,63 @@ def test_the_relay_client_example_runs_as_written():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "roles=user,assistant,user" in done.stdout
     assert re.search(r"(?i)crp-context-tokens-used: \d+/\d+", done.stdout)
+
+
+# ------------------------------------------------------------------------ atomic turns
+
+
+def _sessions(relay: RunningRelay) -> set[str]:
+    return relay.relay.call_sync(lambda rt: {s.session_id for s in rt.sessions()})
+
+
+def test_a_refused_request_stores_nothing_not_even_its_session(relayed, upstream):
+    url = f"{relayed.url}/v1/chat/completions"
+    calls = len(upstream.requests)
+    earlier = [{"role": "user", "content": "stored first?"},
+               {"role": "assistant", "content": "no"}]
+    cases = {
+        # a lone surrogate in the last message, after valid earlier messages
+        "surrogate": b'{"model": "m", "messages": [{"role": "user", "content": "a"}, '
+                     b'{"role": "assistant", "content": "b"}, '
+                     b'{"role": "user", "content": "bad \\ud800 text"}]}',
+        # NaN and Infinity are not JSON numbers
+        "nan": b'{"model": "m", "temperature": NaN, '
+               b'"messages": [{"role": "user", "content": "hi"}]}',
+        "inf": b'{"model": "m", "temperature": Infinity, '
+               b'"messages": [{"role": "user", "content": "hi"}]}',
+        # JSON nested 5,000 deep (a RecursionError in the parser)
+        "deep": b'{"model": "m", "extra": ' + b"[" * 5000 + b"]" * 5000 +
+                b', "messages": [{"role": "user", "content": "hi"}]}',
+    }
+    for session, raw in cases.items():
+        r = httpx.post(url, content=raw, headers={"CRP-Session-Id": f"refused-{session}",
+                                                 "Content-Type": "application/json"})
+        assert r.status_code == 400, (session, r.text)
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    # an oversized message (context_length_exceeded) with earlier messages
+    r = httpx.post(url, headers={"CRP-Session-Id": "refused-big"},
+                   json={"model": "m", "messages": [*earlier, {"role": "user",
+                                                               "content": "etcd " * 6000}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert len(upstream.requests) == calls
+    assert not {s for s in _sessions(relayed) if s.startswith("refused-")}
+
+
+def test_earlier_messages_commit_with_the_turn_or_not_at_all(relayed, upstream):
+    client = relayed.client()
+    say(client, "atomic", "hello")
+    before = relayed.transcript("atomic")
+    msgs = [{"role": "assistant", "content": "an earlier answer"},
+            {"role": "user", "content": "the question"}]
+    upstream.fail_next = 1
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="m", messages=msgs,
+                                       extra_headers={"CRP-Session-Id": "atomic"})
+    assert relayed.transcript("atomic") == before            # the earlier message too
+    done = client.chat.completions.create(model="m", messages=msgs,
+                                          extra_headers={"CRP-Session-Id": "atomic"})
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert [m["content"] for m in sent[-2:]] == ["an earlier answer", "the question"]
+    assert relayed.transcript("atomic") == before + [
+        ("assistant", "an earlier answer"), ("user", "the question"),
+        ("assistant", done.choices[0].message.content)]

@@ -115,7 +115,7 @@ context_(slice(Start, Length), Store, Session, Result, Options) :-
     limits(Options, MaxItems, MaxTokens),
     End0 is Start + Length - 1,
     End is min(End0, min(Count, Start + MaxItems - 1)),
-    history(Store, Session, Start-End, Turns),
+    transcript_history(Store, Session, Start-End, Turns),
     bounded(Turns, MaxTokens, Items, Truncated0),
     (   End < min(End0, Count) -> Truncated = true ; Truncated = Truncated0 ),
     list_result(Items, Truncated, Count, Result).
@@ -150,7 +150,7 @@ peek(tail(N), Store, Session, Result, Options) :-
     must_be(positive_integer, N),
     limits(Options, MaxItems, MaxTokens),
     Take is min(N, MaxItems),
-    history(Store, Session, last(Take), Turns),
+    transcript_history(Store, Session, last(Take), Turns),
     turn_count(Store, Session, Count),
     reverse(Turns, Newest),            % keep the newest when tokens run out
     bounded(Newest, MaxTokens, Kept, Truncated0),
@@ -170,9 +170,10 @@ limits(Options, MaxItems, MaxTokens) :-
 
 %   bounded(+Items, +MaxTokens, -Kept, -Truncated)
 %
-%   Keep the longest prefix whose token total fits MaxTokens.  Items
-%   without a stored count (search hits) are charged their stored turn
-%   tokens when present, else nothing.
+%   Keep the longest prefix whose token total fits MaxTokens.  Every item
+%   (a turn or a search hit) carries its stored token count: the store
+%   counts (or, for an unknown tokenizer, estimates) each turn once, so
+%   no estimate is made here.
 bounded(Items, MaxTokens, Kept, Truncated) :-
     bounded_(Items, 0, MaxTokens, Kept, Truncated).
 
@@ -188,10 +189,7 @@ bounded_([Item|Items], Used, Max, Kept, Truncated) :-
     ).
 
 item_tokens(Item, T) :-
-    (   get_dict(tokens, Item, T0), integer(T0) -> T = T0
-    ;   get_dict(content, Item, C) -> string_length(C, L), T is (L + 3) // 4
-    ;   T = 0
-    ).
+    get_dict(tokens, Item, T).
 
 take(N, List, Taken, Cut) :-
     length(List, Len),

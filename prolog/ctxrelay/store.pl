@@ -17,7 +17,7 @@
             turn_get/4,             % +Store, +Session, +TurnId, -Turn
             turn_count/3,           % +Store, +Session, -Count
             turn_for_key/4,         % +Store, +Session, +Key, -TurnId
-            history/4,              % +Store, +Session, +Range, -Turns
+            transcript_history/4,   % +Store, +Session, +Range, -Turns
             transcript_search/4,    % +Store, +Session, +Query, -Hits
             transcript_search/5,    % +Store, +Session, +Query, -Hits, +Options
             transcript_export/3,    % +Store, +Session, -Text
@@ -267,12 +267,12 @@ turn_count(Store0, Session, Count) :-
     session_string(Session, S),
     py_api(py_call('ctxrelay.bridge.stores':turn_count(Store, S), Count), session(Session)).
 
-%!  history(+Store, +Session, +Range, -Turns:list(dict)) is det.
+%!  transcript_history(+Store, +Session, +Range, -Turns:list(dict)) is det.
 %
 %   Range is `all`, Start-End (inclusive, 1-based), from(Start) or
 %   last(N).  Ranges past the end are clipped.
 %   @error domain_error(history_range, Range)
-history(Store0, Session, Range, Turns) :-
+transcript_history(Store0, Session, Range, Turns) :-
     resolve_store(Store0, Store),
     session_string(Session, S),
     must_be(nonvar, Range),

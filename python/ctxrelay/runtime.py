@@ -13,22 +13,30 @@ from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.types import Hit, Ledger, PackUnit, SessionInfo, SessionStats, Turn, TurnResult
+from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, SessionInfo, SessionStats,
+                            Turn, TurnResult)
 
 
-POLICY_KEYS = ("max_context_tokens", "provider_context_tokens", "output_reserve",
-               "safety_margin", "min_recent_turns", "cold_history_boundary", "model",
-               "half_life", "max_retrieved", "retrieval", "warm", "system", "provider",
-               "provider_options", "time_limit", "threads", "embedder", "knowledge",
-               "max_facts", "namespace", "tier_shares", "mode", "promotion")
+_POLICY_NAMES: tuple[str, ...] | None = None
+
+
+def policy_option_names() -> tuple[str, ...]:
+    """The policy options, as ``ctxrelay_policy:policy_option_names/1`` lists them
+    (the one list: Prolog's policy/2 checks them)."""
+    global _POLICY_NAMES
+    if _POLICY_NAMES is None:
+        names = _prolog.once("ctxrelay_policy:policy_option_names(L)")["L"]
+        _POLICY_NAMES = tuple(str(n) for n in names if str(n) != "key")
+    return _POLICY_NAMES
 
 
 def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
-    unknown = sorted(set(policy) - set(POLICY_KEYS))
+    names = policy_option_names()
+    unknown = sorted(set(policy) - set(names))
     if unknown:
         raise InvalidArgumentError(
             f"unknown policy option(s) {', '.join(unknown)}; valid options are: "
-            + ", ".join(POLICY_KEYS))
+            + ", ".join(names))
     return list(policy.items())
 
 
@@ -101,6 +109,32 @@ def _json_metadata(metadata: Any) -> Any:
     import json
     from ctxrelay.storage.lmdb.transcript import _normalise_metadata
     return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
+
+
+def _turn_input(message: Any) -> Any:
+    """A managed turn's input for Prolog: the text, or the list of messages."""
+    if isinstance(message, (list, tuple)):
+        out = []
+        for i, m in enumerate(message):
+            if not isinstance(m, dict):
+                raise InvalidArgumentError(
+                    f"message[{i}] must be a dict with role and content, not "
+                    f"{type(m).__name__}")
+            out.append({k: v for k, v in m.items() if v is not None})
+        return out
+    return message
+
+
+def json_object(value: Any, name: str) -> dict[str, Any]:
+    """``value`` as a JSON object that crosses to Prolog unchanged."""
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"{name} must be a dict, not {type(value).__name__}")
+    import json
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{name} must be JSON-serialisable ({exc}); pass plain "
+                                   "dicts, lists, strings and numbers") from None
 
 
 def _text_or_none(name: str, value: Any) -> str | None:
@@ -265,6 +299,52 @@ class Runtime:
         opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
         r = self._call("ctxrelay:managed_turn(S, M, R, [store(St)|_Opts])",
                        opts=opts, S=session_id, M=message)["R"]
+        return _result(r)
+
+    def prepare_turn(self, session_id: str, message: str | list[dict[str, Any]], *,
+                     key: str | None = None, create_session: bool = False,
+                     **policy: Any) -> PreparedTurn:
+        """Assemble the pack of a managed turn without storing anything.
+
+        The first half of :meth:`managed_turn` for a caller that calls its own
+        model (the relay does): send ``prepared.result.messages``, then
+        :meth:`commit_turn` with the reply.  ``message`` is the user's text or a
+        list of new messages ending with the user's (earlier ones are tool
+        results or assistant messages; they enter the pack and are stored with
+        the turn).  With ``create_session`` a missing session is created at
+        commit.  Raises :class:`ContextOverflowError` when the pack cannot fit.
+        """
+        opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
+        opts.append(("create_session", bool(create_session)))
+        r = self._call("ctxrelay:turn_prepare(S, M, R, [store(St)|_Opts])",
+                       opts=opts, S=session_id, M=_turn_input(message))["R"]
+        commit = r["commit"]
+        replay = str(commit["state"]) == "replay"
+        return PreparedTurn(result=_result({k: v for k, v in r.items() if k != "commit"}),
+                            replay=replay, reply=commit.get("reply") if replay else None,
+                            user_turn=commit.get("user_turn"),
+                            assistant_turn=commit.get("assistant_turn"), turn=r)
+
+    def commit_turn(self, prepared: PreparedTurn, reply: str, *,
+                    metadata: dict[str, Any] | None = None,
+                    provider: str = "", usage: dict[str, Any] | None = None) -> TurnResult:
+        """Store a prepared turn with its reply, all in one transaction.
+
+        The new messages, the user's and the reply are stored together (a
+        replayed turn stores nothing); then the references the message resolved
+        are recorded and durable values promoted.  ``metadata`` goes on the
+        reply turn.
+        """
+        if not isinstance(prepared, PreparedTurn):
+            raise InvalidArgumentError(
+                f"prepared must be what prepare_turn() returned, not "
+                f"{type(prepared).__name__}")
+        if not isinstance(reply, str):
+            raise InvalidArgumentError(f"reply must be a str, not {type(reply).__name__}")
+        answer: Any = reply if metadata is None else \
+            {"content": reply, "metadata": json_object(metadata, "metadata")}
+        r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=prepared.turn, A=answer,
+                       I={"provider": provider, "usage": dict(usage or {})})["R"]
         return _result(r)
 
     def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:

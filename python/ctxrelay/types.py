@@ -40,13 +40,14 @@ class Turn:
 
 @dataclass(frozen=True)
 class Hit:
-    """A search result: a turn and its BM25 score."""
+    """A search result: a turn, its BM25 score and its stored token count."""
 
     session_id: str
     turn_id: int
     score: float
     role: str
     content: str
+    tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,6 +128,24 @@ class TurnResult:
     reply: str | None = None
     user_turn: int | None = None
     assistant_turn: int | None = None
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A managed turn assembled but not stored (``Runtime.prepare_turn``).
+
+    ``result`` is the pack to send (``result.messages``); ``replay`` is true
+    when the key's reply is already stored (``reply`` holds it: send nothing,
+    commit to get the ids).  Pass it to ``Runtime.commit_turn`` with the reply
+    to store the turn; drop it to store nothing.
+    """
+
+    result: TurnResult
+    replay: bool
+    reply: str | None
+    user_turn: int | None
+    assistant_turn: int | None
+    turn: dict[str, Any] = field(repr=False)        # the Prolog turn, passed back as is
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 :- use_module(library(plunit)).
 :- use_module(library(ctxrelay/mode)).
-:- use_module(library(ctxrelay/envelope)).
+:- use_module(library(ctxrelay/blend)).
 
 :- begin_tests(ctxrelay_mode).
 

@@ -1,5 +1,6 @@
 :- use_module(library(plunit)).
 :- use_module(library(ctxrelay)).
+:- use_module(library(ctxrelay/router)).
 :- use_module(library(janus)).
 
 %   The storage router seen from Prolog: the decision table, the plans it
@@ -97,14 +98,14 @@ test(unknown_session, error(existence_error(session, nope), _)) :-
 test(recent_turns_is_the_history_tail, Recent == Last) :-
     store_with_turns(St, 12),
     recent_turns(St, s, 4, Recent),
-    history(St, s, last(4), Last).
+    transcript_history(St, s, last(4), Last).
 test(recent_turns_after_direct_appends, Recent == Last) :-
     store_with_turns(St, 3),
     % Appends that bypass the bridge hook: the ring lags and re-syncs.
     py_call(St:append("s", "assistant", "direct 1"), _),
     py_call(St:append("s", "user", "direct 2"), _),
     recent_turns(St, s, 5, Recent),
-    history(St, s, last(5), Last).
+    transcript_history(St, s, last(5), Last).
 test(key_through_the_index, [Used, Hit, Text] == [[index], false, "The Q3 budget is 1200 dollars."]) :-
     fresh_store(St),
     fact_add(St, "The Q3 budget is 1200 dollars.", _, [key(budget_q3)]),

@@ -52,7 +52,75 @@ test(unknown_option, error(domain_error(policy_option, colour(red)), _)) :-
     fresh_session(St, 2),
     managed_turn(s, "x", _, [store(St), colour(red)]).
 
+test(overflow_stores_nothing, [N1 == N0]) :-
+    fresh_session(St, 10),
+    turn_count(St, s, N0),
+    catch(managed_turn(s, "hello", _, [store(St), max_context_tokens(120), output_reserve(10),
+                                       safety_margin(0), min_recent_turns(6)]),
+          error(ctxrelay(context_overflow, _), _), true),
+    turn_count(St, s, N1).
+test(provider_failure_stores_nothing, [N1 == N0]) :-
+    fresh_session(St, 4),
+    policy(P),
+    turn_count(St, s, N0),
+    catch(managed_turn(s, "hi", _, [store(St), provider(no_such_provider)|P]), error(_, _), true),
+    turn_count(St, s, N1).
+test(assistant_message_is_refused, error(domain_error(user_message, _), _)) :-
+    fresh_session(St, 2),
+    managed_turn(s, message(assistant, "hi"), _, [store(St)]).
+
 :- end_tests(ctxrelay_managed_turn).
+
+:- begin_tests(ctxrelay_turn_phases).
+
+%   An agent that calls its own model: prepare, call, commit.
+test(prepare_stores_nothing_commit_stores_both, [N1-Ids == N0-[U, A]]) :-
+    fresh_session(St, 6),
+    policy(P),
+    turn_count(St, s, N0),
+    turn_prepare(s, "what about topic 2?", Turn, [store(St)|P]),
+    turn_count(St, s, N0),
+    is_list(Turn.messages),
+    turn_commit(Turn, "my own model's answer", R, []),
+    U is N0 + 1, A is N0 + 2,
+    Ids = [R.user_turn, R.assistant_turn],
+    turn_count(St, s, N2),
+    N1 is N2 - 2,
+    turn_get(St, s, A, T),
+    assertion(T.content == "my own model's answer").
+test(earlier_messages_enter_the_pack_and_commit_together, [Roles == ["assistant", "user", "assistant"]]) :-
+    fresh_session(St, 4),
+    policy(P),
+    turn_prepare(s, [_{role:assistant, content:"a note the client kept"},
+                     _{role:user, content:"and now?"}], Turn, [store(St)|P]),
+    last(Turn.messages, Last),
+    assertion(Last.content == "and now?"),
+    turn_commit(Turn, "ok", _, []),
+    transcript_history(St, s, last(3), Ts),
+    maplist([D, Ro]>>get_dict(role, D, Ro), Ts, Roles).
+test(retried_key_replays, [State-Reply == replay-"first answer"]) :-
+    fresh_session(St, 4),
+    policy(P),
+    turn_prepare(s, "q?", T1, [store(St), key("kx")|P]),
+    turn_commit(T1, "first answer", _, []),
+    turn_prepare(s, "q?", T2, [store(St), key("kx")|P]),
+    atom_string(State, T2.commit.state),
+    Reply = T2.commit.reply.
+test(a_key_names_one_message, error(ctxrelay(key_conflict, _), _)) :-
+    fresh_session(St, 4),
+    policy(P),
+    turn_prepare(s, "q?", T1, [store(St), key("ky")|P]),
+    turn_commit(T1, "answer", _, []),
+    turn_prepare(s, "another question", _, [store(St), key("ky")|P]).
+test(missing_session_is_created_at_commit_only, [Before-After == false-true]) :-
+    fresh_session(St, 0),
+    policy(P),
+    turn_prepare(fresh, "hello", T, [store(St), create_session(true)|P]),
+    ( catch(session_info(St, fresh, _), _, fail) -> Before = true ; Before = false ),
+    turn_commit(T, "hi", _, []),
+    ( catch(session_info(St, fresh, _), _, fail) -> After = true ; After = false ).
+
+:- end_tests(ctxrelay_turn_phases).
 
 :- begin_tests(ctxrelay_assemble).
 
@@ -140,8 +208,8 @@ test(union_per_turn_is_the_joined_text) :-
     findall(C, member(_{content:C}, Turns), Cs),
     atomic_list_concat(Cs, '\n', All),
     ctxrelay_references:mention_words(All, Expected),
-    ctxrelay_runtime:recent_mentions(Turns, First),
-    ctxrelay_runtime:recent_mentions(Turns, Second),
+    ctxrelay_assembly:recent_mentions(Turns, First),
+    ctxrelay_assembly:recent_mentions(Turns, Second),
     assertion(First == Expected),
     assertion(Second == Expected).
 

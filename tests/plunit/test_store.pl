@@ -102,12 +102,12 @@ test(ranges, [Mid, Last] == [[2, 3, 4], [4, 5]]) :-
     session_create(St, s, []),
     forall(between(1, 5, I), ( format(string(C), "turn ~d", [I]),
                                turn_append(St, s, message(user, C), _) )),
-    history(St, s, 2-4, L1), maplist(get_dict(turn_id), L1, Mid),
-    history(St, s, last(2), L2), maplist(get_dict(turn_id), L2, Last).
+    transcript_history(St, s, 2-4, L1), maplist(get_dict(turn_id), L1, Mid),
+    transcript_history(St, s, last(2), L2), maplist(get_dict(turn_id), L2, Last).
 test(bad_range, error(domain_error(history_range, sideways), _)) :-
     fresh_store(St),
     session_create(St, s, []),
-    history(St, s, sideways, _).
+    transcript_history(St, s, sideways, _).
 
 :- end_tests(ctxrelay_store_turns).
 
@@ -140,7 +140,7 @@ test(export_import_round_trip, Turns2 == Turns1) :-
     transcript_export(St, s, Text),
     transcript_import(St, Text, New, [session(copy)]),
     assertion(New == "copy"),
-    history(St, s, all, H1), history(St, copy, all, H2),
+    transcript_history(St, s, all, H1), transcript_history(St, copy, all, H2),
     maplist(turn_core, H1, Turns1), maplist(turn_core, H2, Turns2).
 test(stats_add_up, [N, Bytes] == [2, 8]) :-
     fresh_store(St),

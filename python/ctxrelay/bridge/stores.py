@@ -71,6 +71,29 @@ def append(st: TranscriptStore, session_id: str, role: str, content: str,
     return turn_id
 
 
+def has_session(st: TranscriptStore, session_id: str) -> bool:
+    return st.has_session(session_id)
+
+
+def commit_turns(st: TranscriptStore, session_id: str, turns: list, create: bool) -> list[int]:
+    """Store a managed turn's new turns (earlier messages, the user's, the reply)
+    in one transaction, creating the session in it when ``create``; the rolling
+    log follows.  Returns their ids in order."""
+    items = []
+    for t in turns:
+        item = {k: (v if k in ("role", "content") else _none_if_unset(v))
+                for k, v in dict(t).items()}
+        if isinstance(item.get("metadata"), dict):
+            item["metadata"] = dict(item["metadata"])
+        items.append(item)
+    ids = st.append_many(session_id, items, create=bool(create),
+                         session_metadata={"created_by": "managed_turn"} if create else None)
+    router = router_for(st)
+    for turn_id in ids:
+        router.log_turn(session_id, turn_id)
+    return ids
+
+
 def turn(st: TranscriptStore, session_id: str, turn_id: int) -> dict:
     return st.turn(session_id, int(turn_id)).to_dict()
 

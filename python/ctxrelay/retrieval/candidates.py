@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxrelay.text import tokens as tok
+from ctxrelay.knowledge.scope import visible_to
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
@@ -31,8 +32,6 @@ _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 _RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 _THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
-_RETRIEVE_OVERSUPPLY = 1.0    # retrieved candidates hold this many times the budget
-                              # (1.5: +0.003 LoCoMo recall at 1,024 only, ~15% slower)
 _NEIGHBOURS = 12              # a thread is compared through its latest user turns
 
 
@@ -106,7 +105,6 @@ def _tool_call_ids(turn: Turn) -> list[str]:
 # The input budget of the assembly in progress: a message whose text is so long
 # that it cannot fit is not counted exactly (a 10 MB turn would take a minute).
 _COST_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("cost_cap", default=None)
-_MAX_TOKEN_BYTES = 1024       # no tokenizer in the registry has a longer token (cl100k: 128)
 # The primitives the assembly in progress read from (CRP-Context-Store-Used).
 _STORE_USED: contextvars.ContextVar[set[str]] = contextvars.ContextVar("store_used")
 # The model whose tokenizer the transcript's stored per-turn counts were made
@@ -128,12 +126,12 @@ def _stored_counts_model(store: TranscriptStore, model: "str | tok.Tokenizer") -
 def message_cost(message: dict[str, Any], model: "str | tok.Tokenizer") -> tuple[int, bool]:
     """Tokens one message adds to a request, framing included, reply priming excluded.
 
-    Past the assembly's cap a lower bound stands in for the count: at least
-    one token per ``_MAX_TOKEN_BYTES`` bytes, which is already over the cap,
+    Past the assembly's cap a lower bound stands in for the count
+    (:func:`ctxrelay.text.tokens.lower_bound`), which is already over the cap,
     so the unit is never packed (or, if mandatory, the turn fails closed).
     """
     if _past_cap(message):
-        return len(message["content"].encode("utf-8", "surrogatepass")) // _MAX_TOKEN_BYTES, False
+        return tok.lower_bound(message["content"]), False
     counted = tok.count_messages([message], model, prime_reply=False)
     return counted.n, counted.exact
 
@@ -144,7 +142,7 @@ def _past_cap(message: dict[str, Any]) -> bool:
     cap = _COST_CAP.get()
     content = message.get("content")
     return cap is not None and isinstance(content, str) \
-        and len(content) > _MAX_TOKEN_BYTES * (cap + 1)
+        and tok.lower_bound(content) > cap
 
 
 def _terms(text: str) -> set[str]:
@@ -275,12 +273,17 @@ def boundary_text(first: int, last: int, count: int, tokens: int) -> str:
 
 def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
                message: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Gather the candidate units for one assembly.
+    """Gather the candidate units for one assembly, within the limits Prolog set.
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
-    history_end, window_tokens, min_recent_turns, max_retrieved, retrieval,
-    warm, system, boundary.
+    history_end (0 for a session not stored yet), window_tokens,
+    min_recent_turns, tail_first (the first turn of the guaranteed tail),
+    boundary (offer the cold-history boundary for turns before it),
+    max_retrieved and retrieve_tokens (recalled turns are offered until
+    either is reached), retrieval, warm, system, threads, embedder, pending
+    (the new messages before ``message``, not stored yet: offered as
+    mandatory units in their order).
     """
     model = str(options.get("model") or "cl100k_base")
     history_end = int(options["history_end"])
@@ -306,6 +309,9 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         query_text = str(message)
         _add(units, Unit(id="message", kind="message", turn_ids=[],
                          variants={"verbatim": {"role": "user", "content": query_text}}), counter)
+    pending = [_pending_unit(i, p) for i, p in enumerate(options.get("pending") or [])]
+    for unit in pending:
+        _add(units, unit, counter)
 
     window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent)
     if message is None and window:
@@ -321,24 +327,26 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         kind = "instructions" if turn.role == "system" else "turn"
         _add_turn(units, store, turn, kind, scratch, counter)
     _tool_groups(window, call_owner, groups)
+    _pending_groups(pending, call_owner, groups)
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
-    if options.get("threads", True):
+    if options.get("threads", True) and history_end > 0:
         thread_info, dense = _thread_context(store, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
         info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
-                                   window_tokens, int(options.get("max_retrieved", 200)),
+                                   int(options.get("retrieve_tokens", window_tokens)),
+                                   int(options.get("max_retrieved", 200)),
                                    units, groups, counter, scratch, dense, embedder)
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
 
-    tail_first = max(1, history_end - min_recent + 1)
-    if options.get("boundary", True) and history_end > min_recent:
+    tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
+    if options.get("boundary", True) and tail_first > 1:
         first, last = 1, tail_first - 1
         count = last - first + 1
         prefix_tokens = _range_tokens(store, session_id, first, last, history_end)
@@ -432,8 +440,34 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
         groups.append([f"t{owner}", *members])
 
 
+def _pending_unit(index: int, message: dict[str, Any]) -> Unit:
+    """A new message that comes before the user's in this turn (a tool call's
+    result, an assistant message the client sent): not stored until the turn
+    commits, packed as it will be stored."""
+    turn = Turn(session_id="", turn_id=0, role=str(message["role"]),
+                content=str(message["content"]), name=message.get("name"),
+                tool_call_id=message.get("tool_call_id"),
+                metadata=dict(message.get("metadata") or {}), timestamp="", key=None,
+                tokens=0, tokens_exact=True)
+    msg = _message_for_turn(turn)
+    if turn.role == "tool" and not turn.tool_call_id:
+        msg["tool_call_id"] = f"pending_{index}"
+    return Unit(id=f"p{index}", kind="pending", turn_ids=[], variants={"verbatim": msg},
+                features={"role": turn.role, "position": index})
+
+
+def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
+                    groups: list[list[str]]) -> None:
+    """A pending tool result goes with its stored call: providers reject a
+    result whose call is not in the request."""
+    for unit in pending:
+        call_id = unit.variants["verbatim"].get("tool_call_id")
+        if unit.features["role"] == "tool" and call_id in call_owner:
+            groups.append([f"t{call_owner[call_id]}", unit.id])
+
+
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
-              history_end: int, window_tokens: int, max_retrieved: int,
+              history_end: int, retrieve_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
               scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
@@ -455,7 +489,7 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
     older: list[int] | None = None
     direct: set[str] = set()        # candidates this ranking scores (not marked below)
     ids, scores = ranked.ids, ranked.scores
-    budget = _RETRIEVE_OVERSUPPLY * window_tokens
+    budget = retrieve_tokens
     for at, turn_id in enumerate(ids):
         if count >= max_retrieved or offered >= budget:
             break
@@ -713,11 +747,9 @@ def has_knowledge(store: TranscriptStore) -> bool:
 
 def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:
     """Offer the facts of a router retrieval (``ctxrelay.retrieval.router``) as units."""
-    # A fact promoted from a session's own turns or tool outputs belongs to that
-    # session: other sessions of the namespace never see it in their packs.
+    # A fact another session owns never enters this session's pack.
     items = [i for i in result.items if i.get("kind") == "fact"
-             and ((i.get("record") or {}).get("metadata") or {}).get("session_id")
-             in (None, cands.session_id)]
+             and visible_to(i.get("record") or {}, cands.session_id)]
     out: dict[str, Any] = {"units": [], "facts": 0, "store_used": list(result.store_used),
                            "cache_hit": bool(result.cache_hit),
                            "retrieval_ms": round(float(result.retrieval_ms), 3)}

@@ -69,6 +69,7 @@ from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentE
 from ctxrelay.storage.cache import InvalidEmbeddingError
 from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError, RingConfigMismatchError,
                       RollingLog)
+from ctxrelay.knowledge.scope import visible_to
 from ctxrelay.types import RetrievalResult, Turn
 
 if TYPE_CHECKING:
@@ -459,8 +460,9 @@ class Router:
             t1 = time.perf_counter()
             timings["cache.get"] = (t1 - t0) * 1000
             if hit is not None:
-                return RetrievalResult(items=list(hit[0]), store_used=["cache"], cache_hit=True,
-                                       retrieval_ms=(t1 - start) * 1000, timings=timings)
+                return RetrievalResult(items=_scoped(list(hit[0]), plan), store_used=["cache"],
+                                       cache_hit=True, retrieval_ms=(t1 - start) * 1000,
+                                       timings=timings)
         lists = self._fetch(steps, plan, timings)
         if plan.get("merge") == "rrf" and len(lists) > 1:
             items = rrf(lists, limit=plan.get("limit"))
@@ -471,7 +473,7 @@ class Router:
         used = list(dict.fromkeys(s["op"].split(".", 1)[0] for s in steps))
         if key is not None:
             self.cache.put(key, (tuple(items), tuple(used)))
-        return RetrievalResult(items=items, store_used=used, cache_hit=False,
+        return RetrievalResult(items=_scoped(items, plan), store_used=used, cache_hit=False,
                                retrieval_ms=(time.perf_counter() - start) * 1000,
                                timings=timings)
 
@@ -621,6 +623,15 @@ def rrf(lists: list[list[dict[str, Any]]], *, limit: int | None = None,
 
 
 # -- the operations ---------------------------------------------------------------------
+
+def _scoped(items: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """A plan for a session sees no fact another session owns (ctxrelay.knowledge.scope)."""
+    session = plan.get("session")
+    if session is None:
+        return items
+    return [i for i in items if i.get("kind") != "fact" or visible_to(i.get("record") or {},
+                                                                       session)]
+
 
 def _fact_item(fact: Any, score: float, via: str) -> dict[str, Any]:
     return {"kind": "fact", "id": fact.fact_id, "score": float(score), "via": [via],

@@ -159,6 +159,23 @@ _NON_CHAT_PREFIXES = ("text-embedding-", "davinci-002", "babbage-002",
 ESTIMATE_PERCENT: dict[str, int] = {"cl100k_base": 100, "o200k_base": 100}
 DEFAULT_ESTIMATE_PERCENT = 120
 
+#: No tokenizer ctxrelay ships or registers by name has a token longer than this
+#: many characters (cl100k_base's longest is 128 bytes), so a text of ``n``
+#: characters is at least ``n // MAX_TOKEN_CHARS`` tokens.  The one home of that
+#: bound: input too long for a budget is refused on it before anything counts it
+#: (ctxrelay_assembly:message_may_fit/3), and candidates past the cap are charged it.
+MAX_TOKEN_CHARS = 1024
+
+
+def lower_bound(text: str) -> int:
+    """A lower bound on the tokens of ``text`` under any known tokenizer, in O(1)."""
+    return len(text) // MAX_TOKEN_CHARS
+
+
+def lower_bound_all(texts: Iterable[str]) -> int:
+    """:func:`lower_bound` of several texts together (what Prolog asks before an assembly)."""
+    return sum(len(t) for t in texts) // MAX_TOKEN_CHARS
+
 
 @dataclass(frozen=True, slots=True)
 class Tokenizer:

@@ -253,7 +253,7 @@ def test_search_json_fields(ops):
     doc = as_json(out)
     assert doc["query"] == "defrag"
     [hit] = doc["hits"]
-    assert set(hit) == {"session_id", "turn_id", "score", "role", "content"}
+    assert set(hit) == {"session_id", "turn_id", "score", "role", "content", "tokens"}
     assert hit["turn_id"] == 3
     rc, out, _ = ops("search", "ops", "zzzznothing")
     assert rc == 0 and "no turn of ops matches" in out

@@ -765,6 +765,37 @@ class TranscriptStore:
         return self._write(lambda txn: self._append_txn(
             txn, self._require_session(txn, session_id), pending, tokenizer))
 
+    def append_many(self, session_id: str, turns: Iterable[dict[str, Any]], *,
+                    create: bool = False,
+                    session_metadata: dict[str, Any] | str | None = None) -> list[int]:
+        """Append several turns in one transaction: all are stored or none is.
+
+        Each item is a dict with ``role`` and ``content`` and optionally
+        ``name``, ``tool_call_id``, ``metadata``, ``timestamp`` and ``key``
+        (the same rules as :meth:`append`, keys included: a keyed turn
+        already stored is not stored again).  With ``create`` a missing
+        session is created in the same transaction.  Returns the turn ids.
+        """
+        session_id = _check_session_id(session_id)
+        pendings = [self._prepare(t.get("role"), t.get("content"), name=t.get("name"),
+                                  tool_call_id=t.get("tool_call_id"),
+                                  metadata=t.get("metadata"), timestamp=t.get("timestamp"),
+                                  key=t.get("key"))
+                    for t in turns]
+        meta = _normalise_metadata(session_metadata) if create else None
+        created = _normalise_timestamp(None)
+        tokenizer = self.tokenizer_name
+
+        def write(txn: Any) -> list[int]:
+            session = self._find_session(txn, session_id)
+            if session is None:
+                if not create:
+                    session = self._require_session(txn, session_id)
+                else:
+                    session = self._create_txn(txn, session_id, created, meta or {})
+            return [self._append_txn(txn, session, p, tokenizer) for p in pendings]
+        return self._write(write)
+
     def _prepare(self, role: Any, content: Any, *, name: Any, tool_call_id: Any,
                  metadata: Any, timestamp: Any, key: Any) -> _Pending:
         fields = dict(
@@ -1360,7 +1391,7 @@ def _hit(turn: Turn | None, score: float) -> Hit:
             "the search index names a turn that is not stored; the store is "
             "damaged, restore a backup")
     return Hit(session_id=turn.session_id, turn_id=turn.turn_id, score=float(score),
-               role=turn.role, content=turn.content)
+               role=turn.role, content=turn.content, tokens=turn.tokens)
 
 
 def _write_text(dest: str | os.PathLike[str] | TextIO, text: str) -> None:

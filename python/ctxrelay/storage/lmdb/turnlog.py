@@ -588,10 +588,13 @@ def api_set_thread_state(store: Any, session_id: str, thread_id: str,
     return log.thread(session_id, thread_id, store).to_dict()
 
 
-def api_set_references(store: Any, session_id: str, turn_id: int, references: list) -> bool:
-    """Record the turns a message resolved its references to (after the turn log has
-    derived it); a turn not derived yet is left alone (the next sync derives it)."""
+def api_set_references(store: Any, session_id: str, turn_id: int, references: list,
+                       embedder: str = "") -> bool:
+    """Record the turns a message resolved its references to, deriving the turn log
+    up to it first (a managed turn stores its message at commit, after assembly)."""
     log = turnlog_for(store)
+    if log.derived(session_id, int(turn_id)) is None:
+        log.sync(store, session_id, _embedder(embedder))
     if log.derived(session_id, int(turn_id)) is None:
         return False
     log.set_references(session_id, int(turn_id), [int(r) for r in references])

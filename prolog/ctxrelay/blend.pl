@@ -1,11 +1,11 @@
-:- module(ctxrelay_envelope,
-          [ sandwich/2,             % +ScoredItems, -Ordered
-            intent_blend/2,         % +Intent, -Blend
+:- module(ctxrelay_blend,
+          [ intent_blend/2,         % +Intent, -Blend
             tier_shares/4,          % +Blend, +Available, +Demand, -Shares
             tier_gate/7,            % +Units, +Constraints, +Blend, +Available,
                                     % -Gated, -GatedConstraints, -Tiers
             unit_tier/2,            % ?Kind, ?Tier
-            blend_header/2          % +Blend, -Text
+            blend_header/2,         % +Blend, -Text
+            intent_weights/5        % ?Intent, ?P, ?C, ?E, ?Novelty (extension point)
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -15,21 +15,12 @@
 :- use_module(library(ordsets)).
 :- use_module(library(yall)).
 
-/** <module> Envelope: the primacy-recency sandwich and the tier blend
-
-Position optimisation (CRP-SPEC-003 §7.4): the most important items take
-the first and last positions, supporting items the middle, where attention
-is weakest.  The pseudocode there takes critical[0], critical[-1], then the
-supporting and important items, then critical[1:-1]; with one critical
-item that would repeat it, and with none it fails.  sandwich/2 implements
-the same order without either defect: no critical item -> supporting then
-important; one -> it first; two or more -> first, last, supporting,
-important, the rest of the critical ones.
+/** <module> The tier blend: how much of the budget each horizon is offered
 
 The blend (CRP-SPEC-028 §5.3): an intent sets P/C/E weights; each tier gets
 its share of the budget left after the mandatory units, and a share a tier
 cannot use (it has fewer candidates than its share) flows to the others in
-proportion to their weights.
+proportion to their weights.  intent_weights/5 is the table users extend.
 */
 
 :- multifile intent_weights/5.
@@ -112,39 +103,6 @@ offer(Demands, Left, WSum, T-W, Given0-Placed0, Given-Placed) :-
     Given = [T-G1|Rest],
     Placed is Placed0 + Take.
 
-%!  sandwich(+ScoredItems:list(pair), -Ordered:list) is det.
-%
-%   ScoredItems is a list of Score-Item with Score in 0..1 (composite
-%   score).  Critical >= 0.80, important 0.50..0.80, supporting < 0.50
-%   (CRP-SPEC-003 §7.4); within a class, items keep descending score
-%   (stable for ties).
-sandwich(Scored, Ordered) :-
-    must_be(list, Scored),
-    sort_desc(Scored, Sorted),
-    partition(score_at_least(0.80), Sorted, Critical, Rest),
-    partition(score_at_least(0.50), Rest, Important, Supporting),
-    pairs_values(Critical, Cs),
-    pairs_values(Important, Is),
-    pairs_values(Supporting, Ss),
-    (   Cs = []
-    ->  append(Ss, Is, Ordered)
-    ;   Cs = [C]
-    ->  Ordered = [C|Middle], append(Ss, Is, Middle)
-    ;   Cs = [First|Others],
-        once(append(Inner, [Last], Others)),
-        append([[First, Last], Ss, Is, Inner], Ordered)
-    ).
-
-score_at_least(Min, Score-_) :-
-    Score >= Min.
-
-sort_desc(Pairs, Sorted) :-
-    maplist(negated_key, Pairs, Keyed),
-    keysort(Keyed, KS),                  % stable: ties keep input order
-    pairs_values(KS, Sorted).
-
-negated_key(S-I, N-(S-I)) :-
-    N is -S.
 
 
 		 /*******************************

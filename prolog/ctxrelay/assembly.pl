@@ -1,0 +1,467 @@
+:- module(ctxrelay_assembly,
+          [ assemble/4,             % +Session, +Message, -Result, +Options
+            assembly/2,             % +Request, -Result
+            message_text/2,         % +Message, -Text
+            turn_store/3            % +Options0, -Store, -Options
+          ]).
+:- use_module(library(janus)).
+:- use_module(library(error)).
+:- use_module(library(option)).
+:- use_module(library(lists)).
+:- use_module(library(apply)).
+:- use_module(library(aggregate)).
+:- use_module(errors).
+:- use_module(store).
+:- use_module(policy).
+:- use_module(context).
+:- use_module(packer).
+:- use_module(references).
+:- use_module(intent).
+:- use_module(blend).
+:- use_module(mode).
+:- use_module(router).
+:- use_module(utility).
+:- use_module(order).
+:- use_module(ledger).
+
+/** <module> Assembly: the bounded pack of one turn
+
+assembly/2 runs the middle of a managed turn, without writing anything:
+
+    candidates (Python: window, recall, warm, boundary, thread)
+    -> references resolved, intent classified, mode and blend
+    -> Tier P facts through the router (or per sub-query in document mode)
+    -> utilities and constraints -> the tier gate
+    -> the CLP(FD) pack under the input budget (fail closed)
+    -> order, render, count, ledger, headers
+
+The first answer is the highest-utility admissible pack; backtracking
+yields the alternatives in non-increasing utility.  assemble/4 is the
+public entry for "what would the next turn send"; the managed runtime
+(ctxrelay_runtime) calls assembly/2 with the turn's own request.
+*/
+
+%!  assemble(+Session, +Message, -Result:dict, +Options) is nondet.
+%
+%   Assemble the provider-visible request for Message as the next user
+%   turn without storing anything or calling a provider.  The first
+%   solution is the highest-utility admissible pack; backtracking yields
+%   the alternatives in non-increasing utility.  Options are the policy
+%   options (policy/2) and store(Store).
+%
+%   @error ctxrelay(context_overflow, Figures) when the mandatory part
+%          does not fit the input budget
+assemble(Session, Message, Result, Options) :-
+    must_be(text, Session),
+    message_text(Message, Text),
+    turn_store(Options, Store, PolicyOptions),
+    policy(PolicyOptions, Policy),
+    turn_count(Store, Session, N),
+    assembly(request{store:Store, session:Session, text:Text, pending:[],
+                     history_end:N, policy:Policy}, Result).
+
+%!  assembly(+Request:dict, -Result:dict) is nondet.
+%
+%   Request has store, session, text (the new user message), pending (the
+%   other new messages, not stored yet, that come before it: dicts with
+%   role, content and optional name, tool_call_id, metadata), history_end
+%   (the last stored turn the pack may show; 0 for a session that does
+%   not exist yet) and policy (policy/2).
+assembly(Request, Result) :-
+    Store = Request.store,
+    Session = Request.session,
+    with_input_context(Store, Session, assembly_(Request, Result)).
+
+%   The candidates live in Python behind one reference (Cands.handle):
+%   about a hundred units and their messages.  Left to Prolog's atom
+%   garbage collector they pile up over dozens of turns and make every
+%   full Python collection slower, so the reference is released as soon
+%   as no alternative pack can need it (the last one given, or a cut).
+assembly_(Request, Result) :-
+    Holder = handle(_),
+    call_cleanup(assembly_(Request, Holder, Result),
+                 release_handle(Holder)).
+
+release_handle(handle(Handle)) :-
+    (   var(Handle) -> true ; catch(py_free(Handle), _, true) ).
+
+assembly_(Request, Holder, Result) :-
+    statistics(cputime, T0),
+    Policy = Request.policy,
+    Store = Request.store,
+    Text = Request.text,
+    message_may_fit(Text, Request.pending, Policy),
+    candidates(Request, Cands0),
+    nb_setarg(1, Holder, Cands0.handle),
+    conversation_analysis(Store, Text, Cands0, Cands1, Analysis00),
+    context_mode(Text, Policy.mode, Request.history_end, Mode),
+    mode_blend(Mode, Analysis00.blend, ModeBlend),
+    Analysis0 = Analysis00.put(_{mode:Mode, blend:ModeBlend}),
+    knowledge_units(Request, Analysis0, Cands1, Cands, Analysis),
+    pack_units(Cands, Policy, Units0, Constraints0),
+    Budget is Policy.input_budget - Cands.priming,
+    check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
+    Available is Budget - Mandatory,
+    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
+    TimeLimit = Policy.time_limit,
+    pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
+    Pack = pack(Selected, Cost, Utility, Optimality),
+    units_by_id(Cands, ById),
+    order_pack(Selected, Units, ById, Plan),
+    render(Cands, Plan, Rendered),
+    ledger(Rendered, Policy, Cost, Ledger0),
+    Ledger = Ledger0.put(tiers, Tiers),
+    fail_closed(Ledger, Policy),
+    statistics(cputime, T1),
+    Ms is round((T1 - T0) * 1000),
+    pack_report(Rendered, Units, Report),
+    boundary_status(Cands, ById, Selected, Policy, BoundaryStatus),
+    storage_report(Cands, Analysis, Storage),
+    headers(Ledger, BoundaryStatus, Ms, Analysis.put(storage, Storage), Headers),
+    Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
+                    pack:Report, utility:Utility,
+                    status:status{optimality:Optimality,
+                                  cold_history_boundary:BoundaryStatus,
+                                  intent:Analysis.intent,
+                                  references:Analysis.references,
+                                  thread:Analysis.thread,
+                                  knowledge:Analysis.knowledge,
+                                  mode:Analysis.mode,
+                                  referenced_turns:Analysis.referenced_turns,
+                                  embedder:Analysis.embedder}}.
+
+		 /*******************************
+		 *   REFERENCES, INTENT, BLEND  *
+		 *******************************/
+
+%   conversation_analysis(+Store, +Text, +Cands0, -Cands, -Analysis)
+%
+%   Detect and resolve the references of the new message (DCGs), bring
+%   the resolved turns in as candidates at full weight, classify the
+%   intent (tool refs, clarify markers, any reference, continue markers,
+%   topic similarity) and look up its blend.
+conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
+    Info = Cands0.info,
+    references(Text, Refs),
+    resolve_references(Refs, Info.recent_turns, Info.scratch_recent, Resolved),
+    resolved_turns(Resolved, Info.recent_turns, TurnIds),
+    (   TurnIds == []
+    ->  Cands1 = Cands0
+    ;   py_api(py_call_plain('ctxrelay.retrieval.candidates':add_turn_units(Cands0.handle, Store, TurnIds),
+                             Added)),
+        append(Cands0.units, Added, Units1),
+        Cands1 = Cands0.put(units, Units1)
+    ),
+    include(is_resolved, Resolved, Hits),
+    length(Hits, NResolved),
+    recent_mentions(Info.recent_turns, Mentioned),
+    IntentContext = _{topic_similarity:Info.get(topic_similarity, 0.0),
+                      topic_threshold:Info.get(topic_threshold, 0.5),
+                      mentioned:Mentioned, refs:Refs},
+    classify_intent(Text, IntentContext, Intent, _Evidence),
+    intent_blend(Intent, Blend),
+    Cands = Cands1.put(_{referenced:TurnIds, intent:Intent, blend:Blend}),
+    Analysis = _{intent:Intent, blend:Blend, references:NResolved,
+                 referenced_turns:TurnIds,
+                 thread:_{id:Info.get(active_thread, ""), label:Info.get(thread_label, ""),
+                          resumed:Info.get(thread_resumed, false)},
+                 embedder:Info.get(embedder, "")}.
+
+is_resolved(resolved(_, _)).
+
+resolved_turns(Resolved, RecentTurns, TurnIds) :-
+    findall(T, ( member(resolved(_, Target), Resolved),
+                 target_turn(Target, RecentTurns, T) ), Ts),
+    sort(Ts, TurnIds).
+
+target_turn(turn(T), _, T).
+target_turn(item(T, _, _), _, T).
+target_turn(scratch(Id), Recent, T) :-
+    member(D, Recent),
+    get_dict(role, D, "tool"),
+    get_dict(turn_id, D, T),
+    get_dict(content, D, C),
+    sub_string(C, _, _, _, Id),
+    !.
+
+%   The words the recent turns mention, as mention_words/2 gives for their
+%   joined text (no word spans a line break, so the union per turn is the
+%   same set; mention_words/2 keeps each turn's words, see there).
+recent_mentions(RecentTurns, Words) :-
+    findall(Ws, ( member(D, RecentTurns), get_dict(content, D, C), mention_words(C, Ws) ),
+            WordSets),
+    append(WordSets, All),
+    sort(All, Words).                       % one C sort beats 40 pairwise ord_unions
+
+%!  message_text(+Message, -Text) is det.
+%
+%   The text of the user message of a turn: text, message(user, Text) or
+%   a dict with content (and role user, if it has a role).
+%
+%   @error domain_error(user_message, Message) for another role: a managed
+%          turn answers a user message (store other roles with turn_append/5,
+%          or pass them before the user message in a list to turn_prepare/4)
+message_text(Message, _) :-
+    var(Message),
+    !,
+    instantiation_error(Message).
+message_text(message(Role, Text0), Text) :-
+    !,
+    user_role(Role, message(Role, Text0)),
+    must_be(text, Text0),
+    text_to_string(Text0, Text).
+message_text(Dict, Text) :-
+    is_dict(Dict),
+    !,
+    (   get_dict(role, Dict, Role) -> user_role(Role, Dict) ; true ),
+    (   get_dict(content, Dict, Text0) -> message_text(Text0, Text)
+    ;   domain_error(message_with_content, Dict)
+    ).
+message_text(Text0, Text) :-
+    must_be(text, Text0),
+    text_to_string(Text0, Text).
+
+user_role(Role, Message) :-
+    (   atom(Role) -> atom_string(Role, S) ; S = Role ),
+    (   S == "user"
+    ->  true
+    ;   domain_error(user_message, Message)
+    ).
+
+%!  turn_store(+Options0, -Store, -Options) is det.
+%
+%   The store of a turn: option store(Store) (a store object, `default`
+%   or dir(Dir)), else the default store; Options are the rest.
+turn_store(Options0, Store, Options) :-
+    must_be(list, Options0),
+    (   selectchk(store(Store0), Options0, Options)
+    ->  true
+    ;   Store0 = default, Options = Options0
+    ),
+    store_ref(Store0, Store).
+
+		 /*******************************
+		 *     TIER P AND THE BLEND     *
+		 *******************************/
+
+%   knowledge_units(+Request, +Analysis0, +Cands0, -Cands, -Analysis)
+%
+%   Offer CKF facts (Tier P) for the new message.  The intent's blend
+%   says whether novelty against what the conversation already covers
+%   is on, off or partial; a message that refers back to prior content
+%   turns it off (CRP-SPEC-028 §5.3).  A drill-down walks the
+%   similarity graph around the anchors (CDGR), other intents rank by
+%   CDR.  Facts promoted from another session's turns are never offered
+%   (the session scope travels with every retrieval).
+knowledge_units(Request, Analysis0, Cands0, Cands, Analysis) :-
+    Analysis0.mode \== conversation,
+    !,
+    Policy = Request.policy,
+    max_facts(Policy, K),
+    document_plan(Request.text, Analysis0.mode, Cands0, K, Plan),
+    Options = _{queries:Plan.queries, per_query:Plan.per_query, k:K,
+                namespace:Policy.namespace, session:Request.session},
+    py_api(py_call_plain('ctxrelay.retrieval.document':add_document_units(
+                             Cands0.handle, Request.store, Options), Out)),
+    append(Cands0.units, Out.units, Units),
+    Cands = Cands0.put(units, Units),
+    Analysis = Analysis0.put(knowledge, _{facts:Out.facts, novelty:on, method:cdr,
+                                          store_used:Out.store_used, cache_hit:false,
+                                          retrieval_ms:Out.retrieval_ms,
+                                          subqueries:Plan.queries,
+                                          coverage:Out.coverage}).
+knowledge_units(Request, Analysis0, Cands0, Cands, Analysis) :-
+    Policy = Request.policy,
+    Store = Request.store,
+    Blend = Analysis0.blend,
+    (   Analysis0.references > 0 -> Novelty = off ; Novelty = Blend.novelty ),
+    knowledge_method(Analysis0.intent, Method),
+    max_facts(Policy, K),
+    (   K > 0,
+        py_call('ctxrelay.retrieval.candidates':has_knowledge(Store), @true)
+    ->  knowledge_access(Method, Request.text, Access),
+        coverage_texts(Cands0, Novelty, Coverage),
+        (   Policy.namespace == "" -> NSOpts = [] ; NSOpts = [namespace(Policy.namespace)] ),
+        retrieve(Store, Access, [k(K), coverage(Coverage), novelty(Novelty),
+                                 as(python)|NSOpts], Retrieved),
+        py_api(py_call_plain('ctxrelay.retrieval.candidates':add_router_fact_units(
+                                 Cands0.handle, Retrieved), Out)),
+        py_free(Retrieved),                 % its facts are units now
+        append(Cands0.units, Out.units, Units),
+        Cands = Cands0.put(units, Units),
+        Knowledge = _{facts:Out.facts, novelty:Novelty, method:Method,
+                      store_used:Out.store_used, cache_hit:Out.cache_hit,
+                      retrieval_ms:Out.retrieval_ms}
+    ;   Cands = Cands0,
+        Knowledge = _{facts:0, novelty:Novelty, method:none, store_used:[], cache_hit:false,
+                      retrieval_ms:0}
+    ),
+    Analysis = Analysis0.put(knowledge, Knowledge).
+
+max_facts(Policy, K) :-
+    (   Policy.knowledge == true -> K = Policy.max_facts ; K = 0 ).
+
+%   document_plan(+Task, +Mode, +Cands, +K, -Plan)
+%
+%   A document task's sub-queries (ctxrelay_mode:subqueries/3; in hybrid
+%   mode the conversation's recent user turns seed them) and how many
+%   facts each may bring: every sub-query is covered before any gets a
+%   second fact, so each asks for its share of K plus one.
+document_plan(Task, Mode, Cands, K, plan{queries:Queries, per_query:PerQuery}) :-
+    (   Mode == hybrid
+    ->  findall(C, ( member(D, Cands.info.recent_turns),
+                     get_dict(role, D, "user"), get_dict(content, D, C), C \== Task ),
+                Seeds0),
+        reverse(Seeds0, Seeds1),           % newest first
+        max_subqueries(Max),
+        (   length(Seeds1, NS), NS > Max
+        ->  length(Seeds, Max), append(Seeds, _, Seeds1)
+        ;   Seeds = Seeds1
+        )
+    ;   Seeds = []
+    ),
+    subqueries(Task, Seeds, Queries),
+    length(Queries, NQ),
+    (   NQ =:= 0 -> PerQuery = 0 ; PerQuery is max(1, -(-K // NQ) + 1) ).
+
+%   The router's access for Tier P: the graph walk for a drill-down,
+%   coverage-differential ranking otherwise (ctxrelay_router:route/2).
+knowledge_access(cdgr, Text, intent(drill_down, Text)).
+knowledge_access(cdr, Text, intent(explore, Text)).
+
+%   What the conversation already covers (the window's last turns), for
+%   novelty; nothing when novelty is off.
+coverage_texts(_, off, []) :- !.
+coverage_texts(Cands, _, Texts) :-
+    Recent = Cands.info.recent_turns,
+    length(Recent, N),
+    Skip is max(0, N - 8),
+    length(Prefix, Skip),
+    append(Prefix, Last, Recent),
+    findall(C, ( member(D, Last), get_dict(content, D, C), C \== "" ), Texts).
+
+knowledge_method(drill_down, cdgr) :- !.
+knowledge_method(_, cdr).
+
+%   blend_gate(+Units0, +Constraints0, +Available, +Policy, +Analysis, -Units, -Constraints, -Tiers)
+%
+%   Each tier is offered up to its share of Available, the budget the
+%   mandatory units leave (tier_gate/7); with tier_shares(false) every
+%   candidate is offered and the shares are only reported.
+blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers) :-
+    tier_gate(Units0, Constraints0, Analysis.blend, Available, Gated, GatedCs, Tiers),
+    (   Policy.tier_shares == true
+    ->  Units = Gated, Constraints = GatedCs
+    ;   Units = Units0, Constraints = Constraints0
+    ).
+
+		 /*******************************
+		 *          CANDIDATES          *
+		 *******************************/
+
+%   candidates(+Request, -Cands)
+%
+%   Python gathers the candidate units within the limits decided here:
+%   the guaranteed tail starts at TailFirst (the last min_recent_turns
+%   stored turns), the cold-history boundary is offered when turns lie
+%   before it, recalled turns are offered until they hold Oversupply
+%   times the input budget (the packer chooses among them).
+candidates(Request, Cands) :-
+    Policy = Request.policy,
+    Store = Request.store,
+    HistoryEnd = Request.history_end,
+    MessageTurn is HistoryEnd + 1,
+    warm_store(Store, Policy, Warm),
+    tail_first(HistoryEnd, Policy, TailFirst),
+    (   Policy.cold_history_boundary == true, TailFirst > 1
+    ->  Boundary = @true
+    ;   Boundary = @false
+    ),
+    retrieval_oversupply(Oversupply),
+    RetrieveTokens is round(Oversupply * Policy.input_budget),
+    py_bool(Policy.retrieval, Retrieval),
+    py_bool(Policy.warm, UseWarm),
+    py_bool(Policy.threads, Threads),
+    PyOptions = _{model:Policy.model, history_end:HistoryEnd,
+                  window_tokens:Policy.input_budget,
+                  min_recent_turns:Policy.min_recent_turns,
+                  tail_first:TailFirst,
+                  max_retrieved:Policy.max_retrieved,
+                  retrieve_tokens:RetrieveTokens,
+                  retrieval:Retrieval, warm:UseWarm,
+                  system:Policy.system,
+                  boundary:Boundary, threads:Threads, embedder:Policy.embedder,
+                  message_turn_id:MessageTurn,
+                  pending:Request.pending},
+    py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
+                             Store, Warm, Request.session, Request.text, PyOptions), Cands0),
+           session(Request.session)),
+    Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd,
+                         tail_first:TailFirst}).
+
+%!  tail_first(+HistoryEnd, +Policy, -TailFirst) is det.
+%
+%   The first turn of the guaranteed tail: the last min_recent_turns
+%   stored turns are always packed.
+tail_first(HistoryEnd, Policy, TailFirst) :-
+    TailFirst is max(1, HistoryEnd - Policy.min_recent_turns + 1).
+
+%   Recalled earlier turns are offered until they hold this many times the
+%   input budget (1.5 gave +0.003 LoCoMo recall at 1,024 only, ~15% slower).
+retrieval_oversupply(1.0).
+
+warm_store(Store, Policy, Warm) :-
+    (   Policy.warm == true
+    ->  py_api(py_call('ctxrelay.bridge.stores':warm_store_for(Store), Warm))
+    ;   Warm = @none
+    ).
+
+%   render(+Cands, +Plan, -Rendered)
+render(Cands, Plan, Rendered) :-
+    py_api(py_call_plain('ctxrelay.retrieval.candidates':render(Cands.handle, Plan), Rendered)).
+
+		 /*******************************
+		 *          FAIL CLOSED         *
+		 *******************************/
+
+%   message_may_fit(+Text, +Pending, +Policy)
+%
+%   New input too long to fit whatever the tokenizer fails closed before
+%   any work is spent on it: analysing a 10 MB message takes longer than
+%   refusing it.  The lower bound is the tokenizers' own fact
+%   (ctxrelay.text.tokens.lower_bound/1: no token is longer than its
+%   maximum length).
+message_may_fit(Text, Pending, Policy) :-
+    findall(C, ( member(P, Pending), get_dict(content, P, C) ), Contents0),
+    Contents = [Text|Contents0],
+    py_call('ctxrelay.text.tokens':lower_bound_all(Contents), Lower),
+    (   Lower =< Policy.input_budget
+    ->  true
+    ;   throw(error(ctxrelay(context_overflow,
+                             _{mandatory_tokens:Lower, input_budget:Policy.input_budget,
+                               effective_cap:Policy.effective_cap,
+                               output_reserve:Policy.output_reserve,
+                               safety_margin:Policy.safety_margin,
+                               min_recent_turns:Policy.min_recent_turns}), _))
+    ).
+
+%   The mandatory part alone must fit, else fail closed with the figures.
+check_mandatory_fits(Units, Budget, Policy, Cands, Mandatory) :-
+    foldl(mandatory_cost, Units, 0, Mandatory),
+    (   Mandatory =< Budget
+    ->  true
+    ;   Figures = _{mandatory_tokens:Mandatory, input_budget:Policy.input_budget,
+                    reply_priming:Cands.priming,
+                    effective_cap:Policy.effective_cap,
+                    output_reserve:Policy.output_reserve,
+                    safety_margin:Policy.safety_margin,
+                    min_recent_turns:Policy.min_recent_turns},
+        throw(error(ctxrelay(context_overflow, Figures), _))
+    ).
+
+mandatory_cost(unit(_, Variants, Props), C0, C) :-
+    (   memberchk(mandatory(true), Props)
+    ->  aggregate_all(min(Cost), member(variant(_, Cost, _), Variants), Min),
+        C is C0 + Min
+    ;   C = C0
+    ).

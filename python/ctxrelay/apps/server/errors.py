@@ -1,0 +1,68 @@
+"""Errors answered in OpenAI's shape ``{"error": {message, type, param, code}}``."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from ctxrelay.errors import (
+    ArchivedSessionError,
+    ContextOverflowError,
+    CtxRelayError,
+    InvalidArgumentError,
+    InvalidContentError,
+    InvalidMetadataError,
+    InvalidRoleError,
+    InvalidSessionIdError,
+    KeyConflictError,
+)
+
+from .config import IDEMPOTENCY_HEADER
+
+log = logging.getLogger("ctxrelay.apps.server")
+
+
+class ApiError(Exception):
+    """An error answered with an OpenAI-style body ``{"error": {...}}``."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def from_ctxrelay(exc: CtxRelayError) -> ApiError:
+    """The HTTP answer for an error raised by the Runtime."""
+    if isinstance(exc, ContextOverflowError):
+        return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, InvalidSessionIdError):
+        return ApiError(400, str(exc), param="session_id", code="invalid_session_id")
+    if isinstance(exc, KeyConflictError):
+        return ApiError(409, f"{exc} (header {IDEMPOTENCY_HEADER})", param=IDEMPOTENCY_HEADER,
+                        code="idempotency_key_conflict", headers={"x-should-retry": "false"})
+    if isinstance(exc, ArchivedSessionError):
+        return ApiError(400, str(exc), param="session_id", code="session_archived")
+    if isinstance(exc, (InvalidArgumentError, InvalidContentError, InvalidRoleError,
+                        InvalidMetadataError)):
+        return ApiError(400, str(exc), code=exc.kind)
+    log.error("ctxrelay error: %s", exc)
+    return ApiError(500, f"ctxrelay failed: {exc}", type="server_error", code=exc.kind)

@@ -1,0 +1,204 @@
+"""One relay turn: the managed turn's two phases with the upstream call between them.
+
+The relay runs the same managed turn as ``Runtime.managed_turn`` and Prolog's
+``managed_turn/4``: ``Runtime.prepare_turn`` (validation, idempotency, the
+bounded pack; nothing stored), then the upstream, then ``Runtime.commit_turn``
+(the request's new messages, the user turn and the reply stored in one
+transaction, references recorded, promotion).  Only the upstream call and the
+streaming differ, and they run on the event loop, outside the Prolog worker.
+A turn whose upstream fails, times out, or whose client goes away mid-stream
+stores nothing.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.responses import JSONResponse, Response
+
+from ctxrelay import providers
+from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.runtime import Runtime
+from ctxrelay.types import PreparedTurn, TurnResult
+
+from .errors import ApiError
+from .request import ChatRequest, policy_for, turn_messages
+from .responses import (TurnGuard, TurnStream, completion_body, crp_headers,
+                        new_completion_id, sse_error, synthetic_stream, turn_ids_event)
+from .upstream import Upstream, relay_metadata, reply_of
+
+if TYPE_CHECKING:
+    from .app import Relay
+
+
+# -- worker jobs: each runs on a Prolog worker with the Runtime as first argument --------
+
+def prepare(rt: Runtime, chat: ChatRequest, policy: dict[str, Any]) -> PreparedTurn:
+    return rt.prepare_turn(chat.session_id, turn_messages(chat), key=chat.key,
+                           create_session=True, **policy)
+
+
+def commit(rt: Runtime, prepared: PreparedTurn, content: str,
+           metadata: dict[str, Any] | None) -> TurnResult:
+    return rt.commit_turn(prepared, content, metadata=metadata)
+
+
+def stored_metadata(rt: Runtime, session_id: str, turn_id: int) -> dict[str, Any]:
+    return dict(rt.turn(session_id, turn_id).metadata or {})
+
+
+def echo_reply(_rt: Runtime, messages: list[dict[str, Any]], model: str | None) -> dict[str, Any]:
+    return providers.complete(messages, {"provider": "echo", **({"model": model} if model else {})})
+
+
+# -- the turn ---------------------------------------------------------------------------
+
+async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Response:
+    policy = policy_for(relay.config, chat)
+    try:
+        prepared = await relay.call(prepare, chat, policy)
+    except InvalidArgumentError as e:
+        if chat.reserve_param is None:
+            raise
+        # The client's max_tokens became the output reserve and left no input budget.
+        raise ApiError(400, f"{chat.reserve_param}={chat.output_reserve} does not fit the "
+                       f"relay's context window: it is reserved for the reply, and no room is "
+                       f"left for the input ({e}); lower {chat.reserve_param}",
+                       param=chat.reserve_param, code="context_length_exceeded") from None
+    model = chat.model or "echo"
+
+    def streamed(body: AsyncIterator[str], headers: dict[str, str]) -> Response:
+        guard.handed_over = True
+        return TurnStream(body, guard=guard, headers=headers)
+
+    if prepared.replay:
+        meta = await relay.call(stored_metadata, chat.session_id, prepared.assistant_turn)
+        relayed = meta.get("relay") or {}
+        headers = {**relayed.get("headers", {}),
+                   **crp_headers(None, chat, prepared.user_turn, prepared.assistant_turn),
+                   "CRP-Idempotent-Replay": "true"}
+        model = relayed.get("model") or model
+        if chat.stream:
+            return streamed(_stored_stream(chat, prepared.reply or "", model, relayed.get("id"),
+                                           prepared), headers)
+        return JSONResponse(completion_body(prepared.reply or "", model,
+                                            completion_id=relayed.get("id")), headers=headers)
+
+    headers = crp_headers(prepared.result, chat, None)
+    if relay.config.is_echo:
+        reply = await relay.call(echo_reply, prepared.result.messages, chat.model)
+        usage = reply.get("usage")
+        cid = new_completion_id()
+        meta = relay_metadata(None, completion_id=cid, model=model, headers=headers)
+        if chat.stream:
+            return streamed(_echo_stream(relay, chat, prepared, reply["content"], model, cid,
+                                         meta, usage), headers)
+        result = await relay.call(commit, prepared, reply["content"], meta)
+        return JSONResponse(completion_body(reply["content"], model, completion_id=cid,
+                                            usage=usage),
+                            headers={**headers, **_turn_headers(result)})
+
+    upstream = Upstream(relay, chat, headers)
+    if chat.stream:
+        response = await upstream.open_stream(prepared.result.messages)
+        return streamed(_relay_stream(relay, chat, prepared, upstream, response, headers),
+                        headers)
+    data = await upstream.post(prepared.result.messages)
+    content, tool_meta = reply_of(data, upstream)
+    meta = relay_metadata(tool_meta, completion_id=data.get("id"), model=data.get("model"),
+                          headers=headers)
+    result = await relay.call(commit, prepared, content, meta)
+    return JSONResponse(data, headers={**headers, **_turn_headers(result)})
+
+
+def _turn_headers(result: TurnResult) -> dict[str, str]:
+    return {"CRP-User-Turn": str(result.user_turn),
+            "CRP-Assistant-Turn": str(result.assistant_turn),
+            "CRP-Context-Promotions": str(result.headers.get("CRP-Context-Promotions", 0))}
+
+
+async def _stored_stream(chat: ChatRequest, content: str, model: str, cid: str | None,
+                         prepared: PreparedTurn) -> AsyncIterator[str]:
+    """A replayed reply as SSE (nothing is stored)."""
+    for event in synthetic_stream(content, model, completion_id=cid):
+        yield event
+    yield turn_ids_event(prepared.user_turn, prepared.assistant_turn)
+    yield "data: [DONE]\n\n"
+
+
+async def _echo_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, content: str,
+                       model: str, cid: str, meta: dict[str, Any],
+                       usage: Mapping[str, Any] | None) -> AsyncIterator[str]:
+    """The echo reply as SSE; the turn is stored before ``[DONE]``."""
+    for event in synthetic_stream(content, model, completion_id=cid,
+                                  usage=usage if chat.include_usage else None):
+        yield event
+    result = await relay.call(commit, prepared, content, meta)
+    yield turn_ids_event(result.user_turn, result.assistant_turn)
+    yield "data: [DONE]\n\n"
+
+
+async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
+                        upstream: Upstream, response: httpx.Response,
+                        headers: dict[str, str]) -> AsyncIterator[str]:
+    """Pass the upstream's events through line by line; store the turn when it is complete.
+
+    The turn is stored when ``data: [DONE]`` arrives (before it is passed on, so
+    a client that saw the end of the stream finds the turn stored) or when the
+    stream ends after a finish_reason.  A stream cut short, an error event or a
+    timeout stores nothing.
+    """
+    parts: list[str] = []
+    finished = failed = stored = False
+    completion_id = model = None
+
+    async def store() -> str:
+        nonlocal stored
+        stored = True
+        meta = relay_metadata(None, completion_id=completion_id, model=model, headers=headers)
+        result = await relay.call(commit, prepared, "".join(parts), meta)
+        return turn_ids_event(result.user_turn, result.assistant_turn)
+
+    try:
+        try:
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        if not failed and not stored:
+                            yield await store()
+                    else:
+                        try:
+                            event = json.loads(payload)
+                        except ValueError:
+                            event = None
+                        if not isinstance(event, dict) or event.get("error") is not None:
+                            failed = True
+                        else:
+                            completion_id = completion_id or event.get("id")
+                            model = model or event.get("model")
+                            for choice in event.get("choices") or []:
+                                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                                    continue        # n > 1: the transcript keeps choice 0
+                                delta = choice.get("delta")
+                                if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                                    parts.append(delta["content"])
+                                if choice.get("finish_reason"):
+                                    finished = True
+                yield line + "\n"
+        except httpx.TimeoutException:
+            yield sse_error(upstream.timeout("streaming the reply"))
+            return
+        except httpx.HTTPError as e:
+            yield sse_error(upstream.unreachable(e))
+            return
+        if not stored and not failed:
+            if finished:
+                yield await store()
+            else:
+                yield sse_error(upstream.bad("a stream that ended before [DONE] or a "
+                                             "finish_reason"))
+    finally:
+        await response.aclose()
