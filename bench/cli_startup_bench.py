@@ -14,10 +14,11 @@ Targets (issue 16): ``--help`` and the store commands ``sessions``, ``history``,
   ``import ctxrelay`` (which also loads library(ctxrelay));
 - ``CTXRELAY_QLF=off``: library(ctxrelay) compiled from its sources, as before
   the .qlf files (python/ctxrelay/bridge/qlf.py);
-- ``setup's clpfd.qlf``: the same commands with SWI_HOME_DIR pointing at a copy
-  of this SWI-Prolog's home in which ``qcompile(library(clpfd))`` ran, which is
-  what scripts/setup.sh now does to the SWI-Prolog it builds (skipped when this
-  one already has it, or with --no-clpfd-copy).
+- ``setup's .qlf libraries``: the same commands with SWI_HOME_DIR pointing at a
+  copy of this SWI-Prolog's home in which the libraries ``import ctxrelay`` loads
+  from source (library(clpfd) above all) were qcompiled, which is what
+  scripts/setup.sh now does to the SWI-Prolog it builds (skipped when this one
+  has them already, or with --no-setup-copy).
 
 A managed turn is timed too, for information (it loads the embedder; no target).
 
@@ -74,16 +75,23 @@ def swi_home() -> Path:
     return Path(out.stdout.strip())
 
 
-def home_with_clpfd_qlf(home: Path, tmp: Path) -> Path | None:
-    """A copy of ``home`` where setup's step (qcompile(library(clpfd))) ran."""
-    if (home / "library" / "clp" / "clpfd.qlf").is_file():
-        return None                          # this SWI-Prolog has it already
+def home_with_setup_qlf(home: Path, tmp: Path, env: dict[str, str]) -> Path | None:
+    """A copy of ``home`` where setup's step ran: the libraries import ctxrelay loads, qcompiled."""
+    def from_source(swi_home: Path) -> list[str]:
+        out = subprocess.run([str(PYTHON), "-c", "import ctxrelay; from ctxrelay.bridge import "
+                              "qlf; print('\\n'.join(qlf.system_libraries_from_source()))"],
+                             capture_output=True, text=True, check=True,
+                             env={**env, "SWI_HOME_DIR": str(swi_home)})
+        return [ln for ln in out.stdout.splitlines() if ln]
+    if not from_source(home):
+        return None                          # this SWI-Prolog has them already
     copy = tmp / "swipl-home"
     shutil.copytree(home, copy, symlinks=True)
     swipl = copy / "bin" / next((home / "bin").iterdir()).name / "swipl"
-    subprocess.run([str(swipl), "--home=" + str(copy), "-q", "-g", "qcompile(library(clpfd))",
-                    "-t", "halt"], check=True, capture_output=True)
-    return copy if (copy / "library" / "clp" / "clpfd.qlf").is_file() else None
+    for lib in from_source(copy):
+        subprocess.run([str(swipl), f"--home={copy}", "-q", "-g", f"qcompile('{lib}')",
+                        "-t", "halt"], check=True, capture_output=True)
+    return copy if not from_source(copy) else None
 
 
 def make_store(store: str, env: dict[str, str]) -> None:
@@ -102,8 +110,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--turn-runs", type=int, default=3)
-    ap.add_argument("--no-clpfd-copy", action="store_true",
-                    help="skip the variant with setup's clpfd.qlf")
+    ap.add_argument("--no-setup-copy", action="store_true",
+                    help="skip the variant with the libraries setup precompiles")
     args = ap.parse_args()
     if not SCRIPT.exists():
         raise SystemExit(f"{SCRIPT} is missing: run .venv/bin/pip install -e . --no-deps")
@@ -112,6 +120,7 @@ def main() -> int:
            if k not in ("CTXRELAY_STORE", "CTXRELAY_QLF", "PYTHONDONTWRITEBYTECODE")}
     env["PYTHONPATH"] = str(ROOT / "python")
     home = swi_home()
+    load_at_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         store = str(Path(tmp) / "store")
         make_store(store, env)                 # this also builds the .qlf files if needed
@@ -124,9 +133,9 @@ def main() -> int:
             "ctxrelay stats": ["--store", store, "stats"],
         }
         variants = {"": env, " [CTXRELAY_QLF=off]": {**env, "CTXRELAY_QLF": "off"}}
-        clpfd_home = None if args.no_clpfd_copy else home_with_clpfd_qlf(home, Path(tmp))
-        if clpfd_home is not None:
-            variants[" [setup's clpfd.qlf]"] = {**env, "SWI_HOME_DIR": str(clpfd_home)}
+        setup_home = None if args.no_setup_copy else home_with_setup_qlf(home, Path(tmp), env)
+        if setup_home is not None:
+            variants[" [setup's .qlf libraries]"] = {**env, "SWI_HOME_DIR": str(setup_home)}
         cases: dict[str, tuple[list[str], dict[str, str]]] = {
             "baseline: python -c pass": ([str(PYTHON), "-c", "pass"], env),
             "baseline: import janus_swi": ([str(PYTHON), "-c", "import janus_swi"], env),
@@ -166,9 +175,9 @@ def main() -> int:
             ratios[suffix.strip(" []")] = {
                 n: round(results[n]["median_ms"] / results[n + suffix]["median_ms"], 2)
                 for n in ("baseline: import ctxrelay", *commands)}
-    machine = {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg(),
-               "swi_home": str(home),
-               "clpfd_qlf_in_home": (home / "library" / "clp" / "clpfd.qlf").is_file()}
+    machine = {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+               "loadavg_at_end": os.getloadavg(), "swi_home": str(home),
+               "setup_qlf_variant": setup_home is not None}
     path = write("cli_startup", {
         "command": "bench/cli_startup_bench.py", "runs": args.runs, "machine": machine,
         "results": results, "verdict": verdict,

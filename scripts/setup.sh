@@ -49,16 +49,17 @@ have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("cu
 [ "$have_home" = "$want_home" ] || { log "janus-swi loads $have_home, not $want_home; remove .venv and re-run"; exit 1; }
 "$venv/bin/python" -c 'import ctxrelay' || { log "import ctxrelay failed after setup"; exit 1; }
 # That import also compiled library(ctxrelay) to .qlf files (python/ctxrelay/bridge/qlf.py).
-# Most of what is left of its load time is library(clpfd) compiled from source (about
-# 0.1 s of CPU on every start): precompile it too, in the SWI-Prolog setup built
-# (a system SWI-Prolog is left alone).
+# Most of what is left of its load time is SWI-Prolog libraries compiled from source on
+# every start (library(clpfd) alone about 0.1 s of CPU): precompile the ones it loads, in
+# the SWI-Prolog setup built (a system SWI-Prolog is left alone).
 case "$(dirname "$swipl")" in
     "$root/.deps/"*)
-        "$swipl" -q -g 'absolute_file_name(library(clpfd), F, [file_type(prolog), access(read)]),
-                        file_name_extension(B, _, F), file_name_extension(B, qlf, Q),
-                        ( exists_file(Q), time_file(Q, TQ), time_file(F, TF), TQ >= TF
-                        -> true ; qcompile(library(clpfd)) )' -t halt \
-            || log "could not precompile library(clpfd); every start compiles it (slower, still correct)";;
+        "$venv/bin/python" -c 'import ctxrelay; from ctxrelay.bridge import qlf
+print("\n".join(qlf.system_libraries_from_source()))' | while IFS= read -r lib; do
+            [ -n "$lib" ] || continue
+            "$swipl" -q -g "qcompile('$lib')" -t halt \
+                || log "could not precompile $lib; each start compiles it (slower, still correct)"
+        done;;
 esac
 # The semantic extra (the minilm embedder): torch's CPU build pinned first and again
 # beside the rest, so sentence-transformers can never pull a CUDA torch.

@@ -96,6 +96,19 @@ def load(directory: Path, goal: str) -> None:
         _build(directory, digest, goal)
 
 
+def system_libraries_from_source() -> list[str]:
+    """The SWI-Prolog library files loaded so far that have no .qlf beside them.
+
+    ``make setup`` precompiles these (scripts/setup.sh) in the SWI-Prolog it builds;
+    ``ctxrelay doctor`` reports them.
+    """
+    return list(janus.query_once(
+        "current_prolog_flag(home, _H),"
+        " findall(_F, ( source_file(_F), sub_atom(_F, 0, _, _, _H),"
+        "               file_name_extension(_B, pl, _F), file_name_extension(_B, qlf, _Q),"
+        "               \\+ exists_file(_Q) ), Fs)")["Fs"])
+
+
 def _writable(directory: Path) -> bool:
     dirs = {directory, *(p.parent for p in sources(directory))}
     return all(os.access(d, os.W_OK) for d in dirs)

@@ -27,11 +27,12 @@ def _describe(items: list[Any]) -> str:
     files = [i for i in items if isinstance(i, Path) and i.is_file()]
     dirs = [i for i in items if isinstance(i, Path) and i.is_dir()]
     texts = [i for i in items if isinstance(i, str)]
-    parts = [f"{len(xs)} {name}{'s' * (len(xs) != 1)}"
-             for xs, name in ((files, "file"), (dirs, "directory"), (texts, "text")) if xs]
+    parts = [f"{len(xs)} {one if len(xs) == 1 else many}"
+             for xs, one, many in ((files, "file", "files"), (dirs, "directory", "directories"),
+                                   (texts, "text", "texts")) if xs]
     size = sum(f.stat().st_size for f in files) + sum(len(t.encode()) for t in texts)
-    return "ingesting " + ", ".join(parts).replace("directorys", "directories") + \
-        (f" ({_size(size)}{' + directories' if dirs else ''})" if files or texts else "")
+    known = f" ({_size(size)}{' + directories' if dirs else ''})" if files or texts else ""
+    return "ingesting " + ", ".join(parts) + known
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
