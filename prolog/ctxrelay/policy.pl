@@ -45,6 +45,8 @@ option_default(namespace,               "",     text).
 option_default(tier_shares,             true,   boolean).
 option_default(mode,                    auto,   context_mode).
 option_default(promotion,               true,   boolean).
+option_default(alternation,             free,   alternation).
+option_default(history_access,          context, history_access).
 
 %!  policy_option_names(-Names) is det.
 policy_option_names(Names) :-
@@ -126,6 +128,22 @@ check_type(context_mode, _, V0, V) :-
     (   memberchk(V, [auto, conversation, document, hybrid])
     ->  true
     ;   domain_error(context_mode, V0)
+    ).
+check_type(alternation, _, V0, V) :-
+    !,
+    must_be(text, V0),
+    atom_string(V, V0),
+    (   memberchk(V, [free, strict])
+    ->  true
+    ;   domain_error(alternation, V0)
+    ).
+check_type(history_access, _, V0, V) :-
+    !,
+    must_be(text, V0),
+    atom_string(V, V0),
+    (   memberchk(V, [context, tools, none])
+    ->  true
+    ;   domain_error(history_access, V0)
     ).
 check_type(provider_window, _, V, V) :- !, must_be(positive_integer, V).
 check_type(text, _, V0, V) :- !, must_be(text, V0), text_to_string(V0, V).

@@ -9,6 +9,7 @@
 :- use_module(library(error)).
 :- use_module(library(option)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> The turn log: derived fields, topic threads and their state
@@ -38,7 +39,7 @@ what was set.
 turnlog_derive(Store0, Session, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session),
-    must_be(list, Options),
+    check_options(turnlog_derive/3, 3, Options),
     option(embedder(E), Options, ""),
     must_be(text, E),
     option(recompute(R0), Options, false),

@@ -64,6 +64,12 @@ class InvalidContentError(CtxRelayError, TypeError):
     kind = "invalid_content"
 
 
+class TurnTooLargeError(InvalidContentError):
+    """A turn's content is over the store's ``max_turn_bytes``: refused before any work."""
+
+    kind = "turn_too_large"
+
+
 class InvalidMetadataError(CtxRelayError, ValueError):
     kind = "invalid_metadata"
 

@@ -40,7 +40,7 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
     return list(policy.items())
 
 
-_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted",
+_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted", "more",
                         "pinned", "observed_exact", "raw_tokens_exact", "summary_exact",
                         "resumed"})
 
@@ -71,7 +71,9 @@ def _result(r: dict[str, Any]) -> TurnResult:
                     input_budget=lg["input_budget"], effective_cap=lg["effective_cap"],
                     output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
                     host_only_tokens=lg["host_only"]["tokens"],
-                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()})
+                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()},
+                    excerpts=[str(x) for x in lg.get("excerpts", [])],
+                    shape=dict(lg.get("shape") or {}))
     pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
                      utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
             for u in r["pack"]]
@@ -137,6 +139,21 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
                                    "dicts, lists, strings and numbers") from None
 
 
+#: The caller's names of the goals' variables, for error messages.
+_ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
+                   "Q": "query", "OpText": "operation", "Sum": "summary"}
+
+
+def _check_session_id(session_id: Any) -> None:
+    """A session id is a str: anything else (a list of characters, bytes) would be
+    read as text by Prolog and name another session."""
+    if not isinstance(session_id, str):
+        from ctxrelay.errors import InvalidSessionIdError
+        raise InvalidSessionIdError(
+            f"session_id must be a str, not {type(session_id).__name__}; pass the "
+            "session's id as text")
+
+
 def _text_or_none(name: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -153,15 +170,22 @@ class Runtime:
     or call :meth:`close`.
     """
 
-    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,
+                 max_turn_bytes: int | None = None) -> None:
         if not isinstance(store_dir, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
         self.store_dir = Path(store_dir)
-        opts = f"[default(true), map_size({int(map_size)})]" if map_size else "[default(true)]"
-        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, {opts})",
-                                   {"Dir": os.fspath(self.store_dir)})["Store"]
+        sizes = {"map_size": map_size, "max_turn_bytes": max_turn_bytes}
+        for name, value in sizes.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+        self._store = _prolog.once(
+            "ctxrelay:store_open(Dir, Store, [default(true), map_size(M), max_turn_bytes(T)])",
+            {"Dir": os.fspath(self.store_dir), "M": map_size or 0,
+             "T": max_turn_bytes or 0})["Store"]
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -184,12 +208,14 @@ class Runtime:
               **bindings: Any) -> dict[str, Any]:
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if "S" in bindings:
+            _check_session_id(bindings["S"])
         if opts is not None:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
         _check_encodable(bindings)
-        return _prolog.once(goal, {"St": self._store, **bindings})
+        return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
     def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
@@ -356,6 +382,7 @@ class Runtime:
     def packs(self, session_id: str, message: str, *, limit: int | None = None,
               **policy: Any):
         """Iterate over alternative packs, best first (non-increasing utility)."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
@@ -397,6 +424,7 @@ class Runtime:
 
     def derived(self, session_id: str, turn_id: int) -> dict[str, Any] | None:
         """A turn's derived fields, or None if it has not been derived yet."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
@@ -534,6 +562,7 @@ class Runtime:
 
     def recent(self, session_id: str, n: int) -> list[Turn]:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         # as(python): the Turn list crosses janus as one reference, not n dicts.
@@ -558,6 +587,8 @@ class Runtime:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")
+        if session_id is not None:
+            _check_session_id(session_id)
         names = [access or "search"] if not isinstance(access, list) else access
         terms = []
         for name in names:
