@@ -170,6 +170,21 @@ def test_help_loads_no_model_store_or_heavy_module():
     assert "HEAVY []" in r.stdout and "STORES []" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("argv", [["sessions"], ["history", "ops", "--last", "2"],
+                                  ["search", "ops", "quota"], ["stats"]], ids=" ".join)
+def test_store_commands_load_no_embedder_tokenizer_or_vector_index(ops, store_dir, argv):
+    """Only the store's own libraries (lmdb, numpy for the text index) come in."""
+    code = (
+        "import sys\n"
+        "from ctxrelay.apps.cli import main\n"
+        f"assert main(['--store', {str(store_dir)!r}, *{argv!r}]) == 0\n"
+        f"print(' '.join(sorted({{n.split('.')[0] for n in sys.modules}} & set({HEAVY!r}))))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=script_env())
+    assert r.returncode == 0, r.stderr
+    assert set(r.stdout.splitlines()[-1].split()) <= {"lmdb", "numpy"}, r.stdout
+
+
 def test_cli_modules_import_only_the_standard_library_at_module_level():
     """Beyond what ``import ctxrelay`` loads, the CLI's modules bring in the stdlib only."""
     code = (
