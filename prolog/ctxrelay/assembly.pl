@@ -16,6 +16,7 @@
 :- use_module(policy).
 :- use_module(context).
 :- use_module(packer).
+:- use_module(turn_pack).
 :- use_module(references).
 :- use_module(intent).
 :- use_module(blend).
@@ -52,6 +53,14 @@ public entry for "what would the next turn send"; the managed runtime
 %   the alternatives in non-increasing utility.  Options are the policy
 %   options (policy/2) and store(Store).
 %
+%   The packer searches for at most the policy's time_limit seconds per
+%   pack.  A pack found when the limit cut the search says so:
+%   Result.status.optimality is `gap` and Result.status.gap bounds the
+%   utility a better pack could add (`optimal` and 0 otherwise); after a
+%   cut search, alternatives may be missing, so fewer solutions come on
+%   backtracking.  Result.utility is the pack's utility (the sum of its
+%   units' utilities, floats as in Result.pack).
+%
 %   @error ctxrelay(context_overflow, Figures) when the mandatory part
 %          does not fit the input budget
 assemble(Session, Message, Result, Options) :-
@@ -63,6 +72,16 @@ assemble(Session, Message, Result, Options) :-
     request_policy(Store, Session, Policy0, Policy),
     assembly(request{store:Store, session:Session, text:Text, pending:[],
                      history_end:N, policy:Policy}, Result).
+
+%   optimality(+PackStatus, -Name, -Gap)
+%
+%   A pack is `optimal` (proven, Gap 0) or was cut by the time limit
+%   (`gap`: Gap bounds how much utility, in the units' scale, a better pack
+%   could add; alternatives after it may be missing).  Plain data, for
+%   every caller.
+optimality(optimal, optimal, 0) :- !.
+optimality(gap(G), gap, Gap) :- !, Gap is G / 1000.
+optimality(Other, Name, 0) :- term_string(Other, Name).
 
 %!  request_policy(+Store, +Session, +Policy0, -Policy) is det.
 %
@@ -121,12 +140,12 @@ assembly_(Request, Holder, Result) :-
     Budget is Policy.input_budget - Cands.priming,
     check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
     Available is Budget - Mandatory,
-    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
-    TimeLimit = Policy.time_limit,
+    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Gated, GatedCs, Tiers),
     shape_slack(Policy, Slack),
     history_room(Policy, Room),
     PackBudget is max(Mandatory, Budget - Slack - Room),
-    pack(Units, Constraints, PackBudget, Pack, [time_limit(TimeLimit)]),
+    turn_pack(Request, Units0-Constraints0, Gated-GatedCs, PackBudget, Analysis, Cands,
+              Units, Pack),
     Pack = pack(Selected0, Cost0, Utility, Optimality),
     units_by_id(Cands, ById),
     drop_idle_boundary(Cands, ById, Selected0, Cost0, Units, Selected, Cost),
@@ -142,9 +161,11 @@ assembly_(Request, Holder, Result) :-
     boundary_status(Cands, ById, Selected, Policy, BoundaryStatus),
     storage_report(Cands, Analysis, Storage),
     headers(Ledger, BoundaryStatus, Ms, Analysis.put(storage, Storage), Headers),
+    UtilityF is Utility / 1000,              % the units' utilities are floats too
+    optimality(Optimality, OptimalityName, Gap),
     Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
-                    pack:Report, utility:Utility,
-                    status:status{optimality:Optimality,
+                    pack:Report, utility:UtilityF,
+                    status:status{optimality:OptimalityName, gap:Gap,
                                   cold_history_boundary:BoundaryStatus,
                                   intent:Analysis.intent,
                                   references:Analysis.references,

@@ -6,6 +6,7 @@
 :- use_module(library(option)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
+:- use_module(packer/user, [user_constraints/2]).
 
 /** <module> Token policy: caps, reserve, margin and the input budget
 
@@ -47,6 +48,7 @@ option_default(mode,                    auto,   context_mode).
 option_default(promotion,               true,   boolean).
 option_default(alternation,             free,   alternation).
 option_default(history_access,          context, history_access).
+option_default(constraints,             [],     pack_constraints).
 
 %!  policy_option_names(-Names) is det.
 policy_option_names(Names) :-
@@ -120,6 +122,7 @@ option_value(Options, Name, Value) :-
     check_type(Type, Name, Value0, Value).
 
 check_type(any, _, V, V) :- !.
+check_type(pack_constraints, _, V0, V) :- !, user_constraints(V0, V).
 check_type(provider_window, _, auto, auto) :- !.
 check_type(context_mode, _, V0, V) :-
     !,

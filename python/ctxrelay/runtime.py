@@ -37,7 +37,30 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
         raise InvalidArgumentError(
             f"unknown policy option(s) {', '.join(unknown)}; valid options are: "
             + ", ".join(names))
+    if "constraints" in policy:
+        policy = {**policy, "constraints": _constraints(policy["constraints"])}
     return list(policy.items())
+
+
+def _constraints(constraints: Any) -> list[Any]:
+    """The ``constraints`` keyword: pack constraints as Prolog text
+    (``"tokens(role(tool)) #=< 300"``) or as tuples ``(Name, Arg, ...)`` for
+    ``Name(Arg, ...)`` (``("#=<", ("tokens", ("role", "tool")), 300)``).  Only
+    their shape is checked here; Prolog checks what they say (the packer's
+    vocabulary, docs/packer.md) and raises InvalidConstraintError naming the
+    bad one."""
+    from ctxrelay.errors import InvalidConstraintError
+    if isinstance(constraints, (str, bytes)) or not isinstance(constraints, (list, tuple)):
+        raise InvalidConstraintError(
+            f"constraints must be a list of constraints, not {type(constraints).__name__}; "
+            "pass constraints=[\"tokens(role(tool)) #=< 300\"]",
+            constraint=repr(constraints))
+    for c in constraints:
+        if not isinstance(c, (str, tuple)) or isinstance(c, tuple) and not c:
+            raise InvalidConstraintError(
+                f"pack constraint {c!r} is neither Prolog text nor a (Name, Arg, ...) tuple; "
+                "write it as text, e.g. \"count(tier(p)) #>= 2\"", constraint=repr(c))
+    return list(constraints)
 
 
 _BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted", "more",
@@ -81,7 +104,7 @@ def _result(r: dict[str, Any]) -> TurnResult:
     status["optimality"] = str(status["optimality"])
     return TurnResult(messages=messages, ledger=ledger,
                       headers={str(k): v for k, v in r["headers"].items()}, pack=pack,
-                      utility=float(r["utility"]) / 1000, status=status,
+                      utility=float(r["utility"]), status=status,
                       reply=r.get("reply"), user_turn=r.get("user_turn"),
                       assistant_turn=r.get("assistant_turn"))
 
@@ -111,6 +134,42 @@ def _json_metadata(metadata: Any) -> Any:
     import json
     from ctxrelay.storage.lmdb.transcript import _normalise_metadata
     return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
+
+
+_TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".json", ".jsonl", ".csv", ".log",
+                  ".html", ".htm", ".xml", ".yaml", ".yml", ".pl", ".py")
+
+
+def _ingest_sources(paths_or_texts: Any) -> list[dict[str, str]]:
+    """What ``ingest`` reads: a path (an ``os.PathLike``, or a str that names a file
+    or looks like a path: no line break, a path separator or a text-file suffix),
+    else text.  A path that does not exist is an error, not a fact."""
+    if paths_or_texts is None:
+        raise InvalidArgumentError("ingest needs a path, a text, or a list of them; got None")
+    items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) \
+        else list(paths_or_texts) if isinstance(paths_or_texts, (list, tuple)) else None
+    if items is None:
+        raise InvalidArgumentError(
+            f"ingest takes a path, a text, or a list of them, not "
+            f"{type(paths_or_texts).__name__}")
+    sources = []
+    for item in items:
+        if isinstance(item, os.PathLike) or (
+                isinstance(item, str) and "\n" not in item and len(item) < 4096
+                and (os.path.exists(item) or os.sep in item
+                     or item.lower().endswith(_TEXT_SUFFIXES))):
+            path = os.fspath(item)
+            if not os.path.exists(path):
+                raise InvalidArgumentError(
+                    f"no file or directory {path!r} to ingest; check the path, or pass the "
+                    "text itself (text with a line break, or without a path's shape)")
+            sources.append({"path": path})
+        elif isinstance(item, str):
+            sources.append({"text": item})
+        else:
+            raise InvalidArgumentError(
+                f"ingest items are paths or texts, not {type(item).__name__}")
+    return sources
 
 
 def _turn_input(message: Any) -> Any:
@@ -318,9 +377,13 @@ class Runtime:
                      **policy: Any) -> TurnResult:
         """Append ``message``, assemble a bounded pack, call the provider, append the reply.
 
-        Policy keywords: see :data:`POLICY_KEYS`.  The same ``key`` retried
-        appends nothing new.  Raises :class:`ContextOverflowError` (nothing
-        sent) when the mandatory part cannot fit the input budget.
+        Policy keywords: see :func:`policy_option_names`; ``constraints`` is a
+        list of pack constraints (text or tuples, see docs/packer.md) the pack
+        must satisfy.  The same ``key`` retried appends nothing new.  Raises
+        :class:`ContextOverflowError` (nothing sent) when the mandatory part
+        cannot fit the input budget, :class:`InconsistentConstraintsError`
+        when no pack satisfies the constraints, :class:`InvalidConstraintError`
+        for a malformed one.
         """
         opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
         r = self._call("ctxrelay:managed_turn(S, M, R, [store(St)|_Opts])",
@@ -374,14 +437,20 @@ class Runtime:
         return _result(r)
 
     def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:
-        """The best pack for ``message`` as the next turn: nothing appended, no provider call."""
+        """The best pack for ``message`` as the next turn: nothing appended, no provider call.
+
+        ``constraints=[...]`` (text or tuples) are pack constraints it must
+        satisfy, as for :meth:`managed_turn`."""
         r = self._call("ctxrelay:assemble(S, M, R, [store(St)|_Opts]), !",
                        opts=_policy_pairs(policy), S=session_id, M=message)["R"]
         return _result(r)
 
     def packs(self, session_id: str, message: str, *, limit: int | None = None,
               **policy: Any):
-        """Iterate over alternative packs, best first (non-increasing utility)."""
+        """Iterate over alternative packs, best first (non-increasing utility).
+
+        With ``constraints=[...]`` every pack satisfies them; the first is the
+        optimum of the model that includes them."""
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
@@ -540,9 +609,7 @@ class Runtime:
     def ingest(self, paths_or_texts: Any, *, namespace: str | None = None,
                source_type: str | None = None, progress: bool | None = None) -> dict[str, Any]:
         """Chunk documents (paths, directories or texts) into facts; a progress bar on a TTY."""
-        items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) else list(paths_or_texts)
-        sources = [{"path": os.fspath(i)} if isinstance(i, os.PathLike) else {"text": str(i)}
-                   for i in items]
+        sources = _ingest_sources(paths_or_texts)
         opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
                                     ("progress", progress)) if v is not None]
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "

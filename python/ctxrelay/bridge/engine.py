@@ -99,12 +99,19 @@ def translate(exc: janus.PrologError,
             return cls(f"no session {info.get('culprit')!r}; create it first with "
                        "create_session() (or pass create_session=True to prepare_turn())")
         return cls(message)
+    if info["formal"].startswith("domain_error(pack_constraint,"):
+        culprit = info["formal"][len("domain_error(pack_constraint,"):-1]
+        return errors.InvalidConstraintError(message, constraint=culprit)
     worded = messages.exception(info, arguments)
     if worded is not None:
         return worded
     cls = _classes_by_kind().get(kind) or _ISO_CLASSES.get(kind, errors.PrologError)
+    details = {str(k): v for k, v in dict(info.get("details") or {}).items()}
     if cls is errors.ContextOverflowError:
-        return cls(message, **{str(k): v for k, v in dict(info.get("details") or {}).items()})
+        return cls(message, **details)
+    if cls is errors.InconsistentConstraintsError:
+        return cls(message, **{k: v for k, v in details.items()
+                               if k in ("constraints", "mandatory", "budget", "unit")})
     return cls(message)
 
 
