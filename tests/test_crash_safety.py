@@ -343,7 +343,7 @@ def test_check_finds_damaged_derived_records_and_repair_rebuilds_them(tmp_path, 
         assert (rt.export("ops"), rt.export("other")) == before          # turns untouched
         assert [h.turn_id for h in rt.search("ops", "needle7")] == [8]
         assert rt.append("ops", "user", "after the repair") == 13        # ids continue
-        assert rt.append("ops", "user", f"line 0 needle0 common words", key="o0") == 1
+        assert rt.append("ops", "user", "line 0 needle0 common words", key="o0") == 1
 
 
 def test_check_repairs_a_damaged_turn_log(tmp_path, capsys):

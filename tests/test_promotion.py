@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from ctxrelay.knowledge.promotion import (name_key, parse_namings, promote_after
                                 statements)
 from ctxrelay.storage import open_stores
 from ctxrelay.storage.lmdb.scratch import open_scratch_store
-from ctxrelay.storage.lmdb.turnlog import TurnLog
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ crossing per turn; the facade tests go through ``Runtime`` and Prolog.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from ctxrelay.storage.cache import (CacheKey, HotCache, HotCacheBackend, InvalidEmbeddingError,
+from ctxrelay.storage.cache import (HotCache, HotCacheBackend, InvalidEmbeddingError,
                             SignProjection)
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 

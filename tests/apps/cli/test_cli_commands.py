@@ -1,59 +1,16 @@
-"""The ``ctxrelay`` command line: subprocesses of the console script, and main(argv) in-process."""
+"""The ``ctxrelay`` commands: subprocesses of the console script, and main(argv) in-process."""
 from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
-import types
-from pathlib import Path
 
 import pytest
+from cli_support import ROOT, SCRIPT, as_json, ops, run, run_script, script_env  # noqa: F401
 
 from ctxrelay.apps import cli
 from ctxrelay.runtime import Runtime
-
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / ".venv" / "bin" / "ctxrelay"
-
-
-def run_script(store: Path, *args: str, input: str | None = None,
-               cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The installed console script, in a subprocess, with --store (unless None)."""
-    env = {k: v for k, v in os.environ.items() if k != cli.STORE_ENV}
-    argv = [str(SCRIPT), *(["--store", str(store)] if store is not None else []), *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                          input=input if input is not None else "", cwd=cwd or store.parent)
-
-
-@pytest.fixture
-def run(store_dir, capsys, monkeypatch):
-    """main(["--store", store, *argv]) in-process; returns (exit code, stdout, stderr)."""
-    monkeypatch.delenv(cli.STORE_ENV, raising=False)
-
-    def call(*argv: str, store: Path | None = store_dir) -> tuple[int, str, str]:
-        capsys.readouterr()
-        rc = cli.main([*(["--store", str(store)] if store is not None else []), *argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-    return call
-
-
-@pytest.fixture
-def ops(run):
-    """A store with session 'ops' and three turns."""
-    assert run("init")[0] == 0
-    assert run("sessions", "create", "ops")[0] == 0
-    for role, text in (("user", "our etcd quota is 8 GiB"),
-                       ("assistant", "Noted: --quota-backend-bytes=8589934592."),
-                       ("user", "the defrag window is Sunday 02:00 UTC")):
-        assert run("append", "ops", role, text)[0] == 0
-    return run
-
-
-def as_json(out: str) -> dict:
-    return json.loads(out)
 
 
 # -- the console script, end to end -----------------------------------------------------
@@ -122,16 +79,25 @@ def test_script_errors_go_to_stderr_with_exit_codes(tmp_path):
     assert r.returncode == 2 and "invalid choice: 'robot'" in r.stderr
 
 
-def test_store_defaults_to_env_then_dot_ctxrelay(tmp_path):
-    env_store = tmp_path / "from-env"
-    env = {**{k: v for k, v in os.environ.items() if k != cli.STORE_ENV},
-           cli.STORE_ENV: str(env_store)}
-    r = subprocess.run([str(SCRIPT), "init"], capture_output=True, text=True, env=env,
-                       cwd=tmp_path, timeout=120)
+def test_store_is_the_option_then_the_env_then_dot_ctxrelay(tmp_path):
+    env_store, opt_store = tmp_path / "from-env", tmp_path / "from-option"
+    env = script_env(**{cli.STORE_ENV: str(env_store)})
+    r = run_script(None, "init", env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (env_store / "transcript.lmdb").is_dir()
-    assert run_script(None, "init", cwd=tmp_path).returncode == 0
+    assert run_script(env_store, "sessions", "create", "e", env=env).returncode == 0
+    r = run_script(None, "--json", "sessions", env=env, cwd=tmp_path)          # the env's store
+    assert [s["session_id"] for s in as_json(r.stdout)["sessions"]] == ["e"]
+    assert run_script(opt_store, "init", env=env).returncode == 0              # --store wins
+    r = run_script(opt_store, "--json", "sessions", env=env)
+    assert as_json(r.stdout)["sessions"] == []
+    r = run_script(None, "sessions", "--store", str(opt_store), "--json", env=env, cwd=tmp_path)
+    assert as_json(r.stdout)["sessions"] == []
+    assert run_script(None, "init", cwd=tmp_path).returncode == 0              # neither
     assert (tmp_path / ".ctxrelay" / "transcript.lmdb").is_dir()
+    r = run_script(None, "sessions", env=script_env(**{cli.STORE_ENV: str(tmp_path / "none")}),
+                   cwd=tmp_path)
+    assert r.returncode == 2 and f"(from {cli.STORE_ENV})" in r.stderr
 
 
 def test_doctor_reports_swi_prolog_9_and_passes(tmp_path):
@@ -143,8 +109,12 @@ def test_doctor_reports_swi_prolog_9_and_passes(tmp_path):
     assert checks["swi-prolog"]["status"] == "ok"
     assert checks["swi-prolog"]["detail"].startswith("SWI-Prolog 9.")
     assert checks["embedded python"]["status"] == "ok", checks["embedded python"]
-    assert sys.prefix in checks["embedded python"]["detail"]
+    detail = checks["embedded python"]["detail"]
+    assert sys.prefix in detail or os.path.realpath(sys.prefix) in detail
     assert {"janus", "library(ctxrelay)", "tokenizers", "embedders"} <= set(checks)
+    precompiled = checks["precompiled prolog"]
+    assert precompiled["status"] in ("ok", "info")
+    assert precompiled["detail"].startswith("library(ctxrelay) from .qlf files")
     text = run_script(tmp_path / "s", "doctor")
     assert text.returncode == 0 and "ok   swi-prolog: SWI-Prolog 9." in text.stdout
 
@@ -181,23 +151,62 @@ def test_expected_commands_exist():
                      "serve", "doctor"}
 
 
-def test_help_path_imports_only_the_standard_library():
-    """cli.py loaded on its own (not as ctxrelay.apps.cli) answers --help without the package."""
+HEAVY = ("numpy", "torch", "tiktoken", "lmdb", "hnswlib", "igraph", "leidenalg",
+         "sentence_transformers", "starlette", "uvicorn", "tqdm")
+
+
+def test_help_loads_no_model_store_or_heavy_module():
+    """--help pays for the package (janus, library(ctxrelay)) and argparse, nothing more."""
     code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('cli_alone', {str(cli.__file__)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "for argv in (['--help'], ['turn', '--help'], ['doctor', '--help']):\n"
-        "    try:\n"
-        "        m.main(argv)\n"
-        "    except SystemExit:\n"
-        "        pass\n"
-        "heavy = sorted(n for n in sys.modules if n.split('.')[0] in\n"
-        "               ('ctxrelay', 'janus_swi', 'numpy', 'torch', 'tiktoken', 'lmdb'))\n"
-        "print('HEAVY', heavy)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        "import sys\n"
+        "from ctxrelay.apps.cli import main\n"
+        "for argv in (['--help'], ['turn', '--help'], ['doctor', '--help'], ['check', '--help']):\n"
+        "    assert main(argv) == 0\n"
+        f"print('HEAVY', sorted(n for n in sys.modules if n.split('.')[0] in {HEAVY!r}))\n"
+        "print('STORES', sorted(n for n in sys.modules if n.startswith('ctxrelay.storage')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=script_env())
     assert r.returncode == 0, r.stderr
-    assert "HEAVY []" in r.stdout
+    assert "HEAVY []" in r.stdout and "STORES []" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("argv", [["sessions"], ["history", "ops", "--last", "2"],
+                                  ["search", "ops", "quota"], ["stats"]], ids=" ".join)
+def test_store_commands_load_no_embedder_tokenizer_or_vector_index(ops, store_dir, argv):
+    """Only the store's own libraries (lmdb, numpy for the text index) come in."""
+    code = (
+        "import sys\n"
+        "from ctxrelay.apps.cli import main\n"
+        f"assert main(['--store', {str(store_dir)!r}, *{argv!r}]) == 0\n"
+        f"print(' '.join(sorted({{n.split('.')[0] for n in sys.modules}} & set({HEAVY!r}))))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=script_env())
+    assert r.returncode == 0, r.stderr
+    assert set(r.stdout.splitlines()[-1].split()) <= {"lmdb", "numpy"}, r.stdout
+
+
+def test_cli_modules_import_only_the_standard_library_at_module_level():
+    """Beyond what ``import ctxrelay`` loads, the CLI's modules bring in the stdlib only."""
+    code = (
+        "import sys\n"
+        "import ctxrelay\n"
+        "before = set(sys.modules)\n"
+        "import ctxrelay.apps.cli\n"
+        "new = set(sys.modules) - before\n"
+        "ours = sorted(m for m in new if m.startswith('ctxrelay.apps.cli'))\n"
+        "other = sorted(m for m in new if not m.startswith('ctxrelay.apps')\n"
+        "               and m.split('.')[0] not in sys.stdlib_module_names)\n"
+        "print('OTHER', other, 'OURS', len(ours))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=script_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OTHER [] OURS "), r.stdout
+    assert int(r.stdout.split()[-1]) >= 15            # one module per command group and more
+
+
+def test_no_cli_module_is_long():
+    for path in (ROOT / "python" / "ctxrelay" / "apps" / "cli").glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 400, path
 
 
 def test_cli_roles_match_the_library():
@@ -227,7 +236,8 @@ def test_append_json_key_and_create(run):
     rc, out, err = run("--json", "append", "new", "user", "hello", "--create", "--key", "k1",
                        "--metadata", '{"source": "cli"}')
     assert rc == 0, err
-    assert as_json(out) == {"session_id": "new", "turn_id": 1, "created_session": True}
+    assert as_json(out) == {"ok": True, "session_id": "new", "turn_id": 1,
+                            "created_session": True}
     rc, out, _ = run("--json", "append", "new", "user", "hello", "--key", "k1",
                      "--metadata", '{"source": "cli"}')
     assert as_json(out)["turn_id"] == 1                     # idempotent by key
@@ -346,11 +356,12 @@ def test_export_file_and_import_under_new_id(ops, tmp_path):
     dest = tmp_path / "ops.jsonl"
     rc, out, err = ops("--json", "export", "ops", "-o", str(dest))
     assert rc == 0, err
-    assert as_json(out) == {"session_id": "ops", "turns": 3, "path": str(dest.resolve())}
+    assert as_json(out) == {"ok": True, "session_id": "ops", "turns": 3,
+                            "path": str(dest.resolve())}
     rc, _, err = ops("import", str(dest))
     assert rc == 2 and "already exists" in err and "--session" in err
     rc, out, _ = ops("--json", "import", str(dest), "--session", "copy")
-    assert as_json(out) == {"session_id": "copy", "turns": 3}
+    assert as_json(out) == {"ok": True, "session_id": "copy", "turns": 3}
     rc, out, _ = ops("--json", "export", "copy")
     lines = as_json(out)["jsonl"].splitlines()
     assert json.loads(lines[0])["session_id"] == "copy" and len(lines) == 4
@@ -390,7 +401,7 @@ def test_scratch_record_list_show_raw_pin(ops, tmp_path):
     assert rc == 2 and "scratch id" in err
 
 
-# -- stats, check ------------------------------------------------------------------------
+# -- stats ---------------------------------------------------------------------------------------
 
 def test_store_stats(ops):
     ops("sessions", "create", "empty")
@@ -398,78 +409,6 @@ def test_store_stats(ops):
     doc = as_json(out)
     assert (doc["sessions"], doc["turns"]) == (2, 3)
     assert {s["session_id"]: s["turn_count"] for s in doc["by_session"]} == {"empty": 0, "ops": 3}
-
-
-def test_check_passes_on_a_healthy_store(ops):
-    rc, out, err = ops("--json", "check")
-    assert rc == 0, out + err
-    doc = as_json(out)
-    assert doc["ok"] is True and doc["problems"] == 0
-    [report] = doc["sessions"]
-    assert report["turns"] == 3 and report["search"].startswith("turn 3 found")
-
-
-def _damage(store: Path, turn_id: int, value: bytes | None) -> None:
-    """Rewrite or delete one turn record of the store's first session, below the API.
-
-    Uses the on-disk layout documented in ctxrelay.storage.lmdb.transcript (database ``turns``,
-    key = session number + turn id, both u64 big-endian; the first session is 1),
-    through py-lmdb only: no private ctxrelay API.
-    """
-    import lmdb
-    env = lmdb.open(str(store / "transcript.lmdb"), max_dbs=64, subdir=True)
-    try:
-        with env.begin(write=True) as txn:
-            turns = env.open_db(b"turns", txn=txn, create=False)
-            key = struct.pack(">QQ", 1, turn_id)
-            assert txn.get(key, db=turns) is not None
-            if value is None:
-                txn.delete(key, db=turns)
-            else:
-                txn.put(key, value, db=turns)
-    finally:
-        env.close()
-
-
-def _store_with_turns(tmp_path: Path, n: int) -> Path:
-    store = tmp_path / "damaged"
-    assert run_script(store, "init").returncode == 0
-    jsonl = "\n".join([json.dumps({"type": "session", "session_id": "ops",
-                                   "created": "2026-01-01T00:00:00Z", "metadata": {},
-                                   "archived": False, "turn_count": n})] +
-                      [json.dumps({"type": "turn", "session_id": "ops", "turn_id": i,
-                                   "role": "user", "content": f"note {i} about widget{i}",
-                                   "timestamp": "2026-01-01T00:00:00Z"})
-                       for i in range(1, n + 1)]) + "\n"
-    assert run_script(store, "import", "-", input=jsonl).returncode == 0
-    return store
-
-
-def test_check_finds_a_missing_turn(tmp_path):
-    store = _store_with_turns(tmp_path, 4)
-    _damage(store, 2, None)
-    r = run_script(store, "--json", "check")
-    assert r.returncode == 1, r.stdout + r.stderr
-    [report] = as_json(r.stdout)["sessions"]
-    problems = "\n".join(report["problems"])
-    assert "not contiguous 1..n: missing 2" in problems
-    assert "counter turn_count is 4 but the stored turns give 3" in problems
-    text = run_script(store, "check")
-    assert text.returncode == 1 and "FAIL ops" in text.stdout
-
-
-def test_check_finds_an_unparsable_turn(tmp_path):
-    store = _store_with_turns(tmp_path, 3)
-    _damage(store, 2, b"{not json")
-    r = run_script(store, "--json", "check")
-    assert r.returncode == 1, r.stdout + r.stderr
-    problems = "\n".join(as_json(r.stdout)["sessions"][0]["problems"])
-    assert "turn 2 does not parse" in problems
-
-
-def test_check_unknown_session(ops):
-    rc, _, err = ops("check", "ghost")
-    assert rc == 2 and "no session 'ghost'" in err
 
 
 # -- knowledge store ---------------------------------------------------------------------
@@ -516,29 +455,6 @@ def test_ingest_missing_path(ops, tmp_path):
     assert rc == 2 and "does not exist" in err
 
 
-# -- serve -------------------------------------------------------------------------------
-
-def test_serve_without_a_server_module(ops, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ctxrelay.apps.server", None)   # as if it did not exist
-    rc, _, err = ops("serve")
-    assert rc == 2
-    assert "server is not available in this version" in err
-
-
-def test_serve_delegates_to_server_main(ops, store_dir, monkeypatch):
-    seen = {}
-
-    def fake_main(argv):
-        seen["argv"], seen["store"] = argv, os.environ.get(cli.STORE_ENV)
-        return 0
-    monkeypatch.setitem(sys.modules, "ctxrelay.apps.server",
-                        types.SimpleNamespace(main=fake_main, __name__="ctxrelay.apps.server"))
-    monkeypatch.delenv(cli.STORE_ENV, raising=False)
-    rc, _, err = ops("serve", "--", "--port", "8080")
-    assert rc == 0, err
-    assert seen == {"argv": ["--port", "8080"], "store": str(store_dir)}
-
-
 # -- usage errors ------------------------------------------------------------------------
 
 def test_usage_errors_exit_2_and_answer_json(run):
@@ -575,3 +491,54 @@ def test_json_flag_after_the_command(ops):
     assert rc == 0 and as_json(out)["sessions"][0]["session_id"] == "ops"
     rc, out, _ = ops("--json", "init")
     assert as_json(out)["created"] is False and as_json(out)["sessions"] == 1
+
+
+# -- --version, --json ---------------------------------------------------------------------
+
+def test_version_goes_to_stdout_and_answers_json(run):
+    from importlib.metadata import version
+    rc, out, err = run("--version", store=None)
+    assert (rc, out, err) == (0, f"ctxrelay {version('ctxrelay')}\n", "")
+    for argv in (["--json", "--version"], ["--version", "--json"]):
+        rc, out, err = run(*argv, store=None)
+        assert rc == 0 and err == ""
+        assert as_json(out) == {"ok": True, "version": version("ctxrelay")}
+
+
+def test_version_from_the_console_script():
+    r = run_script(None, "--version")
+    assert r.returncode == 0 and r.stdout.startswith("ctxrelay ") and r.stderr == ""
+
+
+SUCCESSFUL_JSON = [
+    ["init"], ["sessions"], ["sessions", "show", "ops"], ["sessions", "create", "other"],
+    ["sessions", "archive", "ops"], ["append", "ops", "user", "more"], ["history", "ops"],
+    ["search", "ops", "quota"], ["stats"], ["stats", "ops"], ["export", "ops"],
+    ["assemble", "ops", "quota?"], ["turn", "ops", "quota?"], ["check"],
+    ["scratch", "list", "ops"], ["derive", "ops", "--embedder", "hashing"],
+]
+
+
+@pytest.mark.parametrize("argv", SUCCESSFUL_JSON, ids=" ".join)
+def test_every_successful_json_document_says_ok_true(ops, argv):
+    rc, out, err = ops("--json", *argv)
+    assert rc == 0, err
+    doc = as_json(out)
+    assert next(iter(doc)) == "ok" and doc["ok"] is True, doc
+
+
+def test_unknown_options_are_usage_errors_except_for_serve(ops):
+    rc, out, err = ops("--json", "history", "ops", "--bogus", "1")
+    assert rc == 2 and "unrecognized arguments: --bogus 1" in err
+    assert as_json(out)["ok"] is False
+
+
+def test_derive_brings_the_turn_log_up_to_date(ops):
+    rc, out, err = ops("--json", "derive", "ops", "--embedder", "hashing")
+    assert rc == 0, err
+    doc = as_json(out)
+    assert doc["derived"] == 3 and doc["embedder"].startswith("hashing")
+    rc, out, _ = ops("--json", "derive", "ops", "--embedder", "hashing")
+    assert as_json(out)["derived"] == 0                    # nothing new to derive
+    rc, out, _ = ops("derive", "ops", "--embedder", "hashing", "--recompute")
+    assert rc == 0 and out.startswith("ops: 3 turn(s) derived with hashing")
