@@ -21,6 +21,9 @@ import uvicorn
 from ctxrelay.apps.server import Relay, ServerConfig, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
+#: uvicorn re-raises SIGTERM after its graceful shutdown, so a drained relay ends by it
+#: (systemd counts that as a clean stop); 0 when it stops on its own.
+CLEAN_EXIT = (0, -15)
 POLICY = {"max_context_tokens": 4096, "output_reserve": 256, "safety_margin": 32,
           "min_recent_turns": 4}
 

@@ -16,7 +16,7 @@ import pytest
 from ctxrelay.apps.server.errors import ApiError
 from ctxrelay.apps.server.gate import SessionGate, slot_of
 
-from relay_support import POLICY, RecordingUpstream, Subprocess, start_in_thread
+from relay_support import CLEAN_EXIT, POLICY, RecordingUpstream, Subprocess, start_in_thread
 
 
 def test_concurrent_turns_of_one_session_queue_and_keep_their_order(tmp_path):
@@ -156,7 +156,7 @@ def test_two_worker_processes_keep_every_sessions_turns_in_order(tmp_path):
         assert not errors, errors[:3]
         metrics = httpx.get(f"{relay.url}/metrics").text
     finally:
-        assert relay.stop() == 0
+        assert relay.stop() in CLEAN_EXIT
     from ctxrelay import Runtime
     with Runtime(tmp_path / "store") as rt:
         for s in sessions:
