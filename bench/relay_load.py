@@ -141,6 +141,9 @@ class Relay:
             cmd = ["taskset", "-c", cores, *cmd]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        if log is None and os.environ.get("RELAY_LOAD_LOGS"):
+            log = Path(os.environ["RELAY_LOAD_LOGS"]) / f"relay-{self.port}.log"
+            cmd[cmd.index("--log-level") + 1] = "info"
         self.spawned = time.perf_counter()
         self._log = open(log or os.devnull, "w")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
@@ -274,7 +277,7 @@ def loadavg() -> list[float]:
 
 def arm_scale(template: Path, work: Path, sessions: list[str], turns: int, prior: int,
               workers: int, cores: str) -> dict[str, Any]:
-    store = work / f"scale-{workers}w"
+    store = work / f"scale-{workers}w-{cores.replace(',', '')}"
     shutil.copytree(template, store)
     before = loadavg()
     relay = Relay(store, workers=workers, cores=cores, upstream="echo")
@@ -416,9 +419,16 @@ def main() -> int:
             print("1 worker/1 core", one["throughput_per_s"], one["check"]["ok"], flush=True)
             two = arm_scale(template, work, sessions, args.turns, args.prior, 2, "0,1")
             print("2 workers/2 cores", two["throughput_per_s"], two["check"]["ok"], flush=True)
+            # Threads instead of processes: one worker, its 2 Prolog threads, 2 cores.
+            threads = arm_scale(template, work, sessions, args.turns, args.prior, 1, "0,1")
+            print("1 worker (2 threads)/2 cores", threads["throughput_per_s"],
+                  threads["check"]["ok"], flush=True)
             results["scale"] = {"one_worker_one_core": one, "two_workers_two_cores": two,
+                                "one_worker_two_threads_two_cores": threads,
                                 "throughput_ratio": round(two["throughput_per_s"]
                                                           / one["throughput_per_s"], 3),
+                                "threads_ratio": round(threads["throughput_per_s"]
+                                                       / one["throughput_per_s"], 3),
                                 "target": ">= 1.8"}
         if "long_turn" in arms:
             results["long_turn"] = arm_long_turn(template, work, sessions, args.turns,
@@ -434,6 +444,8 @@ def main() -> int:
                                              ("long_turn", "p95_ratio"),
                                              ("slow_upstream", "throughput_ratio_to_bound"),
                                              ("startup", "readyz_s_median")) if a in results}
+    if "scale" in results:
+        summary["threads_ratio"] = results["scale"]["threads_ratio"]
     results["summary"] = summary
     print(json.dumps(summary, indent=1))
     if not args.quick:

@@ -335,7 +335,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         error = ApiError(404, f"unknown route {request.method} {request.url.path}; the relay "
-                         "serves POST /v1/chat/completions, GET /v1/models and GET /health",
+                         "serves POST /v1/chat/completions, GET /v1/models, GET /v1/sessions/{id}/turns, "
+                         "GET /health, /healthz, /readyz and /metrics",
                          code="unknown_url")
     elif exc.status_code == 405:
         error = ApiError(405, f"method {request.method} is not allowed on {request.url.path}",
