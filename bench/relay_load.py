@@ -94,26 +94,40 @@ def seed(store: Path, sessions: list[str], prior: int, heavy: list[str], heavy_t
     return time.perf_counter() - t0
 
 
-def verify(store: Path, expected: dict[str, list[str]], prior: int) -> dict[str, Any]:
-    """Each session: its prior turns, then exactly its client's messages in order, each
-    followed by one assistant reply."""
+def verify(store: Path, expected: dict[str, list[str]], prior: int,
+           unanswered: set[str] | None = None) -> dict[str, Any]:
+    """Each session: its prior turns, then its client's messages in the order sent, each
+    followed by one assistant reply; none lost, duplicated or crossed.  A message whose
+    request got no answer (the connection broke) may be stored or not -- the client
+    cannot know -- but nothing else may differ."""
     from ctxrelay import Runtime
+    unanswered = unanswered or set()
     problems: list[str] = []
+    stored_unanswered = 0
     with Runtime(store) as rt:
         for session, sent in expected.items():
             turns = rt.history(session)
             new = turns[prior:]
             users = [t.content for t in new if t.role == "user"]
-            roles = [t.role for t in new]
-            if users != sent:
-                problems.append(f"{session}: user turns {len(users)} != sent {len(sent)} "
-                                "or out of order")
-            if roles != ["user", "assistant"] * len(sent):
+            answered = [m for m in sent if m not in unanswered and m not in REFUSED]
+            if any(u in REFUSED for u in users):
+                problems.append(f"{session}: a refused turn was stored")
+            it = iter(sent)
+            in_order = all(any(u == m for m in it) for u in users)   # a subsequence of sent
+            if not in_order or len(set(users)) != len(users):
+                problems.append(f"{session}: stored user turns are out of order, duplicated "
+                                "or not this session's")
+            missing = [m for m in answered if m not in users]
+            if missing:
+                problems.append(f"{session}: {len(missing)} answered turns are not stored")
+            stored_unanswered += sum(1 for u in users if u in unanswered)
+            if [t.role for t in new] != ["user", "assistant"] * len(users):
                 problems.append(f"{session}: roles are not user/assistant pairs")
-            if len(turns) != prior + 2 * len(sent):
-                problems.append(f"{session}: {len(turns)} turns, expected "
-                                f"{prior + 2 * len(sent)}")
+            if len(turns) != prior + 2 * len(users) or \
+                    [t.turn_id for t in turns] != list(range(1, len(turns) + 1)):
+                problems.append(f"{session}: {len(turns)} turns with gaps or extras")
     return {"sessions": len(expected), "turns_checked": sum(len(v) for v in expected.values()),
+            "unanswered": len(unanswered), "unanswered_stored": stored_unanswered,
             "ok": not problems, "problems": problems[:20]}
 
 
@@ -225,6 +239,10 @@ def serve_upstream(port: int, delay: float) -> None:
 # ------------------------------------------------------------------------ load
 
 
+UNANSWERED: set[str] = set()      # no answer (connection broke): stored or not
+REFUSED: set[str] = set()         # an error answer: must not be stored
+
+
 async def _client(http: httpx.AsyncClient, url: str, session: str, messages: list[str],
                   lat: list[float], errors: list[str], stop: asyncio.Event | None = None) -> None:
     for text in messages:
@@ -237,9 +255,11 @@ async def _client(http: httpx.AsyncClient, url: str, session: str, messages: lis
                                       "messages": [{"role": "user", "content": text}]})
             if r.status_code != 200:
                 errors.append(f"{session}: HTTP {r.status_code} {r.text[:200]}")
+                REFUSED.add(text)
                 continue
         except httpx.HTTPError as e:
             errors.append(f"{session}: {type(e).__name__}: {e}")
+            UNANSWERED.add(text)
             continue
         lat.append(time.perf_counter() - t0)
 
@@ -288,7 +308,7 @@ def arm_scale(template: Path, work: Path, sessions: list[str], turns: int, prior
     code = relay.stop()
     return {"workers": workers, "cores": cores, "loadavg_before": before,
             "loadavg_after": loadavg(), "startup": startup, "warmup": warm, **result,
-            "exit_code": code, "check": verify(store, sent, prior)}
+            "exit_code": code, "check": verify(store, sent, prior, UNANSWERED)}
 
 
 def arm_long_turn(template: Path, work: Path, sessions: list[str], turns: int, prior: int,
@@ -340,7 +360,8 @@ def arm_long_turn(template: Path, work: Path, sessions: list[str], turns: int, p
     return {"loadavg_before": before, "loadavg_after": loadavg(), "baseline": baseline,
             "during_long_turn": during, "p95_ratio": round(ratio, 3) if ratio else None,
             "target": "<= 2.0", "exit_code": code,
-            "check": verify(store, {s: v for s, v in sent.items() if s not in heavy}, prior)}
+            "check": verify(store, {s: v for s, v in sent.items() if s not in heavy}, prior,
+                            UNANSWERED)}
 
 
 def arm_slow_upstream(work: Path, n_sessions: int, turns: int, delay: float) -> dict[str, Any]:
@@ -357,7 +378,7 @@ def arm_slow_upstream(work: Path, n_sessions: int, turns: int, delay: float) -> 
         asyncio.run(load(relay.url, sessions, 1, sent))      # sessions exist, caches warm
         out[name] = asyncio.run(load(relay.url, sessions, turns, sent))
         out[name]["exit_code"] = relay.stop()
-        out[name]["check"] = verify(store, sent, 0)
+        out[name]["check"] = verify(store, sent, 0, UNANSWERED)
         if upstream is not None:
             upstream.stop()
     cpu = out["echo_cpu_bound"]["throughput_per_s"]
