@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
+import json
 import subprocess
 import sys
 import threading
@@ -119,9 +118,13 @@ def test_the_gate_waits_for_a_session_held_by_another_process(tmp_path):
 @pytest.mark.slow
 def test_two_worker_processes_keep_every_sessions_turns_in_order(tmp_path):
     """The relay with --workers 2 under concurrent load: each session holds exactly its
-    turns, in order, whichever worker served each request."""
-    relay = Subprocess.relay(tmp_path / "store", tmp_path, "--upstream", "echo",
-                             "--workers", "2", "--no-warmup", "--log-level", "warning")
+    turns, in order, whichever worker served each request, and each pack sent upstream
+    holds the session's previous turn even when the other worker stored it (no worker
+    packs from a stale view of the store)."""
+    upstream = RecordingUpstream()
+    relay = Subprocess.relay(tmp_path / "store", tmp_path, "--upstream", upstream.base_url,
+                             "--model", "m", "--workers", "2", "--no-warmup",
+                             "--log-level", "warning")
     try:
         relay.wait_ready()
         sessions = [f"w{i}" for i in range(4)]
@@ -157,6 +160,13 @@ def test_two_worker_processes_keep_every_sessions_turns_in_order(tmp_path):
         metrics = httpx.get(f"{relay.url}/metrics").text
     finally:
         assert relay.stop() in CLEAN_EXIT
+        upstream.close()
+    for body in upstream.requests:
+        last = body["messages"][-1]["content"]
+        for s in sessions:
+            for i in range(1, 6):
+                if f"{s} turn {i}" in last:
+                    assert f"{s} turn {i - 1}" in json.dumps(body), (s, i)
     from ctxrelay import Runtime
     with Runtime(tmp_path / "store") as rt:
         for s in sessions:

@@ -302,3 +302,18 @@ def test_binding_beyond_loopback_needs_keys(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "s").exists()
     assert server_cli.is_loopback("127.0.0.1") and server_cli.is_loopback("::1")
     assert server_cli.is_loopback("localhost") and not server_cli.is_loopback("10.0.0.1")
+
+
+def test_a_keys_file_gone_while_serving_refuses_without_showing_its_path(tmp_path):
+    keys = KeyFile(tmp_path / "keys.json")
+    key, _ = keys.create("solo")
+    relay = start_in_thread(tmp_path / "store", upstream="echo", policy=POLICY,
+                            keys_file=tmp_path / "keys.json")
+    try:
+        assert relay.post("s", "hello", key).status_code == 200
+        (tmp_path / "keys.json").unlink()
+        r = relay.post("s", "hello again", key)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "keys_unavailable"
+        assert str(tmp_path) not in r.text and "Retry-After" in r.headers
+    finally:
+        relay.stop()

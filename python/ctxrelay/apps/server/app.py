@@ -156,7 +156,15 @@ class Relay:
             return None
         auth = request.headers.get("authorization", "")
         scheme, _, key = auth.partition(" ")
-        tenant = self.keys.tenant_of(key.strip()) if scheme.lower() == "bearer" else None
+        try:
+            tenant = self.keys.tenant_of(key.strip()) if scheme.lower() == "bearer" else None
+        except CtxRelayError as e:
+            # The keys file went missing or bad while serving: refuse, and tell the
+            # operator (not the client, who must not learn its path).
+            log.error("ctxrelay relay: cannot read the keys: %s", e)
+            raise ApiError(503, "the relay cannot check API keys right now; retry later",
+                           type="server_error", code="keys_unavailable",
+                           headers={"Retry-After": "5"}) from None
         if tenant is None:
             observe.REFUSED.labels("invalid_api_key").inc()
             raise ApiError(401, "missing or invalid API key: send Authorization: Bearer <key> "
