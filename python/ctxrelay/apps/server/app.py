@@ -64,6 +64,7 @@ class Relay:
         self.limits: Limits | None = None
         self.gate: SessionGate | None = None
         self.ready = asyncio.Event()
+        self._opened = asyncio.Event()
         self._ready_sync = threading.Event()
         self.started_at = time.monotonic()
         self._warm: asyncio.Task[None] | None = None
@@ -74,9 +75,20 @@ class Relay:
         self._executor = ThreadPoolExecutor(max_workers=self.config.threads,
                                             thread_name_prefix="ctxrelay-prolog")
         loop = asyncio.get_running_loop()
-        self._runtime = await loop.run_in_executor(
-            self._executor, functools.partial(Runtime, self.config.store,
-                                              max_turn_bytes=self.config.max_turn_bytes))
+        # The embedder loads on one thread while Prolog opens the store on another: the
+        # two halves of start-up overlap (readiness waits for both).
+        self._warm = asyncio.create_task(self._warm_up())
+        try:
+            self._runtime = await loop.run_in_executor(
+                self._executor, functools.partial(Runtime, self.config.store,
+                                                  max_turn_bytes=self.config.max_turn_bytes))
+        except BaseException:
+            self._warm.cancel()
+            with contextlib.suppress(BaseException):
+                await self._warm
+            self._executor.shutdown(wait=True)
+            self._executor = None
+            raise
         self.gate = SessionGate(self.config.lock_file if self.config.cross_process_locks
                                 else None, max_waiting=self.config.session_queue,
                                 max_wait=self.config.session_wait)
@@ -89,13 +101,13 @@ class Relay:
                  self.config.upstream_label,
                  "tenants from keys" if self.keys is not None else
                  "no keys: one tenant, loopback only", os.getpid())
-        # The port opens now (/healthz answers); /readyz waits for the warm-up.
-        self._warm = asyncio.create_task(self._warm_up())
+        self._opened.set()     # the port opens now (/healthz answers); /readyz waits for both
 
     async def _warm_up(self) -> None:
         if self.config.warmup:
             assert self._executor is not None
             await asyncio.get_running_loop().run_in_executor(self._executor, _warm_up)
+        await self._opened.wait()
         self.ready.set()
         self._ready_sync.set()
         log.info("ctxrelay relay: ready %.2f s after start", time.monotonic() - self.started_at)
