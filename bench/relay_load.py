@@ -288,6 +288,12 @@ async def load(url: str, sessions: list[str], turns: int, sent: dict[str, list[s
             **({"latency": percentiles(lat)} if lat else {})}
 
 
+def _children_cpu() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -300,14 +306,20 @@ def arm_scale(template: Path, work: Path, sessions: list[str], turns: int, prior
     store = work / f"scale-{workers}w-{cores.replace(',', '')}"
     shutil.copytree(template, store)
     before = loadavg()
+    cpu0 = _children_cpu()
     relay = Relay(store, workers=workers, cores=cores, upstream="echo")
     startup = relay.wait_ready()
     sent: dict[str, list[str]] = {}
     warm = asyncio.run(load(relay.url, sessions, 2, sent))   # every worker's caches warm
     result = asyncio.run(load(relay.url, sessions, turns, sent))
     code = relay.stop()
+    # CPU seconds of the relay's processes (reaped: start-up and warm-up included): what
+    # the turns cost whatever the other jobs on the machine took.
+    cpu = _children_cpu() - cpu0
     return {"workers": workers, "cores": cores, "loadavg_before": before,
             "loadavg_after": loadavg(), "startup": startup, "warmup": warm, **result,
+            "relay_cpu_s": round(cpu, 2),
+            "relay_cpu_s_per_turn": round(cpu / max(1, result["turns"] + warm["turns"]), 3),
             "exit_code": code, "check": verify(store, sent, prior, UNANSWERED)}
 
 
