@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m ctxrelay.apps.server",
         description="OpenAI-compatible relay with managed context per session "
-                    "(POST /v1/chat/completions, GET /v1/models, GET /health).")
+                    "(POST /v1/chat/completions, GET /v1/models, GET /v1/sessions/ID/turns, "
+                    "GET /health, /healthz, /readyz, /metrics). Running it as a shared "
+                    "service (workers, keys, systemd): docs/deploy.md.")
     p.add_argument("--store", required=True, type=Path, help="store directory (created if missing)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
