@@ -18,7 +18,8 @@ Arms (each on a fresh copy of one seeded store, the relay a subprocess):
   sessions at once; the CPU bound is the same load against the echo upstream.
   Target: throughput >= 0.8 x min(64/s, CPU bound).
 - ``startup``: seconds from spawning the relay to ``/healthz`` and ``/readyz``
-  answering 200 (target: ready within 2 s).
+  answering 200 (the store is open, turns are accepted; target: within 2 s), and to
+  ``/readyz`` saying ``"embedder": "ready"`` (a turn before that waits for it).
 
 After every arm the relay is stopped (SIGTERM) and each session's transcript is
 read back: it must hold its prior turns, then exactly the turns its client
@@ -164,16 +165,19 @@ class Relay:
 
     def wait_ready(self, timeout: float = 600) -> dict[str, float]:
         deadline = time.perf_counter() + timeout
-        healthy = None
+        healthy = ready = None
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the relay exited with {self.proc.returncode}")
             try:
                 if healthy is None and httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     healthy = time.perf_counter() - self.spawned
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return {"healthz_s": round(healthy or 0, 3),
-                            "readyz_s": round(time.perf_counter() - self.spawned, 3)}
+                r = httpx.get(f"{self.url}/readyz", timeout=1)
+                if r.status_code == 200 and ready is None:
+                    ready = time.perf_counter() - self.spawned
+                if r.status_code == 200 and r.json().get("embedder") == "ready":
+                    return {"healthz_s": round(healthy or 0, 3), "readyz_s": round(ready, 3),
+                            "embedder_ready_s": round(time.perf_counter() - self.spawned, 3)}
             except httpx.HTTPError:
                 pass
             time.sleep(0.01)
@@ -413,6 +417,8 @@ def arm_startup(template: Path, work: Path, runs: int) -> dict[str, Any]:
         relay.stop()
     return {"runs": samples, "readyz_s_median": statistics.median(s["readyz_s"] for s in samples),
             "healthz_s_median": statistics.median(s["healthz_s"] for s in samples),
+            "embedder_ready_s_median": statistics.median(s["embedder_ready_s"]
+                                                         for s in samples),
             "target": "readyz <= 2.0 s", "loadavg": loadavg()}
 
 

@@ -123,7 +123,7 @@ def start_in_thread(store: Path, **config: Any) -> InThread:
     running = InThread(f"http://127.0.0.1:{sock.getsockname()[1]}", app.state.relay, server,
                        thread)
     deadline = time.monotonic() + 180
-    while running.get("/readyz").status_code != 200:
+    while running.get("/readyz").json().get("embedder") != "ready":
         assert time.monotonic() < deadline, "the relay did not become ready"
         time.sleep(0.05)
     return running

@@ -23,7 +23,7 @@ def test_metrics_health_readiness_and_request_ids(tmp_path):
                             policy=POLICY)
     try:
         assert relay.get("/healthz").json() == {"status": "ok"}
-        assert relay.get("/readyz").json() == {"status": "ready"}
+        assert relay.get("/readyz").json() == {"status": "ready", "embedder": "ready"}
         r = relay.post("obs", "hello", headers={"X-Request-Id": "req-42"})
         assert r.status_code == 200 and r.headers["X-Request-Id"] == "req-42"
         fresh = relay.post("obs", "again", headers={"X-Request-Id": "bad id\twith tab"})

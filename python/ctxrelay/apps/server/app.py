@@ -64,7 +64,8 @@ class Relay:
         self.limits: Limits | None = None
         self.gate: SessionGate | None = None
         self.ready = asyncio.Event()
-        self._opened = asyncio.Event()
+        self.accepting = asyncio.Event()     # the store is open
+
         self._ready_sync = threading.Event()
         self.started_at = time.monotonic()
         self._warm: asyncio.Task[None] | None = None
@@ -101,13 +102,13 @@ class Relay:
                  self.config.upstream_label,
                  "tenants from keys" if self.keys is not None else
                  "no keys: one tenant, loopback only", os.getpid())
-        self._opened.set()     # the port opens now (/healthz answers); /readyz waits for both
+        self.accepting.set()     # the port opens now: /healthz and /readyz answer 200
 
     async def _warm_up(self) -> None:
         if self.config.warmup:
             assert self._executor is not None
             await asyncio.get_running_loop().run_in_executor(self._executor, _warm_up)
-        await self._opened.wait()
+        await self.accepting.wait()
         self.ready.set()
         self._ready_sync.set()
         log.info("ctxrelay relay: ready %.2f s after start", time.monotonic() - self.started_at)
@@ -328,10 +329,14 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """200 once the store is open and the embedder warm; 503 before and while draining."""
+    """200 once the store is open (``embedder``: ``warming`` until it is loaded, and turns
+    wait for it); 503 before that."""
     relay: Relay = request.app.state.relay
-    if relay.ready.is_set() and not request.app.state.draining:
-        return JSONResponse({"status": "ready"})
+    if relay.accepting.is_set() and not request.app.state.draining:
+        # The store is open: turns are accepted.  One that arrives while the embedder
+        # still loads waits for it (about a second); the body says which.
+        return JSONResponse({"status": "ready",
+                             "embedder": "ready" if relay.ready.is_set() else "warming"})
     return JSONResponse({"status": "draining" if request.app.state.draining else "starting"},
                         status_code=503, headers={"Retry-After": "1"})
 
