@@ -12,7 +12,6 @@ package under test into the shared environment.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -165,4 +164,4 @@ def test_the_serve_commands_of_docs_server_md_start_a_relay(tmp_path):
         cwd = tmp_path / f"serve{i}"
         cwd.mkdir()
         # A URL upstream need not answer for the relay to start and become ready.
-        run(script_of([line, f"curl -fsS http://127.0.0.1:8000/healthz"], free_port()), cwd)
+        run(script_of([line, "curl -fsS http://127.0.0.1:8000/healthz"], free_port()), cwd)

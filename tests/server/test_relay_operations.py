@@ -10,7 +10,6 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from ctxrelay.apps.server.observe import JsonFormatter, request_id
 

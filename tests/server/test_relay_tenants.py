@@ -10,7 +10,6 @@ because nothing was ever packed would fail.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx

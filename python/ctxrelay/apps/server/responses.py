@@ -1,7 +1,6 @@
 """What the relay answers: CRP headers, chat.completion bodies, server-sent events."""
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
