@@ -82,8 +82,6 @@ ELSEWHERE = {
     "README.md: ?- use_module(library(ctxrelay)), use_module(library(clpfd)).":
         "tests/test_packer_docs.py",
     "README.md: import ctxrelay": "tests/test_packer_docs.py",
-    "docs/prolog_pack.md: ?- pack_install('file:///home/me/src/ctxrelay',":
-        "tests/test_examples.py",
     "docs/prolog_pack.md: mkdir -p ~/packsrc/ctxrelay": "tests/test_examples.py",
     "docs/prolog_pack.md: ?- pack_install('file:///home/me/packsrc/ctxrelay',":
         "tests/test_examples.py",
@@ -101,6 +99,9 @@ NOT_RUN = {
     "docs/prolog_pack.md: git clone <the ctxrelay repository> ~/src/ctxrelay":
         "fetches the repository and builds the environment (network, minutes); the pack "
         "install that follows is run by tests/test_examples.py",
+    "docs/prolog_pack.md: ?- pack_install('file:///home/me/src/ctxrelay',":
+        "installs the checkout itself, which runs its Makefile (`make` is `make setup`); "
+        "tests/test_examples.py installs the linked directory of the next blocks instead",
     "docs/providers.md: from ctxrelay import providers":
         "calls a real OpenAI-compatible endpoint and OpenAI itself (network); "
         "tests/test_providers.py makes the same calls against a local upstream",
