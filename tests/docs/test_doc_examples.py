@@ -160,7 +160,9 @@ PRELUDES = {
         "ctxrelay init\n",
 }
 
-BENCH = re.compile(r"bench/(\w+)\.py((?:[ \t]+\[?--?[\w-]+(?:[ \t]+[^\s`|\[\]#-][^\s`|\[\]#]*)?\]?)*)")
+#: ``bench/<name>.py`` and the options after it (``--flag [value]``, ``[--optional ...]``)
+BENCH = re.compile(r"bench/(\w+)\.py"
+                   r"((?:[ \t]+\[?--?[\w-]+(?:[ \t]+[^\s`|\[\]#-][^\s`|\[\]#]*)?\]?)*)")
 
 
 def verdict(block: Block) -> str:
@@ -316,6 +318,15 @@ def test_readme_opens_with_make_demo_and_make_test():
         assert runs in recipe, f"`make {target}` should run {runs}: {recipe!r}"
     assert "scripts/setup.sh" in rules["setup"][1]
     assert "def test_demo" in (ROOT / "tests" / "test_examples.py").read_text()
+
+
+def test_the_readme_names_every_cli_command():
+    from ctxrelay.apps import cli
+    section = re.search(r"^## Command line.*?(?=^## )", (ROOT / "README.md").read_text(),
+                        flags=re.S | re.M).group(0)
+    top = next(a for a in cli.build_parser()._actions if a.dest == "command")
+    missing = [name for name in top.choices if f"`{name}" not in section]
+    assert not missing, f"README's command-line section does not name {missing}"
 
 
 # -- the relay of docs/server.md ---------------------------------------------------------
