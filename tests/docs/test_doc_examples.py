@@ -13,7 +13,9 @@ Each fenced block of the README and of every page under docs/ gets one verdict:
   (installs packages, needs a real upstream, a signature list, a data shape).
 
 Bench commands (``bench/<name>.py --flags``, fenced or inline) take minutes to hours:
-each is checked by its ``--help``, which must list every flag the docs show.
+each is checked by its ``--help``, which must list every flag the docs show.  Commands
+shown inline in prose (```ctxrelay serve --store DIR ...```) must parse: every
+subcommand, flag and relay option they use exists.
 
 A block without a verdict fails :func:`test_every_block_has_a_verdict`, so a new
 example cannot go untested unnoticed; an entry that matches no block fails too.
@@ -327,6 +329,45 @@ def test_the_readme_names_every_cli_command():
     top = next(a for a in cli.build_parser()._actions if a.dest == "command")
     missing = [name for name in top.choices if f"`{name}" not in section]
     assert not missing, f"README's command-line section does not name {missing}"
+
+
+# -- commands shown inline ---------------------------------------------------------------
+
+INLINE_CLI = re.compile(r"`(ctxrelay [^`]+)`")
+#: placeholders of inline commands, and a value that stands for each
+PLACEHOLDERS = {"DIR": "store", "ID": "s1", "echo|URL": "echo"}
+
+
+def inline_cli_commands() -> list[str]:
+    found = {m for path in PAGES for m in INLINE_CLI.findall(path.read_text(encoding="utf-8"))}
+    # "ctxrelay -> ~/src/ctxrelay" is a symlink, COMMAND/VERSION/... stand for anything
+    return sorted(c for c in found if not re.search(r"->|COMMAND|VERSION|\.\.\.", c))
+
+
+def test_the_docs_show_inline_commands():
+    assert "ctxrelay --help" in inline_cli_commands()
+
+
+@pytest.mark.parametrize("command", inline_cli_commands())
+def test_each_inline_command_parses(command: str) -> None:
+    # Inline commands in prose run against no particular store: each must be a valid
+    # command line (every subcommand, flag and pass-through relay option exists).
+    from ctxrelay.apps import cli
+    from ctxrelay.apps.cli.app import parse
+    from ctxrelay.apps.server import _parser as relay_parser
+    argv = [PLACEHOLDERS.get(word, word) for word in command.split()[1:]]
+    parser = cli.build_parser()
+    if argv == ["--help"]:
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args(argv)
+        assert done.value.code == 0
+        return
+    top = next(a for a in parser._actions if a.dest == "command")
+    if len(argv) == 1 and argv[0] in top.choices:
+        return                          # the prose names a command ("`ctxrelay turn`")
+    args = parse(parser, argv)
+    if args.command == "serve":
+        relay_parser().parse_args(["--store", "store", *args.server_args])
 
 
 # -- the relay of docs/server.md ---------------------------------------------------------
