@@ -283,7 +283,15 @@ def shell_env() -> dict[str, str]:
     return env
 
 
+#: commands a test must never run: they change the shared environment or need network
+#: (any `make` target runs `make setup`, which reinstalls the venv)
+NEVER_RUN = re.compile(r"^\s*(pip3? install|python3? -m pip|make\b|git clone|(sudo )?apt(-get)? )",
+                       flags=re.M)
+
+
 def run_shell(block: Block, cwd: Path) -> None:
+    assert not NEVER_RUN.search(block.body), \
+        f"{block.key}: installs or fetches; list it in NOT_RUN or ELSEWHERE with the reason"
     script = PRELUDES.get(block.key, "") + block.body
     done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], cwd=cwd,
                           env=shell_env(), capture_output=True, text=True, timeout=600)
