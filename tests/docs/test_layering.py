@@ -7,6 +7,8 @@ is still a dependency) and excluding ``if TYPE_CHECKING:`` blocks (annotations o
 from __future__ import annotations
 
 import ast
+import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -125,7 +127,8 @@ def test_no_module_imports_a_layer_above_it():
 
 def test_the_exceptions_are_still_needed():
     stale = [pair for pair in EXCEPTIONS if pair[1] not in GRAPH.get(pair[0], set())]
-    assert not stale, f"no longer imported, remove from EXCEPTIONS: {stale}"
+    if stale:                                       # a warning: parallel work may remove one
+        warnings.warn(f"no longer imported, remove from EXCEPTIONS: {stale}")
 
 
 @pytest.mark.parametrize("low, high", [("storage", "retrieval"), ("storage", "apps"),
@@ -183,3 +186,27 @@ def test_no_module_is_over_the_size_limit():
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > SIZE_LIMIT
             and str(p.relative_to(ROOT)) not in BEING_SPLIT]
     assert not over, f"modules over {SIZE_LIMIT} lines (split them by concern): {over}"
+
+
+#: Python modules Prolog calls into besides ctxrelay.bridge (the target keeps every
+#: function Prolog calls in bridge/; docs/architecture.md lists these as a gap).  A new
+#: one goes in bridge/ instead; one that moves there comes off this list.
+PROLOG_CALLS_OUTSIDE_BRIDGE = {
+    "ctxrelay.storage.lmdb.turnlog", "ctxrelay.knowledge.promotion",
+    "ctxrelay.retrieval.candidates", "ctxrelay.retrieval.document", "ctxrelay.retrieval.shape",
+    "ctxrelay.providers",
+}
+
+
+def test_prolog_calls_python_through_the_bridge():
+    called = set()
+    for path in (ROOT / "prolog").rglob("*.pl"):
+        called.update(re.findall(r"py_call(?:_plain)?\(\s*'(ctxrelay[\w.]*)':",
+                                 path.read_text(encoding="utf-8")))
+    assert "ctxrelay.bridge.stores" in called
+    outside = {m for m in called if not m.startswith("ctxrelay.bridge.")}
+    assert outside <= PROLOG_CALLS_OUTSIDE_BRIDGE, \
+        f"Prolog calls Python outside bridge/: {sorted(outside - PROLOG_CALLS_OUTSIDE_BRIDGE)}"
+    if PROLOG_CALLS_OUTSIDE_BRIDGE - outside:       # a warning: parallel work may move one
+        gone = sorted(PROLOG_CALLS_OUTSIDE_BRIDGE - outside)
+        warnings.warn(f"no longer called from Prolog, remove from the list: {gone}")
