@@ -17,8 +17,10 @@ each is checked by its ``--help``, which must list every flag the docs show.  Co
 shown inline in prose (```ctxrelay serve --store DIR ...```) must parse: every
 subcommand, flag and relay option they use exists.
 
-A block without a verdict fails :func:`test_every_block_has_a_verdict`, so a new
-example cannot go untested unnoticed; an entry that matches no block fails too.
+A new runnable block is run here by default; an unlabelled block that looks like a
+command and has no verdict fails :func:`test_every_block_has_a_verdict`, and a shell
+block that installs or fetches is refused rather than run.  An entry that matches no
+block any more warns.
 """
 from __future__ import annotations
 
