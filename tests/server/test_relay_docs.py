@@ -1,4 +1,5 @@
-"""Every command of docs/deploy.md runs as written (and the serve lines of docs/server.md).
+"""Every command of docs/deploy.md runs as written (tests/docs/test_doc_examples.py
+runs those of docs/server.md).
 
 The ``sh`` blocks of docs/deploy.md run in order in one bash script, in a fresh
 directory, with this checkout's ``ctxrelay`` first on PATH: a ``serve`` line
@@ -6,8 +7,7 @@ starts in the background and the script waits for its ``/readyz`` before going
 on, and the relay is stopped with SIGTERM at the end.  Port 8000 becomes a free
 port.  The systemd unit's ``ExecStart`` runs the same way, with its paths moved
 into the test's directory, and must stop cleanly on ``KillSignal`` within
-``TimeoutStopSec``.  ``pip install`` lines are not run: they would reinstall the
-package under test into the shared environment.
+``TimeoutStopSec``.
 """
 from __future__ import annotations
 
@@ -72,8 +72,6 @@ def script_of(lines: list[str], port: int) -> str:
             "trap cleanup EXIT"]
     for line in lines:
         line = line.replace("8000", str(port))
-        if line.startswith("pip install"):
-            continue
         if is_serve(line):
             body += [f"{line} > serve-{len(body)}.log 2>&1 &", "PIDS+=($!)",
                      f"for i in $(seq 1 3000); do curl -fsS http://127.0.0.1:{port}/readyz "
@@ -153,15 +151,3 @@ def test_the_systemd_unit_of_docs_deploy_md_serves_and_stops_cleanly(tmp_path):
             proc.kill()
             proc.wait()
         log.close()
-
-
-@pytest.mark.slow
-def test_the_serve_commands_of_docs_server_md_start_a_relay(tmp_path):
-    lines = [ln for b in blocks(ROOT / "docs" / "server.md", "sh") for ln in b
-             if is_serve(ln)]
-    assert len(lines) >= 2
-    for i, line in enumerate(lines):
-        cwd = tmp_path / f"serve{i}"
-        cwd.mkdir()
-        # A URL upstream need not answer for the relay to start and become ready.
-        run(script_of([line, "curl -fsS http://127.0.0.1:8000/healthz"], free_port()), cwd)
