@@ -19,7 +19,7 @@ from relay_support import CLEAN_EXIT, POLICY, RecordingUpstream, Subprocess, sta
 
 def test_concurrent_turns_of_one_session_queue_and_keep_their_order(tmp_path):
     upstream = RecordingUpstream()
-    upstream.delay = 0.3
+    upstream.delay = 4.0             # turn 0 holds the session while 1, 2, 3 line up
     relay = start_in_thread(tmp_path / "store", upstream=upstream.base_url, model="m",
                             policy=POLICY)
     try:
@@ -28,12 +28,23 @@ def test_concurrent_turns_of_one_session_queue_and_keep_their_order(tmp_path):
         def send(i: int) -> None:
             results[i] = relay.post("q", f"message {i}")
 
+        def queued() -> float:
+            line = next(ln for ln in relay.get("/metrics").text.splitlines()
+                        if ln.startswith("ctxrelay_session_queue_depth"))
+            return float(line.split()[-1])
+
         threads = []
         for i in range(4):
             t = threading.Thread(target=send, args=(i,))
             t.start()
             threads.append(t)
-            time.sleep(0.05)          # arrival order 0, 1, 2, 3
+            # Arrival order 0, 1, 2, 3: the next request is sent once this one holds the
+            # session (0: at its upstream call) or waits in the session's queue.
+            deadline = time.monotonic() + 60
+            while not (len(upstream.requests) == 1 if i == 0 else queued() == i):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        upstream.delay = 0.1
         for t in threads:
             t.join()
         assert all(r.status_code == 200 for r in results.values())
@@ -49,16 +60,25 @@ def test_concurrent_turns_of_one_session_queue_and_keep_their_order(tmp_path):
 
 def test_a_full_session_queue_answers_409_with_retry_after(tmp_path):
     upstream = RecordingUpstream()
-    upstream.delay = 1.5
+    upstream.delay = 4.0
     relay = start_in_thread(tmp_path / "store", upstream=upstream.base_url, model="m",
                             policy=POLICY, session_queue=1, session_wait=30)
     try:
         results: list[httpx.Response] = []
         threads = [threading.Thread(target=lambda i=i: results.append(
             relay.post("busy", f"m{i}"))) for i in range(3)]
-        for t in threads:
-            t.start()
-            time.sleep(0.2)
+        threads[0].start()                   # holds the session at its upstream call
+        deadline = time.monotonic() + 60
+        while not upstream.requests:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        threads[1].start()                   # waits: the queue (1) is full
+        while "ctxrelay_session_queue_depth 1.0" not in relay.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        threads[2].start()                   # finds it full: 409
+        threads[2].join()
+        upstream.delay = 0.1
         for t in threads:
             t.join()
         codes = sorted(r.status_code for r in results)
