@@ -19,7 +19,7 @@ from support import LAUNCHER, ROOT, mounted_tmpfs, run_swipl  # noqa: F401  (re-
 
 #: store -> the back ends its conformance suite runs on
 BACKENDS: dict[str, list[str]] = {
-    "transcript": ["lmdb"],
+    "transcript": ["lmdb", "postgres"],
     "turnlog": ["lmdb"],
     "warm": ["lmdb"],
     "scratch": ["lmdb"],
@@ -58,6 +58,25 @@ class StoresHarness:
             self.stores = None
 
 
+class PostgresHarness(StoresHarness):
+    """A store in a schema of its own on the test server (``tests/services.py``),
+    dropped after the test; skips (or, under ``make test``/CI, fails) without one."""
+
+    def __init__(self, **options: Any) -> None:
+        from services import fresh_schema_url
+        spec, self.schema = fresh_schema_url()
+        super().__init__(spec, **options)
+
+    def reopen(self) -> Any:
+        StoresHarness.close(self)             # the stores only: the schema stays
+        return self.open()
+
+    def close(self) -> None:
+        from services import drop_schema
+        super().close()
+        drop_schema(self.schema)
+
+
 class MemoryRollingHarness:
     """The ``memory`` rolling log: the same contract, nothing kept across opens."""
 
@@ -84,6 +103,7 @@ class _Parts:
 HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
     **{(store, "lmdb"): (lambda tmp: StoresHarness(str(tmp / "store")))
        for store in ("transcript", "turnlog", "warm", "scratch")},
+    ("transcript", "postgres"): lambda tmp: PostgresHarness(),
     ("rolling", "mmap"): lambda tmp: StoresHarness(str(tmp / "store")),
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),

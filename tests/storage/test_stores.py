@@ -25,7 +25,7 @@ def test_a_directory_and_its_lmdb_url_are_one_store(tmp_path):
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("postgresql://db/ctx", r"no store back end for postgresql://.*supported: lmdb://"),
+    ("mysql://db/ctx", r"no store back end for mysql://.*supported: lmdb://, postgres://"),
     ("redis://localhost", r"no store back end for redis://"),
     ("lmdb://relative/dir", r"absolute path .* lmdb:///abs/dir"),
     ("", "the store spec is empty"),

@@ -74,6 +74,8 @@ class CacheSpec:
 _lock = threading.Lock()
 _backends: dict[str, Callable[..., Any] | str] = {
     "lmdb": "ctxrelay.storage.lmdb.backend:LmdbBackend",
+    "postgresql": "ctxrelay.storage.postgres.backend:PostgresBackend",
+    "postgres": "ctxrelay.storage.postgres.backend:PostgresBackend",
 }
 _caches: dict[str, Callable[..., Any] | str] = {
     "memory": "ctxrelay.storage.memory:MemoryCache",
