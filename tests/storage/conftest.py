@@ -24,7 +24,7 @@ BACKENDS: dict[str, list[str]] = {
     "warm": ["lmdb"],
     "scratch": ["lmdb"],
     "rolling": ["mmap", "memory"],
-    "cache": ["memory"],
+    "cache": ["memory", "redis"],
 }
 
 
@@ -77,6 +77,29 @@ class PostgresHarness(StoresHarness):
         drop_schema(self.schema)
 
 
+class RedisHarness(StoresHarness):
+    """A store whose hot tier is the test Redis, under a key prefix of its own
+    (its keys are deleted after the test)."""
+
+    def __init__(self, spec: str) -> None:
+        import uuid
+
+        from services import redis_url
+        self.redis = redis_url()
+        self.prefix = f"t{uuid.uuid4().hex[:16]}"
+        sep = "&" if "?" in self.redis else "?"
+        super().__init__(spec, cache=f"{self.redis}{sep}prefix={self.prefix}")
+
+    def close(self) -> None:
+        import redis
+        super().close()
+        client = redis.Redis.from_url(self.redis)
+        doomed = list(client.scan_iter(match=f"{self.prefix}:*"))
+        if doomed:
+            client.delete(*doomed)
+        client.close()
+
+
 class MemoryRollingHarness:
     """The ``memory`` rolling log: the same contract, nothing kept across opens."""
 
@@ -107,6 +130,7 @@ HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
     ("rolling", "mmap"): lambda tmp: StoresHarness(str(tmp / "store")),
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),
+    ("cache", "redis"): lambda tmp: RedisHarness(str(tmp / "store")),
 }
 
 

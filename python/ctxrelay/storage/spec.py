@@ -79,6 +79,7 @@ _backends: dict[str, Callable[..., Any] | str] = {
 }
 _caches: dict[str, Callable[..., Any] | str] = {
     "memory": "ctxrelay.storage.memory:MemoryCache",
+    "redis": "ctxrelay.storage.redis.hotcache:RedisCache",
 }
 
 
