@@ -7,16 +7,16 @@ import os
 import sys
 from typing import Any, NoReturn, Sequence
 
-from ctxrelay.apps.cli import (check, derive, doctor, knowledge, packs, scratch, search, serve,
-                               sessions, transfer, turns)
+from ctxrelay.apps.cli import (check, derive, doctor, knowledge, migrate, packs, scratch, search,
+                               serve, sessions, transfer, turns)
 from ctxrelay.apps.cli.common import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CLIError
 from ctxrelay.apps.cli.output import emit_error, emit_json
 from ctxrelay.apps.cli.parser import (JSON_HELP, STORE_HELP, Commands, Formatter, Parser,
                                       UsageError, examples)
 
 # The command groups, in the order ``ctxrelay --help`` lists their commands.
-GROUPS = (sessions, turns, search, packs, knowledge, scratch, transfer, derive, check, serve,
-          doctor)
+GROUPS = (sessions, turns, search, packs, knowledge, scratch, transfer, migrate, derive, check,
+          serve, doctor)
 
 # Commands that take options the CLI does not know and pass them on.
 PASS_THROUGH = frozenset({"serve"})
