@@ -22,7 +22,8 @@ import numpy as np
 
 from ctxrelay.storage.lmdb.textindex import B, K1, bm25_idf, tokenize
 
-__all__ = ["doc_terms", "term_key", "scores", "index_add", "query_terms"]
+__all__ = ["doc_terms", "term_key", "scores", "index_add", "query_terms", "collect",
+           "POSTINGS_OF_TERMS", "ranked"]
 
 _MAX_TERM_BYTES = 256
 _U32_MAX = 2**32 - 1
@@ -66,21 +67,22 @@ def index_add(cur: Any, session_num: int, docs: list[tuple[int, int, dict[str, i
                 (session_num, list(df), list(df.values())))
 
 
-def fetch(cur: Any, session_num: int, terms: list[str],
-          max_postings: int | None) -> dict[str, tuple[int, list[tuple[int, int, int]]]]:
-    """``term -> (df, [(turn id, tf, doc length)])`` for the query's terms: each
-    term's newest ``max_postings`` postings (all with None), in one round trip."""
-    cur.execute(
-        "SELECT d.term, d.df, p.turn_id, p.tf, p.doclen FROM term_df d "
-        "CROSS JOIN LATERAL (SELECT turn_id, tf, doclen FROM postings "
-        "  WHERE session_num = d.session_num AND term = d.term "
-        "  ORDER BY turn_id DESC LIMIT %s) p "
-        "WHERE d.session_num = %s AND d.term = ANY(%s)",
-        (max_postings, session_num, terms))
-    found: dict[str, tuple[int, list[tuple[int, int, int]]]] = {}
-    for term, df, turn_id, tf, doclen in cur.fetchall():
-        found.setdefault(term, (df, []))[1].append((turn_id, tf, doclen))
-    return found
+#: The postings of a query's terms in one session (``s.num``, as a LATERAL part of
+#: the session's query): per term its df and its newest ``max_postings`` postings
+#: (all with NULL) as three arrays, so a frequent term is one row, not thousands.
+#: Parameters: max_postings, the term keys.
+POSTINGS_OF_TERMS = (
+    "SELECT d.term, d.df, p.ids, p.tfs, p.lens FROM term_df d "
+    "CROSS JOIN LATERAL (SELECT array_agg(turn_id) AS ids, array_agg(tf) AS tfs, "
+    "  array_agg(doclen) AS lens FROM (SELECT turn_id, tf, doclen FROM postings "
+    "  WHERE session_num = d.session_num AND term = d.term "
+    "  ORDER BY turn_id DESC LIMIT %s) newest) p "
+    "WHERE d.session_num = s.num AND d.term = ANY(%s)")
+
+
+def collect(rows: list[tuple]) -> dict[str, tuple[int, tuple[list[int], list[int], list[int]]]]:
+    """``term -> (df, (turn ids, tfs, doc lengths))`` from rows of :data:`POSTINGS_OF_TERMS`."""
+    return {term: (df, (ids, tfs, lens)) for term, df, ids, tfs, lens in rows}
 
 
 def scores(terms: list[str], found: dict[str, tuple[int, list[tuple[int, int, int]]]],
@@ -98,12 +100,13 @@ def scores(terms: list[str], found: dict[str, tuple[int, list[tuple[int, int, in
     for term in terms:
         if term not in found:
             continue
-        df, posts = found[term]
-        posts = sorted(posts)
-        ids += [p[0] for p in posts]
-        tfs += [p[1] for p in posts]
-        lens += [p[2] for p in posts]
-        idfs.append(np.full(len(posts), bm25_idf(doc_count, df)))
+        df, (term_ids, term_tfs, term_lens) = found[term]
+        # Within a term each turn appears once, so the order of its postings does
+        # not change any sum; across terms, query order (as the embedded index).
+        ids += term_ids
+        tfs += term_tfs
+        lens += term_lens
+        idfs.append(np.full(len(term_ids), bm25_idf(doc_count, df)))
     if not ids:
         return empty
     tf = np.asarray(tfs, dtype=np.float64)

@@ -76,6 +76,7 @@ class _Session:
 
 
 _SESSION_COLUMNS = "num, session_id, created, metadata, archived, counters, ix_docs, ix_length"
+_S_COLUMNS = ", ".join(f"s.{c.strip()}" for c in _SESSION_COLUMNS.split(","))
 
 
 def _b(text: str | None) -> bytes | None:
@@ -134,15 +135,43 @@ class PgTranscript:
         return f"PgTranscript({self._db.url!r})"
 
     def _run(self, fn: Any) -> Any:
+        """``fn(cursor)`` in one transaction (writes, and reads that need one snapshot)."""
+        self._live()
+        return self._db.run(fn)
+
+    def _read(self, fn: Any) -> Any:
+        """``fn(cursor)`` outside a transaction: reads of one statement, or of turns
+        (which never change once written)."""
+        self._live()
+        return self._db.read(fn)
+
+    def _live(self) -> None:
         if self.closed:
             raise StoreError(f"store {self._db.url} is closed; open it again "
                              "(Runtime(spec) or open_stores(spec))")
-        return self._db.run(fn)
+
+    def _joined(self, cur: Any, session_id: str, lateral: str,
+                params: tuple = ()) -> tuple[_Session, list[tuple]]:
+        """The session and the rows of ``lateral`` (a query over ``s.num``'s rows whose
+        first column is never NULL) in one statement, so one round trip."""
+        cur.execute(f"SELECT {_S_COLUMNS}, x.* FROM sessions s "
+                    f"LEFT JOIN LATERAL ({lateral}) x ON true WHERE s.session_id = %s",
+                    (*params, session_id))
+        rows = cur.fetchall()
+        if not rows:
+            self._unknown(session_id)
+        width = len(_SESSION_COLUMNS.split(","))
+        return _Session(rows[0][:width]), [r[width:] for r in rows if r[width] is not None]
+
+    def _unknown(self, session_id: str) -> None:
+        raise UnknownSessionError(
+            f"no session {session_id!r} in {self.path}; create the session first, "
+            "or name one of the store's sessions")
 
     def write_generation(self) -> int | None:
         if self.closed:
             return None
-        return self._run(lambda cur: cur.execute(
+        return self._read(lambda cur: cur.execute(
             "SELECT generation FROM store_generation").fetchone()[0])
 
     # -- sessions -----------------------------------------------------------------
@@ -182,18 +211,16 @@ class PgTranscript:
     def _require(self, cur: Any, session_id: str, *, lock: bool = False) -> _Session:
         session = self._find(cur, session_id, lock=lock)
         if session is None:
-            raise UnknownSessionError(
-                f"no session {session_id!r} in {self.path}; create the session first, "
-                "or name one of the store's sessions")
+            self._unknown(session_id)
         return session
 
     def session(self, session_id: str) -> SessionInfo:
         session_id = check_session_id(session_id)
-        return self._run(lambda cur: self._require(cur, session_id).info())
+        return self._read(lambda cur: self._require(cur, session_id).info())
 
     def has_session(self, session_id: str) -> bool:
         session_id = check_session_id(session_id)
-        return self._run(lambda cur: cur.execute(
+        return self._read(lambda cur: cur.execute(
             "SELECT 1 FROM sessions WHERE session_id = %s", (session_id,)).fetchone()) is not None
 
     def sessions(self) -> list[SessionInfo]:
@@ -202,7 +229,7 @@ class PgTranscript:
             infos = [_Session(row).info() for row in cur.fetchall()]
             # Python's order (code points), as the embedded back end sorts.
             return sorted(infos, key=lambda info: info.session_id)
-        return self._run(read)
+        return self._read(read)
 
     def archive_session(self, session_id: str) -> SessionInfo:
         session_id = check_session_id(session_id)
@@ -262,8 +289,29 @@ class PgTranscript:
         pending = self._prepare(role, content, name=name, tool_call_id=tool_call_id,
                                 metadata=metadata, timestamp=timestamp, key=key)
         tokenizer = self.tokenizer_name
-        return self._run(lambda cur: self._append_all(
-            cur, self._require(cur, session_id, lock=True), [pending], tokenizer)[0])
+
+        def write(cur: Any) -> int:
+            session, known = self._lock_with_keys(cur, session_id, [pending])
+            if session is None:
+                self._unknown(session_id)
+            return self._append_all(cur, session, [pending], tokenizer, known)[0]
+        return self._run(write)
+
+    def _lock_with_keys(self, cur: Any, session_id: str, pendings: list[Pending]
+                        ) -> tuple[_Session | None, dict[str, tuple[int, bytes]]]:
+        """Lock the session's row and read the turns stored under the keys of
+        ``pendings``, in one statement (None: no such session)."""
+        keys = [_b(p.key) for p in pendings if p.key is not None]
+        cur.execute(f"SELECT {_S_COLUMNS}, k.key, k.turn_id, k.key_digest FROM sessions s "
+                    "LEFT JOIN turns k ON k.session_num = s.num AND k.key = ANY(%s) "
+                    "WHERE s.session_id = %s FOR UPDATE OF s", (keys, session_id))
+        rows = cur.fetchall()
+        if not rows:
+            return None, {}
+        width = len(_SESSION_COLUMNS.split(","))
+        known = {_s(r[width]): (r[width + 1], bytes(r[width + 2]))
+                 for r in rows if r[width] is not None}
+        return _Session(rows[0][:width]), known
 
     def append_many(self, session_id: str, turns: Iterable[dict[str, Any]], *,
                     create: bool = False,
@@ -279,25 +327,21 @@ class PgTranscript:
         tokenizer = self.tokenizer_name
 
         def write(cur: Any) -> list[int]:
-            session = self._find(cur, session_id, lock=True)
+            session, known = self._lock_with_keys(cur, session_id, pendings)
             if session is None:
                 if not create:
-                    session = self._require(cur, session_id)
-                else:
-                    session = self._create(cur, session_id, created, meta or {})
-            return self._append_all(cur, session, pendings, tokenizer)
+                    self._unknown(session_id)
+                session = self._create(cur, session_id, created, meta or {})
+            return self._append_all(cur, session, pendings, tokenizer, known)
         return self._run(write)
 
     def _append_all(self, cur: Any, session: _Session, pendings: list[Pending],
-                    tokenizer: str) -> list[int]:
-        """Append ``pendings`` to the locked ``session`` (keyed retries return the
-        stored id); the caller's transaction commits them."""
-        keys = [_b(p.key) for p in pendings if p.key is not None]
-        known: dict[str, tuple[int, bytes]] = {}
-        if keys:
-            cur.execute("SELECT key, turn_id, key_digest FROM turns "
-                        "WHERE session_num = %s AND key = ANY(%s)", (session.num, keys))
-            known = {_s(k): (t, bytes(d)) for k, t, d in cur.fetchall()}
+                    tokenizer: str, known: dict[str, tuple[int, bytes]] | None = None
+                    ) -> list[int]:
+        """Append ``pendings`` to the locked ``session``; ``known`` are the turns
+        already stored under their keys (a retry returns the stored id).  The
+        caller's transaction commits them."""
+        known = dict(known or {})
         ids: list[int] = []
         rows: list[tuple] = []
         docs: list[tuple[int, int, dict[str, int]]] = []
@@ -330,6 +374,15 @@ class PgTranscript:
                 known[pending.key] = (turn_id, pending.digest)
             ids.append(turn_id)
         if rows:
+            # None of these statements needs another's result: one pipeline, one
+            # round trip for all of them.
+            with cur.connection.pipeline():
+                self._write_rows(cur, session, rows, docs, added_length)
+        return ids
+
+    def _write_rows(self, cur: Any, session: _Session, rows: list[tuple],
+                    docs: list[tuple[int, int, dict[str, int]]], added_length: int) -> None:
+        if rows:
             cur.executemany(
                 "INSERT INTO turns (session_num, turn_id, role, content, name, tool_call_id, "
                 "metadata, ts, key, key_digest, tokens, tokens_exact, ix_length) "
@@ -340,7 +393,6 @@ class PgTranscript:
                         (_dumps(session.counters.__dict__), len(rows), added_length,
                          session.num))
             self._bump(cur)
-        return ids
 
     @staticmethod
     def _bump(cur: Any) -> None:
@@ -362,11 +414,10 @@ class PgTranscript:
         ids = [check_int(t, "turn_id", minimum=1) for t in turn_ids]
 
         def read(cur: Any) -> list[Turn]:
-            session = self._require(cur, session_id)
-            cur.execute(f"SELECT {_TURN_COLUMNS} FROM turns "
-                        "WHERE session_num = %s AND turn_id = ANY(%s)",
-                        (session.num, sorted(set(ids))))
-            found = {row[0]: _turn(session_id, row) for row in cur.fetchall()}
+            session, rows = self._joined(
+                cur, session_id, f"SELECT {_TURN_COLUMNS} FROM turns "
+                "WHERE session_num = s.num AND turn_id = ANY(%s)", (sorted(set(ids)),))
+            found = {row[0]: _turn(session_id, row) for row in rows}
             for turn_id in ids:
                 if turn_id not in found:
                     count = session.counters.turns
@@ -375,28 +426,33 @@ class PgTranscript:
                         f"session {session_id!r} has {shown}; turn {turn_id} does not "
                         "exist, ask for a turn_id in that range")
             return [found[t] for t in ids]
-        return self._run(read)
+        return self._read(read)
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         session_id = check_session_id(session_id)
         key = check_optional_str(key, "key", empty_ok=False)
 
         def read(cur: Any) -> int | None:
-            session = self._require(cur, session_id)
-            row = cur.execute("SELECT turn_id FROM turns WHERE session_num = %s AND key = %s",
-                              (session.num, _b(key))).fetchone()
-            return None if row is None else row[0]
-        return self._run(read)
+            _, rows = self._joined(cur, session_id, "SELECT turn_id FROM turns "
+                                   "WHERE session_num = s.num AND key = %s", (_b(key),))
+            return rows[0][0] if rows else None
+        return self._read(read)
 
     def turn_count(self, session_id: str) -> int:
         session_id = check_session_id(session_id)
-        return self._run(lambda cur: self._require(cur, session_id).counters.turns)
+        return self._read(lambda cur: self._require(cur, session_id).counters.turns)
 
     def history(self, session_id: str, start: int = 1, end: int | None = None) -> list[Turn]:
         session_id = check_session_id(session_id)
         start, end = check_range(start, end)
-        return self._run(lambda cur: self._scan(cur, self._require(cur, session_id),
-                                                start, end))
+        return self._read(lambda cur: self._history(cur, session_id, start, end))
+
+    def _history(self, cur: Any, session_id: str, start: int, end: int | None) -> list[Turn]:
+        _, rows = self._joined(
+            cur, session_id, f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_num = s.num "
+            "AND turn_id >= %s AND (%s::int IS NULL OR turn_id <= %s) ORDER BY turn_id",
+            (start, end, end))
+        return [_turn(session_id, row) for row in rows]
 
     def _scan(self, cur: Any, session: _Session, start: int, end: int | None) -> list[Turn]:
         cur.execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_num = %s "
@@ -415,8 +471,8 @@ class PgTranscript:
     def _chunks(self, session_id: str, start: int, last: int) -> Iterator[Turn]:
         while start <= last:
             stop = min(start + _CHUNK - 1, last)
-            yield from self._run(lambda cur, a=start, b=stop: self._scan(
-                cur, self._require(cur, session_id), a, b))
+            yield from self._read(lambda cur, a=start, b=stop: self._history(
+                cur, session_id, a, b))
             start = stop + 1
 
     def last(self, session_id: str, n: int) -> list[Turn]:
@@ -424,11 +480,11 @@ class PgTranscript:
         n = check_int(n, "n", minimum=0)
 
         def read(cur: Any) -> list[Turn]:
-            session = self._require(cur, session_id)
-            cur.execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_num = %s "
-                        "ORDER BY turn_id DESC LIMIT %s", (session.num, n))
-            return [_turn(session_id, row) for row in reversed(cur.fetchall())]
-        return self._run(read) if n else []
+            _, rows = self._joined(cur, session_id, f"SELECT {_TURN_COLUMNS} FROM turns "
+                                   "WHERE session_num = s.num ORDER BY turn_id DESC LIMIT %s",
+                                   (n,))
+            return [_turn(session_id, row) for row in reversed(rows)]
+        return self._read(read) if n else []
 
     # -- search ------------------------------------------------------------------------------
 
@@ -441,8 +497,7 @@ class PgTranscript:
             return []
 
         def read(cur: Any) -> list[Hit]:
-            session = self._require(cur, session_id)
-            order = self._ranked(cur, session, query, max_postings)
+            session, order = self._ranked(cur, session_id, query, max_postings)
             if wanted is None:
                 chosen = order[:k]
                 turns = self._load(cur, session, [t for t, _ in chosen])
@@ -461,24 +516,27 @@ class PgTranscript:
                         if len(hits) >= k:
                             return hits
             return hits
-        return self._run(read)
+        return self._read(read)
 
     def rank(self, session_id: str, query: str, *, k: int = 10,
              max_postings: int | None = SEARCH_MAX_POSTINGS) -> list[tuple[int, float]]:
         session_id, k = check_search(session_id, query, k)
         if not k:
             return []
-        return self._run(lambda cur: self._ranked(
-            cur, self._require(cur, session_id), query, max_postings)[:k])
+        return self._read(lambda cur: self._ranked(cur, session_id, query, max_postings)[1][:k])
 
-    def _ranked(self, cur: Any, session: _Session, query: str,
-                max_postings: int | None) -> list[tuple[int, float]]:
+    def _ranked(self, cur: Any, session_id: str, query: str,
+                max_postings: int | None) -> tuple[_Session, list[tuple[int, float]]]:
+        """The session and its turns ranked for ``query``: one statement (the session
+        row with the postings of the query's terms)."""
         terms = textindex.query_terms(query)
+        session, rows = self._joined(cur, session_id, textindex.POSTINGS_OF_TERMS,
+                                     (max_postings, terms))
         if not terms or not session.ix_docs:
-            return []
-        found = textindex.fetch(cur, session.num, terms, max_postings)
+            return session, []
+        found = textindex.collect(rows)
         ids, values = textindex.scores(terms, found, session.ix_docs, session.ix_length)
-        return textindex.ranked(ids, values)
+        return session, textindex.ranked(ids, values)
 
     def _load(self, cur: Any, session: _Session, ids: list[int]) -> dict[int, Turn]:
         if not ids:
@@ -499,7 +557,7 @@ class PgTranscript:
                 tokens_exact=c.estimated == 0,
                 tokenizer="+".join(c.tokenizers) or self.tokenizer_name,
                 by_role=dict(c.by_role), first_timestamp=c.first, last_timestamp=c.last)
-        return self._run(read)
+        return self._read(read)
 
     # -- derived records ----------------------------------------------------------------------
 
