@@ -299,19 +299,20 @@ class PgTranscript:
 
     def _lock_with_keys(self, cur: Any, session_id: str, pendings: list[Pending]
                         ) -> tuple[_Session | None, dict[str, tuple[int, bytes]]]:
-        """Lock the session's row and read the turns stored under the keys of
-        ``pendings``, in one statement (None: no such session)."""
+        """Lock the session's row, then read the turns stored under the keys of
+        ``pendings`` (None: no such session).
+
+        Two statements, not one join: a statement that waited for the lock sees
+        the locked row's newest version but the rest of its join as of when it
+        started, so it could miss a key the appender it waited for just stored.
+        """
+        session = self._find(cur, session_id, lock=True)
         keys = [_b(p.key) for p in pendings if p.key is not None]
-        cur.execute(f"SELECT {_S_COLUMNS}, k.key, k.turn_id, k.key_digest FROM sessions s "
-                    "LEFT JOIN turns k ON k.session_num = s.num AND k.key = ANY(%s) "
-                    "WHERE s.session_id = %s FOR UPDATE OF s", (keys, session_id))
-        rows = cur.fetchall()
-        if not rows:
-            return None, {}
-        width = len(_SESSION_COLUMNS.split(","))
-        known = {_s(r[width]): (r[width + 1], bytes(r[width + 2]))
-                 for r in rows if r[width] is not None}
-        return _Session(rows[0][:width]), known
+        if session is None or not keys:
+            return session, {}
+        cur.execute("SELECT key, turn_id, key_digest FROM turns "
+                    "WHERE session_num = %s AND key = ANY(%s)", (session.num, keys))
+        return session, {_s(k): (t, bytes(d)) for k, t, d in cur.fetchall()}
 
     def append_many(self, session_id: str, turns: Iterable[dict[str, Any]], *,
                     create: bool = False,
