@@ -20,7 +20,7 @@ from support import LAUNCHER, ROOT, mounted_tmpfs, run_swipl  # noqa: F401  (re-
 #: store -> the back ends its conformance suite runs on
 BACKENDS: dict[str, list[str]] = {
     "transcript": ["lmdb", "postgres"],
-    "turnlog": ["lmdb"],
+    "turnlog": ["lmdb", "postgres"],
     "warm": ["lmdb"],
     "scratch": ["lmdb"],
     "rolling": ["mmap", "memory"],
@@ -127,6 +127,7 @@ HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
     **{(store, "lmdb"): (lambda tmp: StoresHarness(str(tmp / "store")))
        for store in ("transcript", "turnlog", "warm", "scratch")},
     ("transcript", "postgres"): lambda tmp: PostgresHarness(),
+    ("turnlog", "postgres"): lambda tmp: PostgresHarness(),
     ("rolling", "mmap"): lambda tmp: StoresHarness(str(tmp / "store")),
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),

@@ -10,10 +10,12 @@ pool per store per process (:mod:`ctxrelay.storage.postgres.connection`).
 
 Parts implemented here: the transcript with its BM25 text index
 (:mod:`ctxrelay.storage.postgres.transcript`, the same scores and order as
-the embedded back end).  The other parts (turn log, warm artifacts, scratch
-buffer, knowledge fabric) are not stored in PostgreSQL yet: opening them
-raises :class:`UnsupportedPartError` rather than keeping them anywhere
-else behind the caller's back.
+the embedded back end) and the turn log
+(:mod:`ctxrelay.storage.postgres.turnlog`, the embedded derivation over
+tables).  The other parts (warm artifacts, scratch buffer, knowledge fabric)
+are not stored in PostgreSQL yet: opening them raises
+:class:`UnsupportedPartError` rather than keeping them anywhere else behind
+the caller's back.
 
 Needs the ``postgres`` extra (``pip install 'ctxrelay[postgres]'``):
 psycopg 3, psycopg_pool, pgvector.  ``make services`` starts a local

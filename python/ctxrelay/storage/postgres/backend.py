@@ -34,12 +34,13 @@ class PostgresBackend:
 
     def _unsupported(self, part: str) -> Any:
         raise UnsupportedPartError(
-            f"the {part} is not kept in PostgreSQL yet (issue 17: only the transcript "
-            f"is); use an embedded store (a directory) for {part} features, or move "
+            f"the {part} is not kept in PostgreSQL yet (issue 17: the transcript and turn log "
+            f"are); use an embedded store (a directory) for {part} features, or move "
             "the store back with: ctxrelay migrate --from URL --to DIR")
 
     def open_turnlog(self) -> Any:
-        return self._unsupported("turn log")
+        from ctxrelay.storage.postgres.turnlog import PgTurnLog
+        return PgTurnLog(self.db)
 
     def open_warm(self) -> Any:
         return self._unsupported("warm artifacts store")
@@ -58,7 +59,10 @@ class PostgresBackend:
                                 capacity_bytes=capacity_bytes)
 
     def has(self, part: str) -> bool:
-        return False
+        if part != "turnlog":
+            return False            # the parts not kept here (see _unsupported)
+        return self.db.read(lambda cur: cur.execute(
+            "SELECT EXISTS (SELECT 1 FROM turnlog_progress)").fetchone()[0])
 
     def close(self) -> None:
         self.db.close()

@@ -71,9 +71,32 @@ CREATE TABLE store_generation (
 INSERT INTO store_generation VALUES (true, 0);
 """
 
+_TURNLOG = """
+-- The turn log (derived from the transcript; storage/postgres/turnlog.py).
+CREATE TABLE turnlog_progress (
+    session_id text PRIMARY KEY,
+    state      text NOT NULL              -- JSON: derived_upto, model_id, next_thread, active_thread
+);
+CREATE TABLE turnlog_turns (
+    session_id text NOT NULL,
+    turn_id    integer NOT NULL,
+    record     text NOT NULL,             -- JSON: thread_id, entities, references, tool_calls, model_id
+    vector     bytea NOT NULL,            -- float32, the embedder's dimension
+    PRIMARY KEY (session_id, turn_id)
+);
+CREATE TABLE turnlog_threads (
+    session_id text NOT NULL,
+    num        integer NOT NULL,          -- thread "T<num>"
+    info       text NOT NULL,             -- JSON: label, members, state override
+    centroid   bytea NOT NULL,
+    PRIMARY KEY (session_id, num)
+);
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
+    (2, "turn log: derived turns, vectors, topic threads", _TURNLOG),
 ]
 
 
