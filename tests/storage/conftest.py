@@ -21,7 +21,7 @@ from support import LAUNCHER, ROOT, mounted_tmpfs, run_swipl  # noqa: F401  (re-
 BACKENDS: dict[str, list[str]] = {
     "transcript": ["lmdb", "postgres"],
     "turnlog": ["lmdb", "postgres"],
-    "warm": ["lmdb"],
+    "warm": ["lmdb", "postgres"],
     "scratch": ["lmdb"],
     "rolling": ["mmap", "memory"],
     "cache": ["memory", "redis"],
@@ -128,6 +128,7 @@ HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
        for store in ("transcript", "turnlog", "warm", "scratch")},
     ("transcript", "postgres"): lambda tmp: PostgresHarness(),
     ("turnlog", "postgres"): lambda tmp: PostgresHarness(),
+    ("warm", "postgres"): lambda tmp: PostgresHarness(),
     ("rolling", "mmap"): lambda tmp: StoresHarness(str(tmp / "store")),
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),

@@ -12,7 +12,8 @@ Parts implemented here: the transcript with its BM25 text index
 (:mod:`ctxrelay.storage.postgres.transcript`, the same scores and order as
 the embedded back end) and the turn log
 (:mod:`ctxrelay.storage.postgres.turnlog`, the embedded derivation over
-tables).  The other parts (warm artifacts, scratch buffer, knowledge fabric)
+tables) and warm artifacts (:mod:`ctxrelay.storage.postgres.warm`).  The
+other parts (scratch buffer, knowledge fabric)
 are not stored in PostgreSQL yet: opening them raises
 :class:`UnsupportedPartError` rather than keeping them anywhere else behind
 the caller's back.

@@ -34,16 +34,17 @@ class PostgresBackend:
 
     def _unsupported(self, part: str) -> Any:
         raise UnsupportedPartError(
-            f"the {part} is not kept in PostgreSQL yet (issue 17: the transcript and turn log "
-            f"are); use an embedded store (a directory) for {part} features, or move "
-            "the store back with: ctxrelay migrate --from URL --to DIR")
+            f"the {part} is not kept in PostgreSQL yet (issue 17: the transcript, turn "
+            f"log and warm artifacts are); use an embedded store (a directory) for {part} "
+            "features, or move the store back with: ctxrelay migrate --from URL --to DIR")
 
     def open_turnlog(self) -> Any:
         from ctxrelay.storage.postgres.turnlog import PgTurnLog
         return PgTurnLog(self.db)
 
     def open_warm(self) -> Any:
-        return self._unsupported("warm artifacts store")
+        from ctxrelay.storage.postgres.warm import PgWarm
+        return PgWarm(self.db)
 
     def open_scratch(self) -> Any:
         return self._unsupported("scratch buffer")
@@ -59,10 +60,11 @@ class PostgresBackend:
                                 capacity_bytes=capacity_bytes)
 
     def has(self, part: str) -> bool:
-        if part != "turnlog":
+        table = {"turnlog": "turnlog_progress", "warm": "warm_artifacts"}.get(part)
+        if table is None:
             return False            # the parts not kept here (see _unsupported)
         return self.db.read(lambda cur: cur.execute(
-            "SELECT EXISTS (SELECT 1 FROM turnlog_progress)").fetchone()[0])
+            f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0])
 
     def close(self) -> None:
         self.db.close()

@@ -93,10 +93,27 @@ CREATE TABLE turnlog_threads (
 );
 """
 
+_WARM = """
+-- Warm artifacts (storage/postgres/warm.py): every version of every range, written
+-- once; the latest version is max(version), so there is no latest record to go stale.
+CREATE TABLE warm_artifacts (
+    session_id text NOT NULL,
+    start_turn bigint NOT NULL,
+    end_turn   bigint NOT NULL,
+    version    integer NOT NULL,
+    record     text NOT NULL,             -- JSON of the artifact (as the embedded store's)
+    key        bytea,
+    key_digest bytea,
+    PRIMARY KEY (session_id, start_turn, end_turn, version)
+);
+CREATE UNIQUE INDEX warm_artifacts_key ON warm_artifacts (session_id, key) WHERE key IS NOT NULL;
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
     (2, "turn log: derived turns, vectors, topic threads", _TURNLOG),
+    (3, "warm artifacts", _WARM),
 ]
 
 
