@@ -84,8 +84,11 @@ class Database:
             self.conninfo, min_size=1, max_size=pool_max, open=False,
             timeout=CONNECT_TIMEOUT, name=f"ctxrelay:{self.schema}",
             # search_path: the store's tables first, public (for extensions) after.
+            # application_name: which store a server connection serves
+            # (pg_stat_activity), for operators.
             kwargs={"options": f"-c search_path={self.schema},public",
-                    "connect_timeout": CONNECT_TIMEOUT})
+                    "connect_timeout": CONNECT_TIMEOUT,
+                    "application_name": f"ctxrelay:{self.schema}"})
         # No check on checkout (it would cost a round trip per call): a connection
         # the server dropped fails its call with DatabaseUnavailableError, and the
         # pool discards it when it comes back broken, so the next call reconnects.
