@@ -22,7 +22,7 @@ BACKENDS: dict[str, list[str]] = {
     "transcript": ["lmdb", "postgres"],
     "turnlog": ["lmdb", "postgres"],
     "warm": ["lmdb", "postgres"],
-    "scratch": ["lmdb"],
+    "scratch": ["lmdb", "postgres"],
     "rolling": ["mmap", "memory"],
     "cache": ["memory", "redis"],
 }
@@ -129,6 +129,7 @@ HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
     ("transcript", "postgres"): lambda tmp: PostgresHarness(),
     ("turnlog", "postgres"): lambda tmp: PostgresHarness(),
     ("warm", "postgres"): lambda tmp: PostgresHarness(),
+    ("scratch", "postgres"): lambda tmp: PostgresHarness(),
     ("rolling", "mmap"): lambda tmp: StoresHarness(str(tmp / "store")),
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),

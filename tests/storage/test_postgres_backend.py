@@ -78,7 +78,7 @@ def test_search_gives_the_same_turns_and_scores_as_the_embedded_back_end(pg_spec
 def test_parts_not_kept_in_postgres_yet_are_refused_not_kept_elsewhere(pg_spec):
     spec, _ = pg_spec
     with open_stores(spec) as stores:
-        for part in ("scratch", "facts"):
+        for part in ("facts",):
             assert not stores.has(part)
             with pytest.raises(UnsupportedPartError, match="not kept in PostgreSQL yet"):
                 getattr(stores, part)

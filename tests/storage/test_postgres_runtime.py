@@ -68,11 +68,12 @@ def test_the_same_content_gives_the_same_packs_and_turns_as_the_embedded_store(u
         assert again.user_turn == 9 and pg.turn_count("ops") == lmdb.turn_count("ops") == 14
 
 
-def test_what_postgres_does_not_keep_yet_is_refused_with_a_clear_error(urls):
+def test_tool_outputs_are_kept_and_facts_are_refused_with_a_clear_error(urls):
     spec, cache = urls
     with Runtime(spec, cache=cache) as rt:
         with pytest.raises(Exception, match="not kept in PostgreSQL yet"):
             rt.add_fact("the etcd quota is 8 GiB", key="etcd-quota")
         rt.create_session("ops")
-        with pytest.raises(Exception, match="not kept in PostgreSQL yet"):
-            rt.record_tool_output("ops", "kubectl", {"cmd": "get pods"}, "pod-1 Running")
+        scratch_id = rt.record_tool_output("ops", "kubectl", {"cmd": "get pods"},
+                                           "pod-1 Running\npod-2 Pending\n")
+        assert rt.scratch("ops", scratch_id, raw=True) == "pod-1 Running\npod-2 Pending\n"

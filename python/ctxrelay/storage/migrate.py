@@ -11,9 +11,10 @@ returns the per-session counts and checksums, and raises if any differ.
 What is not copied, by design: the turn log, rolling log and hot cache are
 derived and rebuilt on the target (``ctxrelay derive`` rebuilds the turn
 log; the others rebuild themselves).  Warm artifacts, the scratch buffer and
-the knowledge fabric cannot be held by every back end yet (PostgreSQL keeps
-the transcript only): a source that has any of them is refused before
-anything is written, naming the parts, so nothing is silently dropped.
+the knowledge fabric are not copied yet (PostgreSQL does not keep the
+fabric, and a faithful copy of the other two -- versions, creation times,
+blobs -- is still to be written): a source that has any of them is refused
+before anything is written, naming the parts, so nothing is silently dropped.
 """
 from __future__ import annotations
 
@@ -104,8 +105,7 @@ def migrate(source: Any, target: Any, *,
         if carried:
             raise StoreError(
                 f"the source store {source} holds {', '.join(carried)}, which this migration "
-                "cannot carry yet (the PostgreSQL back end keeps the transcript only); "
-                "nothing was copied")
+                "cannot copy yet (it copies sessions and turns); nothing was copied")
         with open_stores(target) as dst:
             ids = [info.session_id for info in src.transcript.sessions()]
             clash = [sid for sid in ids if dst.transcript.has_session(sid)]

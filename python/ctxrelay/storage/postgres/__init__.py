@@ -12,9 +12,9 @@ Parts implemented here: the transcript with its BM25 text index
 (:mod:`ctxrelay.storage.postgres.transcript`, the same scores and order as
 the embedded back end) and the turn log
 (:mod:`ctxrelay.storage.postgres.turnlog`, the embedded derivation over
-tables) and warm artifacts (:mod:`ctxrelay.storage.postgres.warm`).  The
-other parts (scratch buffer, knowledge fabric)
-are not stored in PostgreSQL yet: opening them raises
+tables), warm artifacts (:mod:`ctxrelay.storage.postgres.warm`) and the
+scratch buffer with its blobs (:mod:`ctxrelay.storage.postgres.scratch`).
+The knowledge fabric is not stored in PostgreSQL yet: opening it raises
 :class:`UnsupportedPartError` rather than keeping them anywhere else behind
 the caller's back.
 

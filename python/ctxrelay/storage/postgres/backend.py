@@ -34,8 +34,8 @@ class PostgresBackend:
 
     def _unsupported(self, part: str) -> Any:
         raise UnsupportedPartError(
-            f"the {part} is not kept in PostgreSQL yet (issue 17: the transcript, turn "
-            f"log and warm artifacts are); use an embedded store (a directory) for {part} "
+            f"the {part} is not kept in PostgreSQL yet (issue 17: everything but the "
+            f"knowledge fabric is); use an embedded store (a directory) for {part} "
             "features, or move the store back with: ctxrelay migrate --from URL --to DIR")
 
     def open_turnlog(self) -> Any:
@@ -47,7 +47,8 @@ class PostgresBackend:
         return PgWarm(self.db)
 
     def open_scratch(self) -> Any:
-        return self._unsupported("scratch buffer")
+        from ctxrelay.storage.postgres.scratch import PgScratch
+        return PgScratch(self.db)
 
     def open_facts(self) -> Any:
         return self._unsupported("knowledge fabric")
@@ -60,7 +61,8 @@ class PostgresBackend:
                                 capacity_bytes=capacity_bytes)
 
     def has(self, part: str) -> bool:
-        table = {"turnlog": "turnlog_progress", "warm": "warm_artifacts"}.get(part)
+        table = {"turnlog": "turnlog_progress", "warm": "warm_artifacts",
+                 "scratch": "scratch_entries"}.get(part)
         if table is None:
             return False            # the parts not kept here (see _unsupported)
         return self.db.read(lambda cur: cur.execute(

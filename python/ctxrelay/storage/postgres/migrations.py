@@ -109,11 +109,33 @@ CREATE TABLE warm_artifacts (
 CREATE UNIQUE INDEX warm_artifacts_key ON warm_artifacts (session_id, key) WHERE key IS NOT NULL;
 """
 
+_SCRATCH = """
+-- The scratch buffer (storage/postgres/scratch.py): one row per tool output, its blob
+-- in the row, so the entry and its bytes commit together (no orphan files).
+CREATE TABLE scratch_entries (
+    session_id text NOT NULL,
+    scratch_id text NOT NULL,
+    seq        bigserial,
+    record     text NOT NULL,             -- JSON of the entry (as the embedded store's)
+    blob       bytea NOT NULL,
+    size       bigint NOT NULL,
+    pinned     boolean NOT NULL,
+    access_us  bigint NOT NULL,           -- last use, for LRU eviction
+    expires_us bigint,                    -- end of retention (NULL: kept until evicted by LRU)
+    PRIMARY KEY (session_id, scratch_id)
+);
+CREATE INDEX scratch_entries_order ON scratch_entries (session_id, seq);
+CREATE INDEX scratch_entries_lru ON scratch_entries (access_us) WHERE NOT pinned;
+CREATE INDEX scratch_entries_expiry ON scratch_entries (expires_us)
+    WHERE NOT pinned AND expires_us IS NOT NULL;
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
     (2, "turn log: derived turns, vectors, topic threads", _TURNLOG),
     (3, "warm artifacts", _WARM),
+    (4, "scratch buffer: entries with their blobs", _SCRATCH),
 ]
 
 
