@@ -53,10 +53,11 @@ have_pgvector() { [ -f "$($pg_bin/pg_config --sharedir 2>/dev/null)/extension/ve
 
 install_packages() {
     local missing=() p
-    for p in postgresql-$pg_version postgresql-server-dev-$pg_version redis-server redis-tools \
-             build-essential; do
+    for p in postgresql-$pg_version postgresql-server-dev-$pg_version redis-server redis-tools; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
+    # pgvector's build needs a C compiler and make (any that are there will do).
+    command -v gcc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || missing+=(build-essential)
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ]; then
         log "need root to apt-get install ${missing[*]}; run 'sudo make services'"; exit 1
