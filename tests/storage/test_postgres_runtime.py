@@ -77,3 +77,16 @@ def test_tool_outputs_are_kept_and_facts_are_refused_with_a_clear_error(urls):
         scratch_id = rt.record_tool_output("ops", "kubectl", {"cmd": "get pods"},
                                            "pod-1 Running\npod-2 Pending\n")
         assert rt.scratch("ops", scratch_id, raw=True) == "pod-1 Running\npod-2 Pending\n"
+
+
+def test_a_store_whose_redis_is_gone_still_assembles_the_same_packs(urls, tmp_path):
+    spec, cache = urls
+    policy = {"max_context_tokens": 520, "output_reserve": 64, "min_recent_turns": 2}
+    with Runtime(str(tmp_path / "lmdb")) as lmdb:
+        _fill(lmdb)
+        want = [lmdb.assemble("ops", q, **policy).messages for q in QUESTIONS]
+    with Runtime(spec, cache=cache) as pg:
+        _fill(pg)
+    # the same store, its hot tier on a port where nothing listens
+    with Runtime(spec, cache="redis://127.0.0.1:1/0") as pg:
+        assert [pg.assemble("ops", q, **policy).messages for q in QUESTIONS] == want
