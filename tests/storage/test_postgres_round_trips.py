@@ -3,9 +3,10 @@
 Each call is counted in statements sent (execute/executemany), plus one for
 its commit where it runs in a transaction.  The budget: an append is one
 locking read of the session row (with idempotency keys, then one read of the
-turns stored under them) and one pipeline of writes, whatever the turn holds; a read is one statement (search: two, the
-ranking then the turns).  The write pipeline's statements are sent together
-(one network round trip), so they are listed apart from the round trips.
+turns stored under them) and one pipeline of writes, whatever the turn holds;
+a read is one statement (search: two, the ranking then the turns).  The write
+pipeline's statements are sent together (one network round trip), so they are
+counted apart from the others.
 """
 from __future__ import annotations
 

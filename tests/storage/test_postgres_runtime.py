@@ -56,7 +56,8 @@ def test_the_same_content_gives_the_same_packs_and_turns_as_the_embedded_store(u
             _fill(rt)
         assert pg.threads("ops") == lmdb.threads("ops")
         for question in QUESTIONS:
-            want, have = lmdb.assemble("ops", question, **policy), pg.assemble("ops", question, **policy)
+            want = lmdb.assemble("ops", question, **policy)
+            have = pg.assemble("ops", question, **policy)
             assert have.messages == want.messages, question
             assert have.pack == want.pack and have.utility == want.utility
         for n, question in enumerate(QUESTIONS):

@@ -75,12 +75,12 @@ _TURNLOG = """
 -- The turn log (derived from the transcript; storage/postgres/turnlog.py).
 CREATE TABLE turnlog_progress (
     session_id text PRIMARY KEY,
-    state      text NOT NULL              -- JSON: derived_upto, model_id, next_thread, active_thread
+    state      text NOT NULL   -- JSON: derived_upto, model_id, next_thread, active_thread
 );
 CREATE TABLE turnlog_turns (
     session_id text NOT NULL,
     turn_id    integer NOT NULL,
-    record     text NOT NULL,             -- JSON: thread_id, entities, references, tool_calls, model_id
+    record     text NOT NULL,  -- JSON: thread_id, entities, references, tool_calls, model_id
     vector     bytea NOT NULL,            -- float32, the embedder's dimension
     PRIMARY KEY (session_id, turn_id)
 );
