@@ -14,6 +14,8 @@ both alike:
 ``search``        the same with the turns loaded (``Transcript.search``)
 ``last_16``       the newest 16 turns
 ``turns_8``       8 turns by id
+``commit_floor``  (PostgreSQL only) a one-row INSERT committed on its own: the
+                  least a durable write costs on this server and disk
 
 and, for the index choice of issue 17, PostgreSQL's own full-text search
 over the same turns (a GIN index on ``to_tsvector('simple', content)``,
@@ -143,7 +145,15 @@ def main() -> int:
                 f"{name}.turns_8": lambda i: t.turns("s", [1 + (i * 97 + j * 13) % args.turns
                                                           for j in range(8)]),
             }
-        samples = interleaved({**calls("lmdb", lmdb), **calls("postgres", pg)}, args.repeat)
+        # The floor of a durable write on this server: one one-row INSERT committed
+        # (autocommit: one round trip and one WAL flush), timed beside the appends.
+        floor = psycopg.connect(postgres_url(), autocommit=True)
+        floor.execute(f"CREATE TABLE {schema}.commit_floor (i int)")
+        floor_calls = {"postgres.commit_floor": lambda i: floor.execute(
+            f"INSERT INTO {schema}.commit_floor VALUES (%s)", (i,))}
+        samples = interleaved({**calls("lmdb", lmdb), **calls("postgres", pg), **floor_calls},
+                              args.repeat)
+        floor.close()
         timings = {name: percentiles(s) for name, s in samples.items()}
         result["timings"] = timings
         result["pg_over_lmdb_p50"] = {
