@@ -16,10 +16,9 @@ does not make a 50 MB line (the JSON report holds each problem whole).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 from typing import Any
 
+from ctxrelay.apps.cli.check_records import add_checksums, check_records
 from ctxrelay.apps.cli.common import EXIT_OK, EXIT_PROBLEM, ROLES, CLIError, open_runtime
 from ctxrelay.apps.cli.output import clip, emit_json, out, turn_ranges
 from ctxrelay.apps.cli.parser import Commands, progress_options
@@ -256,62 +255,6 @@ def _check_side_records(stores: Any, repair: bool) -> list[dict[str, Any]]:
     return reports
 
 
-# -- record checksums -------------------------------------------------------------------
-
-def _lmdb_parts(stores: Any) -> list[tuple[str, Any]]:
-    """Every part of the store that keeps checksummed records (LMDB back end)."""
-    parts = [("transcript", stores.transcript), ("turnlog", stores.turnlog_if_present()),
-             ("warm", stores.warm_if_present()), ("scratch", stores.scratch_if_present()),
-             ("facts", stores.facts_if_present())]
-    found = []
-    for name, part in parts:
-        part = getattr(part, "backend", part)          # the CKF's storage under it
-        if part is not None and hasattr(part, "damaged_records"):
-            found.append((name, part))
-    return found
-
-
-def _check_records(stores: Any, store_dir: str, repair: bool) -> list[dict[str, Any]]:
-    """Every record's checksum; with ``repair`` the damaged ones are quarantined
-    (copied out; derived ones dropped, to be rebuilt by the repairs that follow)."""
-    import time
-    reports = []
-    quarantine = os.path.join(store_dir, "quarantine",
-                              time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-    for name, part in _lmdb_parts(stores):
-        damaged = [dataclasses.replace(rec, store=name) for rec in part.damaged_records()]
-        report: dict[str, Any] = {"store": f"{name} records", "repaired": [], "problems": [],
-                                  "notices": []}
-        if not part.framed:
-            report["notices"].append(
-                f"the {name} store was written before record checksums: its reads are not "
-                "verified; 'ctxrelay check --repair' adds them once the store checks clean")
-        derived = {db.decode() for db in part.DERIVED_DBS}
-        if damaged and repair:
-            files = part.quarantine(damaged, quarantine, name)
-            for rec, path in zip(damaged, files):
-                if rec.db in derived and rec.key:
-                    report["repaired"].append(f"{rec.describe()}: quarantined to {path}, "
-                                              "rebuilt from intact records")
-                else:
-                    report["problems"].append(
-                        f"{rec.describe()}: a primary record, copied to {path} and left in "
-                        "place; restore the store from a backup or export the intact sessions")
-        else:
-            report["problems"] += [
-                rec.describe() + ("; 'ctxrelay check --repair' rebuilds it" if rec.db in derived
-                                  else "; a primary record: restore it from a backup")
-                for rec in damaged]
-        reports.append(report)
-    return reports
-
-
-def _add_checksums(stores: Any) -> list[str]:
-    """Seal the records of parts written before checksums (the store checked clean)."""
-    return [f"added checksums to {part.add_checksums()} record(s) of the {name} store"
-            for name, part in _lmdb_parts(stores) if not part.framed]
-
-
 def _print_report(reports: list[dict[str, Any]], side: list[dict[str, Any]], repair: bool,
                   n_problems: int, n_repaired: int) -> None:
     def line(text: str) -> str:
@@ -361,7 +304,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise CLIError(f"no session {', '.join(map(repr, unknown))} in {rt.store_dir}; "
                            "'ctxrelay sessions' lists them")
         progress.status("verifying every record's checksum")
-        records = _check_records(store, str(rt.store_dir), repair)
+        records = check_records(store, str(rt.store_dir), repair)
         reports = []
         for i, session_id in enumerate(wanted):
             progress.status(f"checking {session_id} ({i + 1} of {len(wanted)} sessions)")
@@ -378,7 +321,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         progress.status("checking the warm and scratch stores")
         side = listing + records + _check_side_stores(store, repair)
         if repair and not any(r["problems"] for r in reports + side):
-            sealed = _add_checksums(store)
+            sealed = add_checksums(store)
             if sealed:
                 side.append({"store": "format", "repaired": sealed, "problems": []})
         n_problems = sum(len(r["problems"]) for r in reports + side)
