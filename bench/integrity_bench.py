@@ -8,7 +8,11 @@ the damaged part in a child process: each read must return the pristine data
 or raise CorruptStoreError; a wrong value, another exception or a dead child
 is a failure.
 
-    .venv/bin/python bench/integrity_bench.py [TRIALS_PER_FILE]   # writes bench/results/integrity.json
+    .venv/bin/python bench/integrity_bench.py [TRIALS_PER_FILE] [NAME]   # writes bench/results/NAME.json
+
+NAME defaults to ``integrity``.  The "before" figure in docs/reliability.md ran the
+same harness on the code before checksums: ``PYTHONPATH=<old checkout>/python
+.venv/bin/python bench/integrity_bench.py 100 integrity_before``.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from _common import write  # noqa: E402
 SEED = 15
 
 
-def main(trials_per_file: int) -> dict:
+def main(trials_per_file: int, name: str = "integrity") -> dict:
     import corruption_worker as worker
     from ctxrelay.storage.lmdb.base import close_all as close_lmdb
     from ctxrelay.storage.stores import close_all
@@ -46,7 +50,9 @@ def main(trials_per_file: int) -> dict:
                **{k: (len(v) if isinstance(v, list) else v) for k, v in summary.items()},
                "failures": {k: v[:20] for k, v in summary.items()
                             if isinstance(v, list) and v}}
-    path = write("integrity", payload)
+    import ctxrelay
+    payload["code"] = str(Path(ctxrelay.__file__).resolve().parent)
+    path = write(name, payload)
     print(f"{summary['trials']} trials, {summary['reads']} reads: {summary['same']} same, "
           f"{summary['corrupt_store_error']} CorruptStoreError, {len(summary['wrong'])} wrong, "
           f"{len(summary['other_error'])} other errors, {len(summary['crash'])} crashes "
@@ -58,4 +64,5 @@ def main(trials_per_file: int) -> dict:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100,
+         sys.argv[2] if len(sys.argv) > 2 else "integrity")

@@ -52,9 +52,10 @@ S = TypeVar("S", bound="LmdbStore")
 MAX_READERS = 256            # reader slots shared by all processes and threads
 LOW_DISK_BYTES = 64 << 20    # below this, a failed commit is a full disk
 
-#: what LMDB raises for a page that a damaged file holds (wrong type, bad pointer)
+#: what LMDB raises for a page that a damaged file holds (wrong type, bad pointer);
+#: BadTxnError is the next call in a transaction such a page already broke
 DAMAGED_PAGES = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
-                 lmdb.PanicError)
+                 lmdb.PanicError, lmdb.BadTxnError)
 
 _registry: dict[tuple[str, str], "LmdbStore"] = {}
 _registry_lock = threading.RLock()
