@@ -56,6 +56,54 @@ def measure(fn: Callable[[bytes, bytes], int], value: bytes) -> float:
     return best
 
 
+def store_overhead(n: int = 2000) -> dict[str, Any]:
+    """What the framing costs a store, side by side in one run: ``n`` 600-byte
+    records put (one write transaction) and read back (one read transaction)
+    through the raw LMDB transaction and through :class:`FramedTxn`; and, for
+    scale, one ``TranscriptStore.append`` (a whole turn: JSON, index, fsync)."""
+    import tempfile
+    import lmdb
+    from ctxrelay.storage.lmdb.framing import FramedTxn, Namer
+    from ctxrelay.storage.lmdb.transcript import TranscriptStore
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=shm) as tmp:
+        env = lmdb.open(tmp + "/env", map_size=1 << 28, max_dbs=4, sync=False)
+        db = env.open_db(b"d")
+        value = random.Random(1).randbytes(600)
+        for label, wrap in (("raw", lambda t: t),
+                            ("framed", lambda t: FramedTxn(t, Namer("bench", {}), None))):
+            best_put = best_get = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter_ns()
+                with env.begin(write=True) as txn:
+                    w = wrap(txn)
+                    for i in range(n):
+                        w.put(i.to_bytes(8, "big"), value, db=db)
+                best_put = min(best_put, (time.perf_counter_ns() - t0) / n)
+                t0 = time.perf_counter_ns()
+                with env.begin() as txn:
+                    w = wrap(txn)
+                    for i in range(n):
+                        w.get(i.to_bytes(8, "big"), db=db)
+                best_get = min(best_get, (time.perf_counter_ns() - t0) / n)
+            out[label] = {"put_ns": round(best_put, 1), "get_ns": round(best_get, 1)}
+        env.close()
+        store = TranscriptStore.open(tmp + "/store")
+        store.create_session("s")
+        samples = []
+        for i in range(200):
+            t0 = time.perf_counter_ns()
+            store.append("s", "user", f"turn {i} " + "etcd defrag quota " * 30)
+            samples.append(time.perf_counter_ns() - t0)
+        store.close()
+    samples.sort()
+    out["append_p50_us"] = round(samples[len(samples) // 2] / 1000, 1)
+    out["framing_put_overhead_ns"] = round(out["framed"]["put_ns"] - out["raw"]["put_ns"], 1)
+    out["framing_get_overhead_ns"] = round(out["framed"]["get_ns"] - out["raw"]["get_ns"], 1)
+    return out
+
+
 def main() -> dict[str, Any]:
     rng = random.Random(15)
     values = {name: rng.randbytes(size) for name, size in SIZES.items()}
@@ -69,10 +117,11 @@ def main() -> dict[str, Any]:
     small = ("u64", "key_record", "turn_small", "vector_384", "turn_4k")
     chosen = min(results, key=lambda n: sum(results[n][s] for s in small))
     payload = {"ns_per_record": results, "speedup_vs_zlib_crc32": ratios,
+               "store_overhead": store_overhead(),
                "sizes_bytes": SIZES, "chosen": chosen,
                "note": "ns per checksum of a 16-byte key chained with the value; best of 5"}
     path = write("checksum", payload)
-    print(f"chosen: {chosen}; wrote {path}")
+    print(f"chosen: {chosen}; store overhead: {payload['store_overhead']}; wrote {path}")
     for name, row in results.items():
         print(f"{name:12s}", "  ".join(f"{s}={ns}" for s, ns in row.items()))
     return payload
