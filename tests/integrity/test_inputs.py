@@ -144,3 +144,12 @@ def test_every_refusal_here_is_a_ctxrelay_error():
     # The classes above are part of the one hierarchy callers catch.
     for cls in (InvalidMetadataError, InvalidPathError, InvalidSessionIdError):
         assert issubclass(cls, CtxRelayError)
+
+
+def test_the_prolog_entry_point_reaches_the_same_check(rt):
+    # ctxrelay:session_create/3 called from Prolog: the store's one check refuses it.
+    from ctxrelay.bridge import engine
+    with pytest.raises(InvalidMetadataError, match=f"more than {MAX_JSON_DEPTH} levels"):
+        engine.once("ctxrelay:session_create(dir(D), deep_prolog, [metadata(M)])",
+                    {"D": str(rt.store_dir), "M": _deep(MAX_JSON_DEPTH + 2)})
+    assert "deep_prolog" not in {s.session_id for s in rt.sessions()}

@@ -29,7 +29,7 @@ import xxhash
 
 from ctxrelay.errors import CorruptStoreError
 
-__all__ = ["file_digest", "CHECKSUM_BYTES", "FRAMED_SUFFIX", "seal", "unseal", "intact", "FramedTxn",
+__all__ = ["file_digest", "CHECKSUM_BYTES", "FRAMED_SUFFIX", "seal", "intact", "FramedTxn",
            "FramedCursor", "Namer"]
 
 CHECKSUM_BYTES = 8
@@ -71,13 +71,6 @@ class Namer:
             f"record {name}/{bytes(key).hex()} of {self.where} fails its checksum (damaged "
             "on disk); run 'ctxrelay check' to list every damaged record and 'ctxrelay "
             "check --repair' to quarantine them and rebuild what is derived")
-
-
-def unseal(key: bytes, stored: bytes, db: Any, namer: Namer) -> bytes:
-    """The value ``stored`` holds, or CorruptStoreError if its checksum fails."""
-    if not intact(key, stored):
-        raise namer.corrupt(db, key)
-    return stored[:-CHECKSUM_BYTES]
 
 
 class FramedTxn:
