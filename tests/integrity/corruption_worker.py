@@ -51,7 +51,8 @@ def _reads(store_dir: Path, part: str) -> list[tuple[str, Callable[[], Any]]]:
     stores = open_stores(store_dir)
     t = stores.transcript
     reads: dict[str, list[tuple[str, Callable[[], Any]]]] = {
-        "transcript": [("sessions", t.sessions)], "warm": [], "scratch": [], "turnlog": []}
+        "transcript": [("sessions", t.sessions)], "warm": [], "scratch": [], "turnlog": [],
+        "rolling": []}
     for s in SESSIONS:
         reads["transcript"] += [
             (f"{s}/history", lambda s=s: t.history(s)),
@@ -62,6 +63,7 @@ def _reads(store_dir: Path, part: str) -> list[tuple[str, Callable[[], Any]]]:
               for q in QUERIES],
             *[(f"{s}/turn/{i}", lambda s=s, i=i: t.turn(s, i)) for i in (1, 7, 20)]]
         reads["warm"] += [(f"{s}/warm", lambda s=s: stores.warm.latest(s))]
+        reads["rolling"] += [(f"{s}/rolling", lambda s=s: stores.rolling.read_recent(s, 20))]
         reads["scratch"] += [(f"{s}/scratch", lambda s=s: [
             (e, stores.scratch.raw(s, e.scratch_id)) for e in stores.scratch.list(s)])]
         reads["turnlog"] += [
@@ -105,7 +107,7 @@ def read_all(store_dir: Path, part: str) -> dict[str, tuple[str, Any]]:
 
 def populate(store_dir: Path) -> None:
     """The store every trial damages: two sessions of 20 turns, keys, warm
-    artifacts, tool outputs, a derived turn log and a dozen facts."""
+    artifacts, tool outputs, a derived turn log, rolling-log rings and a dozen facts."""
     from ctxrelay.storage.stores import open_stores
     from ctxrelay.text.embed import get_embedder
     embedder = get_embedder("hashing")
@@ -123,6 +125,8 @@ def populate(store_dir: Path) -> None:
             for j in range(3):
                 stores.scratch.put(s, "kubectl", {"j": j}, f"pod-{j} Running\n" * 40)
             stores.turnlog.sync(t, s, embedder)
+            for i in range(20):
+                stores.rolling.append(s, f"{s} ring entry {i}: etcd defrag freed {i} GiB")
     from ctxrelay.knowledge.fabric import FactStore
     with FactStore(store_dir / "ckf", embedder="hashing", recluster_every=None) as facts:
         for i, key in enumerate(FACT_KEYS):
@@ -134,7 +138,8 @@ def populate(store_dir: Path) -> None:
 #: every file of the store a trial may damage -> the part whose reads it affects
 FILES = {"transcript.lmdb/data.mdb": "transcript", "warm/data.mdb": "warm",
          "turnlog/data.mdb": "turnlog", "scratch/scratch.lmdb/data.mdb": "scratch",
-         "ckf/db/data.mdb": "facts", "scratch/blobs": "scratch", "ckf/hnsw": "facts"}
+         "ckf/db/data.mdb": "facts", "scratch/blobs": "scratch", "ckf/hnsw": "facts",
+         "rolling": "rolling"}
 WIDTHS = (1, 8, 64)          # bytes flipped in a row: one byte, a word, a cache line
 
 

@@ -30,7 +30,7 @@ from ctxrelay.storage.lmdb.framing import CHECKSUM_BYTES, intact
 from ctxrelay.storage.stores import close_all, open_stores
 from support import ROOT, mounted_tmpfs
 
-TRIALS_PER_FILE = 30            # x 7 files = 210 trials, ~30 s on the 2-core dev machine
+TRIALS_PER_FILE = 30            # x 8 files = 240 trials, ~30 s on the 2-core dev machine
 SEED = 15
 
 

@@ -53,9 +53,10 @@ MAX_READERS = 256            # reader slots shared by all processes and threads
 LOW_DISK_BYTES = 64 << 20    # below this, a failed commit is a full disk
 
 #: what LMDB raises for a page that a damaged file holds (wrong type, bad pointer);
-#: BadTxnError is the next call in a transaction such a page already broke
+#: BadTxnError is the next call in a transaction such a page already broke, and
+#: BadDbiError a damaged record of a named database (our stores never drop one)
 DAMAGED_PAGES = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
-                 lmdb.PanicError, lmdb.BadTxnError)
+                 lmdb.PanicError, lmdb.BadTxnError, lmdb.BadDbiError)
 
 _registry: dict[tuple[str, str], "LmdbStore"] = {}
 _registry_lock = threading.RLock()
