@@ -128,4 +128,6 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    import argparse
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     main()

@@ -64,5 +64,11 @@ def main(trials_per_file: int, name: str = "integrity") -> dict:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100,
-         sys.argv[2] if len(sys.argv) > 2 else "integrity")
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("trials_per_file", nargs="?", type=int, default=100,
+                        help="trials per store file (default 100)")
+    parser.add_argument("name", nargs="?", default="integrity",
+                        help="results file bench/results/NAME.json (default integrity)")
+    args = parser.parse_args()
+    main(args.trials_per_file, args.name)

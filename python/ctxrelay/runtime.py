@@ -627,7 +627,7 @@ class Runtime:
                  namespace: str | None = None, metadata: dict[str, Any] | None = None) -> str:
         """Store a fact in the knowledge fabric; returns its id."""
         if not isinstance(content, str):    # janus would turn bytes into text
-            from ctxrelay.knowledge.inputs import check_content
+            from ctxrelay.storage.validation import check_content
             check_content(content)
         opts = [(k, v) for k, v in (("key", key), ("source", source), ("importance", importance),
                                     ("ttl", ttl), ("namespace", namespace),
