@@ -124,9 +124,15 @@ class TextIndex:
     def __init__(self, env: Any, *, txn: Any = None, prefix: str = "ix",
                  create: bool = True) -> None:
         post, docs, ns = self.db_names(prefix)
+        txn = getattr(txn, "raw", txn)          # a FramedTxn wraps the lmdb one
+        self._names = (post, docs, ns)
         self._post = env.open_db(post, txn=txn, create=create, dupsort=True, dupfixed=True)
         self._docs = env.open_db(docs, txn=txn, create=create)
         self._ns = env.open_db(ns, txn=txn, create=create)
+
+    def handles(self) -> dict[bytes, Any]:
+        """The index's database handles by name (for the store's messages)."""
+        return dict(zip(self._names, (self._post, self._docs, self._ns)))
 
     @staticmethod
     def db_names(prefix: str = "ix") -> tuple[bytes, bytes, bytes]:

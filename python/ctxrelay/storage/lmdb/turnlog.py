@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
@@ -186,6 +186,8 @@ class TurnLog(LmdbStore):
     KIND = "turn log"
     FORMAT = b"ctxrelay.storage.lmdb.turnlog/1"
     DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids")
+    # all of it is derived from the transcript (recompute); progress names the embedder
+    DERIVED_DBS = frozenset({b"derived", b"vectors", b"threads", b"centroids"})
 
     # -- sync ------------------------------------------------------------
     def sync(self, transcript: Any, session_id: str, embedder: Any, *,
@@ -359,9 +361,26 @@ class TurnLog(LmdbStore):
 
     # -- reading -----------------------------------------------------------
     def derived(self, session_id: str, turn_id: int) -> DerivedTurn | None:
-        raw = self.read(lambda txn: txn.get(_session_key(session_id) + _U64.pack(int(turn_id)),
-                                            db=self.dbs[b"derived"]))
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> Any:
+            raw = txn.get(skey + _U64.pack(int(turn_id)), db=self.dbs[b"derived"])
+            if raw is None:
+                self._require_absent(txn, skey, session_id, int(turn_id), "derived record")
+            return raw
+        raw = self.read(read)
         return None if raw is None else DerivedTurn(turn_id=int(turn_id), **json.loads(raw))
+
+    def _require_absent(self, txn: Any, skey: bytes, session_id: str, turn_id: int,
+                        what: str) -> None:
+        """A record the progress says exists but a lookup cannot find: its key was
+        damaged on disk (the checksum of a key is checked only when it is read)."""
+        raw = txn.get(skey, db=self.dbs[b"progress"])
+        if raw is not None and 1 <= turn_id <= int(json.loads(raw).get("derived_upto", 0)):
+            raise CorruptStoreError(
+                f"the {what} of turn {turn_id} of {session_id!r} is missing from the turn "
+                f"log at {self.env_path} although turns 1..{json.loads(raw)['derived_upto']} "
+                "are derived (a damaged key); 'ctxrelay check --repair' derives them again")
 
     def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, np.ndarray]:
         skey = _session_key(session_id)
@@ -372,6 +391,8 @@ class TurnLog(LmdbStore):
                 raw = txn.get(skey + _U64.pack(int(tid)), db=self.dbs[b"vectors"])
                 if raw is not None:
                     out[int(tid)] = np.frombuffer(raw, dtype=np.float32)
+                else:
+                    self._require_absent(txn, skey, session_id, int(tid), "vector")
             return out
         return self.read(read)
 
