@@ -2,13 +2,17 @@
 
 Target: a managed turn (echo provider, a 1,000-turn session) costs at most 1.3x
 the CPU time (``time.process_time``: every thread of the process) of
-``Runtime.assemble`` for the same message on the same session, measured in one
-run.  Each round assembles a new message, then runs it as a managed turn, in
-that order, so both see the same session (the turn then adds two turns);
-alternately, the turn runs as ``prepare_turn`` + the echo reply +
-``commit_turn`` (what the relay does), so the stages are timed on their own:
+``Runtime.assemble`` of a new message on the same session, measured in one
+run.  Each round assembles a new message and runs another as a managed turn
+(which adds two turns), so both see the same session; every other round the
+turn runs as ``prepare_turn`` + the echo reply + ``commit_turn`` (what the
+relay does), so the stages are timed on their own.
+The assembly and the turn get different messages (no embedding shared through
+the vector memo) and their order flips every two rounds (the first call after a
+commit reads the changed session anew).
 
 prepare     assembling the pack (the assembly of the turn)
+provider    the echo provider's reply
 commit      storing the message and the reply, deriving their turn-log entries,
             recording references, promoting durable values
 
@@ -32,6 +36,7 @@ from _common import git_rev, machine, write  # noqa: E402
 from assembly_bench import TOPICS, synthetic_jsonl  # noqa: E402
 
 from ctxrelay import Runtime  # noqa: E402
+from ctxrelay.providers import echo_text  # noqa: E402
 
 QUESTIONS = ["what did we decide about the {t}?", "remind me of the {t} item {i}",
              "go deeper on the {t} and how it relates to item {i}", "and the {t}, what was open?"]
@@ -54,7 +59,8 @@ def main() -> int:
     policy = {"embedder": args.embedder} if args.embedder else {}
     rng = random.Random(11)
     cost: dict[str, list[float]] = {k: [] for k in (
-        "assemble", "managed_turn", "assemble_before_split", "prepare", "commit")}
+        "assemble", "managed_turn", "assemble_beside_split", "split_turn", "prepare",
+        "provider", "commit")}
     with tempfile.TemporaryDirectory() as tmp, Runtime(Path(tmp) / "store") as rt:
         rt.import_jsonl(io.StringIO(synthetic_jsonl("s", args.turns, seed=3)).getvalue(),
                         session_id="s")
@@ -62,31 +68,43 @@ def main() -> int:
         rt.assemble("s", "warm up: derive the turn log", **policy)
         derive_s = time.perf_counter() - t0
         for i in range(-4, args.rounds):
-            text = QUESTIONS[i % 4].format(t=rng.choice(TOPICS), i=rng.randrange(5000)) + f" ({i})"
-            c0 = time.process_time()
-            rt.assemble("s", text, **policy)
-            c1 = time.process_time()
-            if i % 2 == 0:
-                rt.managed_turn("s", text, **policy)
-                c2 = time.process_time()
-                if i >= 0:
-                    cost["assemble"].append(c1 - c0)
-                    cost["managed_turn"].append(c2 - c1)
-            else:
-                prepared = rt.prepare_turn("s", text, **policy)
-                c2 = time.process_time()
-                reply = prepared.result.messages[-1]["content"]   # what the echo provider returns
-                rt.commit_turn(prepared, f"echo: {reply}", provider="echo")
-                c3 = time.process_time()
-                if i >= 0:
-                    cost["assemble_before_split"].append(c1 - c0)
-                    cost["prepare"].append(c2 - c1)
-                    cost["commit"].append(c3 - c2)
+            def question(tag: str) -> str:
+                return QUESTIONS[i % 4].format(t=rng.choice(TOPICS),
+                                               i=rng.randrange(5000)) + f" ({tag}{i})"
+            # Different texts (no embedding memo shared), and the order flips every
+            # round: the first call after a commit reads the session anew.
+            asked, text = question("a"), question("t")
+            turn_first = i % 4 >= 2
+            c_turn, c_asm = 0.0, 0.0
+            for step in (("turn", "assemble") if turn_first else ("assemble", "turn")):
+                c0 = time.process_time()
+                if step == "assemble":
+                    rt.assemble("s", asked, **policy)
+                    c_asm = time.process_time() - c0
+                elif i % 2 == 0:
+                    rt.managed_turn("s", text, **policy)
+                    c_turn = time.process_time() - c0
+                else:
+                    prepared = rt.prepare_turn("s", text, **policy)
+                    c1 = time.process_time()
+                    # what the echo provider would return for this request
+                    reply = echo_text(prepared.result.messages)
+                    c2 = time.process_time()
+                    rt.commit_turn(prepared, reply, provider="echo")
+                    c3 = time.process_time()
+                    if i >= 0:
+                        cost["prepare"].append(c1 - c0)
+                        cost["provider"].append(c2 - c1)
+                        cost["commit"].append(c3 - c2)
+                    c_turn = c3 - c0
+            if i >= 0:
+                cost["assemble" if i % 2 == 0 else "assemble_beside_split"].append(c_asm)
+                cost["managed_turn" if i % 2 == 0 else "split_turn"].append(c_turn)
         turns_after = rt.turn_count("s")
     stats = {k: cpu_ms(v) for k, v in cost.items()}
     ratio = round(stats["managed_turn"]["median_ms"] / stats["assemble"]["median_ms"], 3)
-    split = {k: round(stats[k]["median_ms"] / stats["assemble_before_split"]["median_ms"], 3)
-             for k in ("prepare", "commit")}
+    split = {k: round(stats[k]["median_ms"] / stats["assemble_beside_split"]["median_ms"], 3)
+             for k in ("split_turn", "prepare", "provider", "commit")}
     payload = {
         "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
         "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
