@@ -114,6 +114,8 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     """Refuse text UTF-8 cannot hold before it reaches janus: a lone surrogate
     makes janus fail with a pending UnicodeEncodeError that breaks the next
     call too."""
+    if where == "argument" and _all_text_encodable(value):
+        return                      # the common case, in C: no walk needed
     if isinstance(value, str):
         from ctxrelay.errors import InvalidContentError
         from ctxrelay.storage.validation import check_utf8
@@ -125,6 +127,19 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     elif isinstance(value, (list, tuple)):
         for v in value:
             _check_encodable(v, where)
+
+
+def _all_text_encodable(value: Any) -> bool:
+    """Whether every string in ``value`` (plain JSON data) is valid UTF-8, checked in
+    one C pass; False also when ``value`` is not plain JSON data (walk it then).
+    A prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
+    strings: walking them in Python cost more than storing the turn."""
+    import json
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        return False
+    return True
 
 
 def _json_metadata(metadata: Any) -> Any:
