@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrelay.retrieval.pricing import _add_turn, _priced_unit, _used
+from ctxrelay.retrieval.pricing import (_TOKENIZER_KEY, _add_turn, _priced_memo,
+                                        _priced_unit, _used)
 from ctxrelay.retrieval.units import Unit, _tool_call_ids
 from ctxrelay.retrieval.window import READ_CHUNK as _READ_CHUNK
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
@@ -62,7 +63,12 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
             if older is None:
                 older = [t for t in ids if t < window_start]
             pos = older.index(turn_id)
-            batch = [t for t in older[pos:pos + _READ_CHUNK] if t not in loaded]
+            # Turns the memo of plain turns already holds need no read (it answers them
+            # when their turn comes), so the read holds only what will be used.
+            priced = _priced_memo(stores)
+            tkey = _TOKENIZER_KEY.get()
+            batch = [turn_id] + [t for t in older[pos + 1:pos + _READ_CHUNK]
+                                 if t not in loaded and (session_id, t, tkey) not in priced]
             loaded.update((t.turn_id, t) for t in store.turns(session_id, batch))
         turn = loaded[turn_id]
         if turn.role == "system":
