@@ -129,14 +129,21 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
             _check_encodable(v, where)
 
 
+def _opaque(_: Any) -> None:
+    return None                      # not data the walk checks either
+
+
 def _all_text_encodable(value: Any) -> bool:
-    """Whether every string in ``value`` (plain JSON data) is valid UTF-8, checked in
-    one C pass; False also when ``value`` is not plain JSON data (walk it then).
-    A prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
+    """Whether every string in ``value`` is valid UTF-8, checked in one C pass.
+
+    The pass reaches what :func:`_check_encodable` walks (str, dict, list, tuple)
+    and, like the walk, passes over other objects (a store handle); False when
+    a key is not JSON-able (the walk then finds what is wrong, if anything).  A
+    prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
     strings: walking them in Python cost more than storing the turn."""
     import json
     try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        json.dumps(value, ensure_ascii=False, default=_opaque).encode("utf-8")
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
         return False
     return True
