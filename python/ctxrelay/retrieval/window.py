@@ -4,6 +4,8 @@ The window is read backwards only until it holds more tokens than the budget
 (stored per-turn counts decide), so its cost follows the budget, not the
 length of the history; it and the boundary's token count are kept between
 assemblies while the store is unchanged (:mod:`ctxrelay.retrieval.prepared`).
+Also here: the tool call/result pairs of the window, and the turn's pending
+messages (new tool results or assistant messages stored with the turn).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.storage.stores import Stores
 from ctxrelay.types import Turn
 
-READ_CHUNK = 32
+READ_CHUNK = 32              # turns per read, backwards through the window or along a ranking
 _READ_CHUNK = READ_CHUNK
 
 #: How the boundary note tells the model to read cold history: through
