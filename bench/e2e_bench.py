@@ -33,7 +33,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from _common import git_rev, machine, percentiles, write  # noqa: E402
+from _common import git_rev, machine, percentiles, write
 
 QUESTIONS = ["what did we decide about the {t}?", "remind me of the {t} item {i}",
              "go deeper on the {t} and how it relates to item {i}", "and the {t}, what was open?"]

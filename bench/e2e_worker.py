@@ -19,9 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from assembly_bench import TOPICS, VERBS, synthetic_jsonl  # noqa: E402
-
-from ctxrelay import Runtime  # noqa: E402
+from assembly_bench import TOPICS, VERBS, synthetic_jsonl
+from ctxrelay import Runtime
 
 
 def first_module(*names: str):

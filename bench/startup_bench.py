@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git_rev, machine, write  # noqa: E402
-from cli_startup_bench import PYTHON, ROOT, SCRIPT, make_store, run_once, summary  # noqa: E402
+from _common import git_rev, machine, write
+from cli_startup_bench import PYTHON, ROOT, SCRIPT, make_store, run_once, summary
 
 TARGET_MS = 500
 HEAVY = ("onnxruntime", "tokenizers", "torch", "sentence_transformers", "hnswlib")

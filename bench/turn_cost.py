@@ -32,11 +32,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git_rev, machine, write  # noqa: E402
-from assembly_bench import TOPICS, synthetic_jsonl  # noqa: E402
-
-from ctxrelay import Runtime  # noqa: E402
-from ctxrelay.providers import echo_text  # noqa: E402
+from _common import git_rev, machine, write
+from assembly_bench import TOPICS, synthetic_jsonl
+from ctxrelay import Runtime
+from ctxrelay.providers import echo_text
 
 QUESTIONS = ["what did we decide about the {t}?", "remind me of the {t} item {i}",
              "go deeper on the {t} and how it relates to item {i}", "and the {t}, what was open?"]

@@ -14,20 +14,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrelay.retrieval.fact_units import (add_router_fact_units, fact_unit,  # noqa: F401
-                                           has_knowledge, knowledge_text)
-from ctxrelay.retrieval.pricing import (_COST_CAP, _EXCERPT, _STORE_USED,  # noqa: F401
-                                        _STORED_COUNTS_MODEL, _TOKENIZER_KEY, _add, _add_turn,
-                                        _priced_memo, _stored_counts_model, _terms,
-                                        _tokenizer_key, _used, excerpt_text, message_cost)
+from ctxrelay.retrieval.fact_units import (  # noqa: F401
+    add_router_fact_units,
+    fact_unit,
+    has_knowledge,
+    knowledge_text,
+)
+from ctxrelay.retrieval.pricing import (  # noqa: F401
+    _COST_CAP,
+    _EXCERPT,
+    _STORE_USED,
+    _STORED_COUNTS_MODEL,
+    _TOKENIZER_KEY,
+    _add,
+    _add_turn,
+    _priced_memo,
+    _stored_counts_model,
+    _terms,
+    _tokenizer_key,
+    _used,
+    excerpt_text,
+    message_cost,
+)
 from ctxrelay.retrieval.recalled import _add_with_tool_family, _retrieve
 from ctxrelay.retrieval.render import host_only_tokens, render  # noqa: F401
 from ctxrelay.retrieval.thread_context import _thread_context
-from ctxrelay.retrieval.units import Candidates, Unit, _tool_call_ids  # noqa: F401
-from ctxrelay.retrieval.window import (_kept, _pending_groups, _pending_unit,  # noqa: F401
-                                       _range_tokens, _read_window, _tool_groups, boundary_text)
+from ctxrelay.retrieval.units import Candidates, Unit, _tool_call_ids
+from ctxrelay.retrieval.window import (
+    _kept,
+    _pending_groups,
+    _pending_unit,
+    _range_tokens,
+    _read_window,
+    _tool_groups,
+    boundary_text,
+)
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
+
 
 def candidates(stores: Stores, warm_store: Any, session_id: str,
                message: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +177,7 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
                 units: dict[str, Unit], excludes: list[list[str]],
-                model: "str | tok.Tokenizer") -> None:
+                model: str | tok.Tokenizer) -> None:
     """The session's latest warm artifacts as candidates, with the counts their
     relevance is made of: the query's index terms, and how many of them the
     artifact holds.  Which are offered and what they are worth is Prolog's

@@ -10,6 +10,7 @@ from ctxrelay.retrieval.pricing import _add
 from ctxrelay.retrieval.units import Candidates, Unit
 from ctxrelay.storage.stores import Stores
 
+
 def knowledge_text(fact: dict[str, Any]) -> str:
     """A CKF fact as context: labelled as knowledge with its source, so the
     model can tell reference material from the conversation."""

@@ -11,8 +11,9 @@ served after a write it has not seen.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ctxrelay.memo import keep
 from ctxrelay.storage.stores import Stores

@@ -33,7 +33,7 @@ _STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
     contextvars.ContextVar("stored_counts_model", default=None)
 
 
-def _stored_counts_model(store: TranscriptStore, model: "str | tok.Tokenizer") -> Any:
+def _stored_counts_model(store: TranscriptStore, model: str | tok.Tokenizer) -> Any:
     """``model`` when the store counted turns with its exact vocabulary, else None."""
     from ctxrelay.storage.lmdb.transcript import DEFAULT_TOKENIZER
     tokenizer = tok.resolve(model)
@@ -43,7 +43,7 @@ def _stored_counts_model(store: TranscriptStore, model: "str | tok.Tokenizer") -
     return None
 
 
-def message_cost(message: dict[str, Any], model: "str | tok.Tokenizer") -> tuple[int, bool]:
+def message_cost(message: dict[str, Any], model: str | tok.Tokenizer) -> tuple[int, bool]:
     """Tokens one message adds to a request, framing included, reply priming excluded.
 
     Past the assembly's cap a lower bound stands in for the count
@@ -70,7 +70,7 @@ def _terms(text: str) -> set[str]:
     return set(tokenize(text))
 
 
-def _add(units: dict[str, Unit], unit: Unit, model: "str | tok.Tokenizer") -> Unit:
+def _add(units: dict[str, Unit], unit: Unit, model: str | tok.Tokenizer) -> Unit:
     for name, msg in list(unit.variants.items()):
         n, exact = message_cost(msg, model)
         unit.costs[name] = n
@@ -91,7 +91,7 @@ _EXCERPT: contextvars.ContextVar[tuple[int, int] | None] = \
 _EXCERPT_KINDS = frozenset({"turn", "retrieved", "referenced", "thread", "instructions"})
 
 
-def _offer_excerpt(unit: Unit, model: "str | tok.Tokenizer") -> None:
+def _offer_excerpt(unit: Unit, model: str | tok.Tokenizer) -> None:
     """Give an oversized stored turn an ``excerpt`` variant: its head and tail with its
     size and how to read the rest, so one huge turn never makes the mandatory part
     impossible.  Only the excerpt is counted (bounded work whatever the turn's size)."""
@@ -147,7 +147,7 @@ class _Priced:
     exact: bool
 
 
-def _tokenizer_key(model: "str | tok.Tokenizer") -> tuple[Any, ...]:
+def _tokenizer_key(model: str | tok.Tokenizer) -> tuple[Any, ...]:
     t = tok.resolve(model)
     return (t, id(t.counter))
 
@@ -178,7 +178,7 @@ def _priced_unit(stores: Stores, session_id: str, turn_id: int, kind: str,
 
 
 def _add_turn(units: dict[str, Unit], stores: Stores, turn: Turn, kind: str,
-              scratch: Any, model: "str | tok.Tokenizer", **features: Any) -> Unit:
+              scratch: Any, model: str | tok.Tokenizer, **features: Any) -> Unit:
     """``_add`` of a stored turn's unit, through the memo of plain turns."""
     plain = turn.role != "tool" and not _tool_call_ids(turn)
     if plain:

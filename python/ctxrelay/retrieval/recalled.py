@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrelay.retrieval.pricing import (_TOKENIZER_KEY, _add_turn, _priced_memo,
-                                        _priced_unit, _used)
+from ctxrelay.retrieval.pricing import (
+    _TOKENIZER_KEY,
+    _add_turn,
+    _priced_memo,
+    _priced_unit,
+    _used,
+)
 from ctxrelay.retrieval.units import Unit, _tool_call_ids
 from ctxrelay.retrieval.window import READ_CHUNK as _READ_CHUNK
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
@@ -19,7 +24,7 @@ _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 
 def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
               history_end: int, retrieve_tokens: int, max_retrieved: int,
-              units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
+              units: dict[str, Unit], groups: list[list[str]], model: str | tok.Tokenizer,
               scratch: Any = None, dense: Any = None, embedder: Any = None,
               pair: bool = False) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
@@ -95,7 +100,7 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
 
 def _pair_questions_and_answers(stores: Stores, session_id: str, recalled: set[str],
                                 window_start: int, history_end: int, units: dict[str, Unit],
-                                groups: list[list[str]], model: "str | tok.Tokenizer",
+                                groups: list[list[str]], model: str | tok.Tokenizer,
                                 scratch: Any) -> None:
     """A recalled answer comes with its question and a recalled question with its
     answer (packed together or not at all), so no pack shows a reply without what
@@ -130,7 +135,7 @@ def _pair_questions_and_answers(stores: Stores, session_id: str, recalled: set[s
 
 def _add_with_tool_family(stores: Stores, session_id: str, turn: Turn, kind: str,
                           units: dict[str, Unit], groups: list[list[str]],
-                          model: "str | tok.Tokenizer", scratch: Any,
+                          model: str | tok.Tokenizer, scratch: Any,
                           **features: Any) -> list[Unit]:
     """Add ``turn`` with its tool call and results (packed together), return the new units.
 

@@ -9,6 +9,7 @@ from typing import Any
 from ctxrelay.retrieval.units import Candidates
 from ctxrelay.text import tokens as tok
 
+
 def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
     """Render ``plan`` ([unit id, variant] in order) and count it as the provider will.
 
@@ -44,7 +45,7 @@ _PER_QUERY = frozenset({"relevance", "score", "rank", "query_terms", "shared_ter
 
 
 def host_only_tokens(cands: Candidates, plan: list[list[str]],
-                     model: "str | tok.Tokenizer") -> int:
+                     model: str | tok.Tokenizer) -> int:
     """Tokens of what the host keeps beside the request: one metadata record per
     packed unit (its id, turn ids and own fields, as sorted-key JSON), never sent.
 

@@ -19,7 +19,7 @@ _NEIGHBOURS = 12              # a thread is compared through its latest user tur
 
 def _thread_context(stores: Stores, session_id: str, message: Any, query_text: str,
                     window: list[Turn], history_end: int, units: dict[str, Unit],
-                    model: "str | tok.Tokenizer", options: dict[str, Any],
+                    model: str | tok.Tokenizer, options: dict[str, Any],
                     scratch: Any) -> tuple[dict[str, Any], Any]:
     """Topic thread of the new message, its similarity, and a resumed thread's turns.
 

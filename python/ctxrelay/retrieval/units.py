@@ -10,6 +10,7 @@ from typing import Any
 
 from ctxrelay.types import Turn
 
+
 @dataclass
 class Unit:
     """A candidate context unit; ``variants`` maps variant name to message."""
