@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -115,6 +116,8 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     makes janus fail with a pending UnicodeEncodeError that breaks the next
     call too.  Iterative and depth-bounded: janus converts recursively, so a
     deeper value would raise RecursionError (or worse) on the way in or out."""
+    if where == "argument" and _all_text_encodable(value):
+        return                      # the common case, in C: no walk needed
     from ctxrelay.errors import InvalidArgumentError, InvalidContentError
     from ctxrelay.storage.validation import MAX_JSON_DEPTH, check_utf8
     stack = [(value, where, 0)]
@@ -139,6 +142,32 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
                                   depth + 1))
             else:
                 stack.extend((v, place, depth + 1) for v in item)
+
+
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def _opaque(_: Any) -> None:
+    return None                      # not data the walk checks either
+
+
+def _all_text_encodable(value: Any) -> bool:
+    """Whether every string in ``value`` is valid UTF-8, checked in one C pass.
+
+    The pass reaches what :func:`_check_encodable` walks (str, dict, list, tuple)
+    and, like the walk, passes over other objects (a store handle); False when
+    a key is not JSON-able (the walk then finds what is wrong, if anything).  A
+    prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
+    strings: walking them in Python cost more than storing the turn."""
+    import json
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=_opaque)
+        text.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        return False
+    # A run of 19 digits may be an int beyond 64 bits (or only text): the walk
+    # tells which.  Depth needs no test here: what json.dumps nests, janus does.
+    return _LONG_DIGITS.search(text) is None
 
 
 def _json_metadata(metadata: Any) -> Any:
