@@ -70,7 +70,22 @@ class PgTurnLog:
 
     def _run(self, fn: Any) -> Any:
         self._live()
-        return self._db.run(fn)
+
+        def write(cur: Any) -> Any:
+            result = fn(cur)
+            # Readers keep what they derived from the turn log while the store's
+            # generation stands still (retrieval.prepared): every write moves it.
+            cur.execute("UPDATE store_generation SET generation = generation + 1")
+            return result
+        return self._db.run(write)
+
+    def write_generation(self) -> int | None:
+        """The store's generation (one counter for every part of a PostgreSQL
+        store, moved by each write); None once closed."""
+        if self.closed:
+            return None
+        return self._read(lambda cur: cur.execute(
+            "SELECT generation FROM store_generation").fetchone()[0])
 
     def _read(self, fn: Any) -> Any:
         self._live()
