@@ -147,6 +147,17 @@ class Database:
             return fn(cur)
 
 
+def bump_generation(cur: Any) -> None:
+    """Move the store's write generation: the last statement of every write, so
+    the row lock is held only until commit."""
+    cur.execute("UPDATE store_generation SET generation = generation + 1")
+
+
+def read_generation(cur: Any) -> int:
+    """The store's write generation (moved by every write to any of its parts)."""
+    return cur.execute("SELECT generation FROM store_generation").fetchone()[0]
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 

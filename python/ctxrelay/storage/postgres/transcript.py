@@ -43,6 +43,7 @@ from ctxrelay.storage.lmdb.transcript.records import (DEFAULT_TOKENIZER, ESTIMAT
                                                       load_encoding, role_list)
 from ctxrelay.storage.lmdb.transcript.store import DEFAULT_MAX_TURN_BYTES, SEARCH_MAX_POSTINGS
 from ctxrelay.storage.postgres import textindex
+from ctxrelay.storage.postgres.connection import bump_generation, read_generation
 from ctxrelay.storage.validation import (check_content, check_int, check_optional_str,
                                          check_role, check_session_id, normalise_metadata,
                                          normalise_timestamp)
@@ -171,8 +172,7 @@ class PgTranscript:
     def write_generation(self) -> int | None:
         if self.closed:
             return None
-        return self._read(lambda cur: cur.execute(
-            "SELECT generation FROM store_generation").fetchone()[0])
+        return self._read(read_generation)
 
     # -- sessions -----------------------------------------------------------------
 
@@ -184,7 +184,7 @@ class PgTranscript:
 
         def write(cur: Any) -> SessionInfo:
             session = self._create(cur, session_id, created, meta)
-            self._bump(cur)
+            bump_generation(cur)
             return session.info()
         return self._run(write)
 
@@ -238,7 +238,7 @@ class PgTranscript:
             session = self._require(cur, session_id, lock=True)
             cur.execute("UPDATE sessions SET archived = true WHERE num = %s", (session.num,))
             session.archived = True
-            self._bump(cur)
+            bump_generation(cur)
             return session.info()
         return self._run(write)
 
@@ -393,12 +393,7 @@ class PgTranscript:
                         "ix_length = ix_length + %s WHERE num = %s",
                         (_dumps(session.counters.__dict__), len(rows), added_length,
                          session.num))
-            self._bump(cur)
-
-    @staticmethod
-    def _bump(cur: Any) -> None:
-        # Last statement of every write: the row lock is held only until commit.
-        cur.execute("UPDATE store_generation SET generation = generation + 1")
+            bump_generation(cur)
 
     # -- reading turns ------------------------------------------------------------------
 
@@ -647,7 +642,7 @@ class PgTranscript:
                         (list(lengths), list(lengths.values()), num))
         cur.execute("UPDATE sessions SET counters = %s, ix_docs = %s, ix_length = %s "
                     "WHERE num = %s", (_dumps(counters.__dict__), *totals, num))
-        self._bump(cur)
+        bump_generation(cur)
 
     # -- export / import ----------------------------------------------------------------------
 
@@ -683,6 +678,6 @@ class PgTranscript:
             if header.archived:
                 cur.execute("UPDATE sessions SET archived = true WHERE num = %s",
                             (session.num,))
-            self._bump(cur)
+            bump_generation(cur)
         self._run(write)
         return new_id

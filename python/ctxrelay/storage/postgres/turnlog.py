@@ -24,6 +24,7 @@ import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError
 from ctxrelay.memo import keep
+from ctxrelay.storage.postgres.connection import bump_generation, read_generation
 from ctxrelay.storage.lmdb.turnlog import (_DENSE_SESSIONS, _DENSE_WINDOW, _KEPT_MEMBERS,
                                            _NEIGHBOURS, _STATE_MEMO, _STATE_MEMO_MAX,
                                            _SYNC_CHUNK, _THREADS_ASSIGNABLE, DerivedTurn,
@@ -75,7 +76,7 @@ class PgTurnLog:
             result = fn(cur)
             # Readers keep what they derived from the turn log while the store's
             # generation stands still (retrieval.prepared): every write moves it.
-            cur.execute("UPDATE store_generation SET generation = generation + 1")
+            bump_generation(cur)
             return result
         return self._db.run(write)
 
@@ -84,8 +85,7 @@ class PgTurnLog:
         store, moved by each write); None once closed."""
         if self.closed:
             return None
-        return self._read(lambda cur: cur.execute(
-            "SELECT generation FROM store_generation").fetchone()[0])
+        return self._read(read_generation)
 
     def _read(self, fn: Any) -> Any:
         self._live()
