@@ -70,34 +70,8 @@ install_packages() {
 build_pgvector() {
     have_pgvector && return 0
     [ "$(id -u)" -eq 0 ] || { log "need root to install pgvector; run 'sudo make services'"; exit 1; }
-    local work=$svc_dir/build/pgvector tarball apt_dir mirror f
-    mkdir -p "$work"
-    tarball=$(ls "$work"/${pgvector_source_package}_*.orig.tar.* 2>/dev/null | sort -V | tail -n1 || true)
-    if [ -z "$tarball" ]; then
-        # A private apt configuration whose deb-src entry reuses the mirror this
-        # machine already uses (as scripts/setup-swipl.sh does); the system's
-        # sources are left untouched.
-        apt_dir="$work/apt"
-        mkdir -p "$apt_dir/lists/partial" "$apt_dir/parts"
-        mirror=""
-        for f in /etc/apt/sources.list.d/*.sources; do
-            [ -f "$f" ] || continue
-            mirror=$(awk '/^URIs:/{print $2; exit}' "$f"); [ -n "$mirror" ] && break
-        done
-        if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
-            mirror=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list)
-        fi
-        [ -n "$mirror" ] || { log "no Debian mirror found in the apt configuration"; exit 1; }
-        printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
-            "$mirror" /usr/share/keyrings/debian-archive-keyring.gpg > "$apt_dir/parts/ctxrelay-src.sources"
-        local apt_opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt_dir/parts"
-                        -o "Dir::State::Lists=$apt_dir/lists")
-        log "fetching $pgvector_source_package source from $mirror (trixie)"
-        apt-get "${apt_opts[@]}" update -qq >&2
-        (cd "$work" && apt-get "${apt_opts[@]}" source -d "$pgvector_source_package" >&2) || true
-        tarball=$(ls "$work"/${pgvector_source_package}_*.orig.tar.* 2>/dev/null | sort -V | tail -n1 || true)
-        [ -n "$tarball" ] || { log "could not fetch the $pgvector_source_package source tarball"; exit 1; }
-    fi
+    local work=$svc_dir/build/pgvector tarball
+    tarball=$("$root/scripts/fetch-trixie-source.sh" "$pgvector_source_package" "$work")
     rm -rf "$work/src"; mkdir -p "$work/src"
     tar xf "$tarball" -C "$work/src" --strip-components=1
     log "building pgvector from $(basename "$tarball")"

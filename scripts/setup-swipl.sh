@@ -63,38 +63,12 @@ fi
 
 work=$(realpath -m "$prefix/../swipl-src")
 mkdir -p "$work"
-tarball=$(ls "$work"/${swipl_source_package}_${swipl_series}.*.orig.tar.gz 2>/dev/null | sort -V | tail -n1 || true)
-if [ -z "$tarball" ]; then
-    # A private apt configuration whose deb-src entry reuses the mirror this
-    # machine already uses; the system's sources are left untouched.
-    apt_dir="$work/apt"
-    mkdir -p "$apt_dir/lists/partial" "$apt_dir/parts"
-    mirror=""
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] || continue
-        mirror=$(awk '/^URIs:/{print $2; exit}' "$f"); [ -n "$mirror" ] && break
-    done
-    if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
-        mirror=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list)
-    fi
-    [ -n "$mirror" ] || { log "no Debian mirror found in the apt configuration"; exit 1; }
-    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
-        "$mirror" "$keyring" > "$apt_dir/parts/ctxrelay-src.sources"
-    apt_opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt_dir/parts"
-              -o "Dir::State::Lists=$apt_dir/lists")
-    log "fetching $swipl_source_package source from $mirror (trixie)"
-    apt-get "${apt_opts[@]}" update -qq >&2
-    # The .dsc may be missing on the mirror while the tarball arrives: judge by the tarball.
-    (cd "$work" && apt-get "${apt_opts[@]}" source -d "$swipl_source_package" >&2) || true
-    tarball=$(ls "$work"/${swipl_source_package}_${swipl_series}.*.orig.tar.gz 2>/dev/null | sort -V | tail -n1 || true)
-    [ -n "$tarball" ] || { log "could not fetch the $swipl_source_package source tarball"; exit 1; }
-fi
+tarball=$("$(dirname "$0")/fetch-trixie-source.sh" "$swipl_source_package" "$work" "${swipl_series}.*")
 
 src="$work/src"
 rm -rf "$src" "$work/build"
 mkdir -p "$src" "$work/build"
-tar xzf "$tarball" -C "$src" --strip-components=1
+tar xf "$tarball" -C "$src" --strip-components=1
 
 pylibdir=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
 pyexe=$("$python" -c 'import sys, os; print(os.path.realpath(sys.executable))')
