@@ -38,7 +38,7 @@ def test_derive_then_threads_and_their_state(rt):
     assert threads and all(t["thread_id"].startswith("T") for t in threads)
     first = rt.thread("s", d["thread_id"])
     assert 1 in first["turn_ids"]
-    assert any("we run etcd" in c.lower() for c in first["state"]["user_constraints"])
+    assert any("we run etcd" in c.lower() for c in first["state"]["established"])
 
 
 def test_set_thread_state_overrides_the_derived_one(rt):
@@ -93,8 +93,8 @@ def test_prolog_predicates(tmp_path):
 
 
 def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypatch):
-    import ctxrelay.storage.lmdb.turnlog as turnlog
-    monkeypatch.setattr(turnlog, "_THREADS_ASSIGNABLE", 3)
+    import ctxrelay.retrieval.threads as threads
+    monkeypatch.setattr(threads, "RECENT_THREADS", 3)
     topics = ["zebra migration patterns in savanna parks", "quantum error correction codes",
               "sourdough starter hydration levels", "medieval castle siege engines",
               "coral reef bleaching temperatures"]

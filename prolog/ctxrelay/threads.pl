@@ -10,6 +10,8 @@
 :- use_module(library(option)).
 :- use_module(errors).
 :- use_module(store).
+:- use_module(threads/rules, []).         % thread_decision/3: which thread a turn joins
+:- use_module(threads/state, []).         % thread_state/2, thread_summary/3
 
 /** <module> The turn log: derived fields, topic threads and their state
 

@@ -31,8 +31,6 @@ _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 _RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
-_THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
-_NEIGHBOURS = 12              # a thread is compared through its latest user turns
 
 
 @dataclass
@@ -331,7 +329,7 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
-    if options.get("threads", True) and history_end > 0:
+    if options.get("threads", True) and (history_end > 0 or message is not None):
         thread_info, dense = _thread_context(store, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:
@@ -661,10 +659,11 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     """Topic thread of the new message, its similarity, and a resumed thread's turns.
 
     The turn log is brought up to date first (only turns added since the last
-    call are embedded).  The new message joins the thread whose latest user
-    turns are most similar above the embedder's ``thread_join`` threshold; if
-    that thread is not the one in the window, its dormant turns come back as
-    candidates (kind ``thread``) and its Active Thread Summary is offered.
+    call are embedded).  The thread rules then place the new message exactly
+    as the turn log will place it once stored (``ThreadBook.place``: continue,
+    resume, join or new); when it returns to an earlier thread, that thread's
+    dormant turns come back as candidates (kind ``thread``) with its Active
+    Thread Summary.
     """
     import time
 
@@ -673,48 +672,47 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     embedder = get_embedder(options.get("embedder") or None)
     log = turnlog_for(store)
     t0 = time.perf_counter()
-    log.sync(store, session_id, embedder)
+    if history_end > 0:                   # else the session is not stored yet
+        log.sync(store, session_id, embedder)
     sync_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
     vec = embedder.embed_batch([query_text or ""])[0]
     embed_ms = (time.perf_counter() - t0) * 1000
-    # Bounded: the most recent threads only, so the cost follows the window,
-    # not the number of topics a very long session has had.
-    threads = log.recent_threads(session_id, _THREADS_CONSIDERED)
-    best, best_sim = None, 0.0
-    for info in threads:
-        vecs = log.vectors(session_id, info.user_turns or info.turn_ids[-_NEIGHBOURS:])
-        if not vecs:
-            continue
-        sim = max(float(v @ vec) for v in vecs.values())
-        if sim > best_sim:
-            best, best_sim = info, sim
-    join = float(embedder.thresholds["thread_join"])
-    previous = log.active_thread(session_id)
     out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": round(embed_ms, 3),
                            "turnlog_sync_ms": round(sync_ms, 3),
-                           "topic_similarity": round(best_sim, 4),
                            "topic_threshold": float(embedder.thresholds["topic_same"]),
                            "active_thread": "", "thread_label": "", "thread_resumed": False}
-    if best is None or best_sim < join:
+    if message is None:                   # the message is stored: the turn log placed it
+        derived = log.derived(session_id, history_end)
+        if derived is not None and derived.thread_id:
+            out.update(active_thread=derived.thread_id,
+                       thread_label=log.thread(session_id, derived.thread_id).label)
         return out, (log, vec)
-    out.update(active_thread=best.thread_id, thread_label=best.label)
-    in_window = {t.turn_id for t in window}
-    dormant = [t for t in best.turn_ids if t not in in_window and t <= history_end]
-    resumed = best.thread_id != previous and bool(dormant)
-    out["thread_resumed"] = resumed
-    if resumed:
+    book = log.thread_book(session_id, embedder.thresholds)
+    placed = book.place(query_text, vec)
+    out.update(thread_action=placed.action, thread_rule=placed.rule,
+               topic_similarity=placed.similarity)
+    if placed.action == "new":
+        tid, label = log.next_label(session_id, query_text)
+        out.update(active_thread=tid, thread_label=label)
+        return out, (log, vec)
+    info = book.entries[placed.thread_id].record
+    out.update(active_thread=placed.thread_id, thread_label=info["label"],
+               thread_resumed=placed.resumed)
+    if placed.resumed:
+        in_window = {t.turn_id for t in window}
+        dormant = [t for t in info["turn_ids"] if t not in in_window and t <= history_end]
         wanted = [tid for tid in dormant[-_DORMANT_MAX:] if f"t{tid}" not in units]
         for turn in store.turns(session_id, wanted):
             if turn.role == "tool" or _tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
             _add_turn(units, store, turn, "thread", scratch, model)
-        full = log.thread(session_id, best.thread_id, store)
+        full = log.thread(session_id, placed.thread_id, store)
         text = full.state.summary(full.label)
         _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
                          variants={"verbatim": {"role": "user", "name": "thread_state",
                                                 "content": text}},
-                         features={"thread_id": best.thread_id}), model)
+                         features={"thread_id": placed.thread_id}), model)
     return out, (log, vec)
 
 

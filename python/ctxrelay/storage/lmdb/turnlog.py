@@ -5,28 +5,28 @@ turn lives here, keyed by (session, turn id), and can be recomputed for a
 whole session (e.g. after changing the embedder):
 
 - embedding (float32, the embedder's ``model_id`` recorded),
-- topic thread: a user turn joins the most similar thread above the
-  embedder's ``thread_join`` threshold, else starts one; assistant and tool
-  turns stay in the thread of the turn they answer; a very short user turn
-  ("go on", "thanks") stays in the active thread,
+- topic thread: the thread rules (Prolog, ``ctxrelay_thread_rules``) place
+  each user turn among the most recently active threads, through the same
+  :class:`ctxrelay.retrieval.threads.ThreadBook` an assembly uses for the
+  new message; assistant and tool turns stay in the thread of the turn they
+  answer; a new thread gets a readable label, unique in the session,
 - references (turn ids; set by the Prolog resolver), entities, tool_calls,
-- per-thread ThreadState derived deterministically from the thread's turns
-  (established facts, open questions, user constraints, last active turn),
-  overridable through :meth:`TurnLog.set_thread_state`.
+- per-thread ThreadState derived by the state rules (``ctxrelay_thread_state``)
+  from the thread's latest turns, each field overridable through
+  :meth:`TurnLog.set_thread_state`.
 
 Derivation is incremental (:meth:`TurnLog.sync` handles only turns added
 since the last call), so its cost follows new turns, not history length.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
 import struct
 import sys
 from pathlib import Path
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -35,59 +35,23 @@ import numpy as np
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.memo import keep
-from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.retrieval import threads as thread_numbers
+from ctxrelay.retrieval.threads import (STATE_TURNS, ThreadBook, ThreadEntry, ThreadState,
+                                        derive_state, make_label, with_override)
 from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
-_STATE_ITEMS = 8            # items kept per ThreadState list
-_THREADS_ASSIGNABLE = 256   # latest threads a new turn may join
-_ITEM_CHARS = 200           # characters kept per item
-_SHORT_TURN_TERMS = 3       # a user turn with fewer content terms continues the thread
 _SYNC_CHUNK = 128
 
-# Sentence ends: .!? followed by space and a capital/markup, or a line break
-# (so "1.28 GiB" and "v3.5" stay whole).
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
-_NEIGHBOURS = 12            # a thread is compared through its latest user turns
 _KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
 _DENSE_WINDOW = 2000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
 _DENSE_SESSIONS = 8         # sessions whose dense window a process keeps in memory
-_CONSTRAINT = re.compile(
-    r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
-    r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
-_OPEN_MARK = re.compile(
-    r"\b(not yet decided|undecided|open question|tbd|to be decided|waiting on|pending|"
-    r"still need to decide|unresolved|not sure yet)\b", re.I)
-_ESTABLISHED_USER = re.compile(r"(\d|\b(our|we're|we are|we have|we run|it's|it is)\b)", re.I)
-_ESTABLISHED_ASSISTANT = re.compile(r"^\W*(decision|decided|agreed|done|confirmed|settled)\b", re.I)
 _ENTITY = re.compile(r"`([^`]{2,60})`|\b([A-Za-z]+[-_.][A-Za-z0-9][\w.-]*|[A-Za-z]*\d[\w.-]*[A-Za-z][\w.-]*)\b"
                      r"|(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z]{2,}(?:\s[A-Z][a-zA-Z]{2,})*)")
 
 
 def _session_key(session_id: str) -> bytes:
     return hashlib.sha256(session_id.encode("utf-8")).digest()
-
-
-@dataclass(frozen=True)
-class ThreadState:
-    thread_id: str
-    established: list[str] = field(default_factory=list)
-    open_questions: list[str] = field(default_factory=list)
-    user_constraints: list[str] = field(default_factory=list)
-    last_active_turn: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self, label: str) -> str:
-        """The Active Thread Summary: the state of a topic, not task completion."""
-        parts = [f"[active thread: {label}]"]
-        for title, items in (("Established", self.established),
-                             ("Open", self.open_questions),
-                             ("User constraints", self.user_constraints)):
-            if items:
-                parts.append(f"{title}: " + "; ".join(items))
-        return "\n".join(parts)
 
 
 @dataclass(frozen=True)
@@ -99,11 +63,13 @@ class ThreadInfo:
     state: ThreadState
     user_turns: list[int] = field(default_factory=list)   # latest user turns
     turn_count: int = 0
+    recent_turns: list[int] = field(default_factory=list)  # latest turns, any role
 
     def to_dict(self) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "label": self.label, "turn_ids": list(self.turn_ids),
                 "last_active_turn": self.last_active_turn, "state": self.state.to_dict(),
-                "user_turns": list(self.user_turns), "turn_count": self.turn_count}
+                "user_turns": list(self.user_turns), "turn_count": self.turn_count,
+                "recent_turns": list(self.recent_turns)}
 
 
 @dataclass(frozen=True)
@@ -138,54 +104,13 @@ def _tool_call_ids(turn: Turn) -> list[str]:
     return ids + ([str(scratch)] if scratch else [])
 
 
-def _label(text: str, taken: set[str]) -> str:
-    terms = [t for t in tokenize(text) if len(t) > 2 and not t.isdigit()]
-    common = Counter(terms).most_common()
-    words = [w for w, _ in common][:2] or ["topic"]
-    label = "-".join(words)
-    n, candidate = 2, label
-    while candidate in taken:
-        candidate, n = f"{label}-{n}", n + 1
-    return candidate
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _ITEM_CHARS else text[: _ITEM_CHARS - 1] + "…"
-
-
-def derive_state(thread_id: str, turns: Sequence[Turn]) -> ThreadState:
-    """ThreadState from a thread's turns (oldest first), deterministically."""
-    established: list[str] = []
-    constraints: list[str] = []
-    open_q: list[str] = []
-    for i, turn in enumerate(turns):
-        answered_later = any(t.role == "assistant" for t in turns[i + 1:])
-        for sentence in (s.strip(" -*") for s in _SENTENCE_END.split(turn.content)):
-            if len(sentence) < 4:
-                continue
-            if _OPEN_MARK.search(sentence):
-                open_q.append(_clip(sentence))
-            elif turn.role == "user" and sentence.endswith("?"):
-                if not answered_later:
-                    open_q.append(_clip(sentence))
-            elif turn.role == "user" and _CONSTRAINT.search(sentence):
-                constraints.append(_clip(sentence))
-            elif turn.role == "user" and _ESTABLISHED_USER.search(sentence):
-                established.append(_clip(sentence))
-            elif turn.role == "assistant" and _ESTABLISHED_ASSISTANT.search(sentence):
-                established.append(_clip(sentence))
-    dedup = lambda items: list(dict.fromkeys(items))[-_STATE_ITEMS:]
-    return ThreadState(thread_id, dedup(established), dedup(open_q), dedup(constraints),
-                       turns[-1].turn_id if turns else 0)
-
-
 class TurnLog(LmdbStore):
     """Derived fields of every stored turn (see the module doc)."""
 
     KIND = "turn log"
     FORMAT = b"ctxrelay.storage.lmdb.turnlog/1"
-    DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids")
+    DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids",
+                b"labels")
 
     # -- sync ------------------------------------------------------------
     def sync(self, transcript: Any, session_id: str, embedder: Any, *,
@@ -223,7 +148,7 @@ class TurnLog(LmdbStore):
         skey = _session_key(session_id)
 
         def drop(txn: Any) -> None:
-            for name in (b"derived", b"vectors", b"threads", b"centroids"):
+            for name in (b"derived", b"vectors", b"threads", b"centroids", b"labels"):
                 cursor = txn.cursor(db=self.dbs[name])
                 if cursor.set_range(skey):
                     while cursor.key().startswith(skey):
@@ -243,25 +168,12 @@ class TurnLog(LmdbStore):
         prog = json.loads(txn.get(skey, db=self.dbs[b"progress"]) or
                           json.dumps({"derived_upto": 0, "model_id": embedder.model_id,
                                       "next_thread": 1, "active_thread": None}))
-        # Bounded: the latest threads only (a topic dormant for longer starts a
-        # new thread; its turns stay reachable through recall), so deriving a
-        # chunk costs the same at turn 1,000 and at turn 1,000,000.
-        threads = self._load_threads(txn, skey, limit=_THREADS_ASSIGNABLE)
-        active = prog.get("active_thread")
-        if active and active not in threads:
-            raw = txn.get(skey + _U64.pack(int(active[1:])), db=self.dbs[b"threads"])
-            if raw is not None:
-                threads[active] = json.loads(raw)
+        # The thread rules (ctxrelay_thread_rules) place each user turn among
+        # the most recently active threads, as an assembly places a new
+        # message (ThreadBook.place): the same rule on the same numbers.
+        book = self._book(txn, skey, prog, embedder.thresholds)
         touched: set[str] = set()
-        centroids = {tid: np.frombuffer(txn.get(skey + _U64.pack(int(tid[1:])),
-                                                db=self.dbs[b"centroids"]), dtype=np.float32).copy()
-                     for tid in threads}
-        recent = {tid: [np.frombuffer(txn.get(skey + _U64.pack(t), db=self.dbs[b"vectors"]),
-                                      dtype=np.float32)
-                        for t in info.get("user_turns", [])[-_NEIGHBOURS:]]
-                  for tid, info in threads.items()}
-        join = float(embedder.thresholds["thread_join"])
-        previous_thread = prog["active_thread"]
+        centroids: dict[str, np.ndarray] = {}
         for turn, vec in zip(turns, vectors):
             key = skey + _U64.pack(turn.turn_id)
             txn.put(key, vec.astype(np.float32).tobytes(), db=self.dbs[b"vectors"])
@@ -271,24 +183,23 @@ class TurnLog(LmdbStore):
                         db=self.dbs[b"derived"])
                 prog["derived_upto"] = turn.turn_id
                 continue
-            thread_id = self._assign(turn, vec, threads, recent, join, previous_thread, prog)
+            if turn.role != "user" and book.previous:
+                thread_id = book.previous              # replies stay with what they answer
+            else:
+                thread_id = self._place(txn, skey, book, prog, turn, vec)
             touched.add(thread_id)
-            info = threads[thread_id]
-            info["turn_ids"].append(turn.turn_id)
-            info["turn_count"] = info.get("turn_count", 0) + 1
+            info = book.record_turn(thread_id, turn, vec)
             # Bounded records: a thread keeps its latest members here (the
             # per-turn thread id in `derived` stays complete).
             del info["turn_ids"][:-_KEPT_MEMBERS]
-            if turn.role == "user":
-                info.setdefault("user_turns", []).append(turn.turn_id)
-                del info["user_turns"][:-_NEIGHBOURS]
-                recent.setdefault(thread_id, []).append(vec)
-                recent[thread_id] = recent[thread_id][-_NEIGHBOURS:]
-            info["last_active_turn"] = turn.turn_id
-            centroids[thread_id] = centroids.get(thread_id, np.zeros_like(vec)) + vec
+            if thread_id not in centroids:
+                raw = txn.get(skey + _U64.pack(int(thread_id[1:])), db=self.dbs[b"centroids"])
+                centroids[thread_id] = np.zeros_like(vec, dtype=np.float32) if raw is None \
+                    else np.frombuffer(raw, dtype=np.float32).copy()
+            centroids[thread_id] += vec
             if turn.role == "user":
                 prog["active_thread"] = thread_id
-            previous_thread = thread_id
+            book.previous = thread_id
             txn.put(key, json.dumps({"thread_id": thread_id,
                                      "entities": extract_entities(turn.content),
                                      "references": [], "tool_calls": _tool_call_ids(turn),
@@ -296,39 +207,79 @@ class TurnLog(LmdbStore):
                     db=self.dbs[b"derived"])
             prog["derived_upto"] = turn.turn_id
         for tid in touched:
-            info = threads[tid]
+            info = book.entries[tid].record
             num = _U64.pack(int(tid[1:]))
             txn.put(skey + num, json.dumps(info).encode(), db=self.dbs[b"threads"])
             txn.put(skey + num, centroids[tid].astype(np.float32).tobytes(), db=self.dbs[b"centroids"])
+        prog["recent"] = list(book.order)
         txn.put(skey, json.dumps(prog).encode(), db=self.dbs[b"progress"])
 
-    @staticmethod
-    def _assign(turn: Turn, vec: np.ndarray, threads: dict[str, dict],
-                recent: dict[str, list[np.ndarray]], join: float, previous: str | None,
-                prog: dict[str, Any]) -> str:
-        if previous and turn.role != "user":
-            return previous                      # replies stay with what they answer
-        if previous and len(set(tokenize(turn.content))) < _SHORT_TURN_TERMS:
-            return prog["active_thread"] or previous
-        # Nearest-neighbour linkage on the thread's latest user turns: a topic
-        # that returns after a digression matches its own earlier questions,
-        # which a centroid of a long, drifting thread would blur.
-        best, best_sim = None, -1.0
-        for tid, vecs in recent.items():
-            if not vecs:
-                continue
-            sim = max(float(v @ vec) for v in vecs)
-            if sim > best_sim:
-                best, best_sim = tid, sim
-        if best is not None and best_sim >= join:
-            return best
+    def _place(self, txn: Any, skey: bytes, book: ThreadBook, prog: dict[str, Any],
+               turn: Turn, vec: np.ndarray) -> str:
+        """The thread of a user turn: the rules' choice, or a new thread."""
+        placed = book.place(turn.content, vec)
+        if placed.action != "new":
+            return placed.thread_id
         tid = f"T{prog['next_thread']}"
         prog["next_thread"] += 1
-        threads[tid] = {"thread_id": tid, "label": _label(turn.content,
-                                                          {t["label"] for t in threads.values()}),
-                        "turn_ids": [], "user_turns": [], "last_active_turn": turn.turn_id,
-                        "override": None}
+        label = make_label(turn.content, lambda l: self._label_taken(txn, skey, l))
+        txn.put(skey + label.encode("utf-8"), tid.encode(), db=self.dbs[b"labels"])
+        book.add(ThreadEntry({"thread_id": tid, "label": label, "turn_ids": [], "user_turns": [],
+                              "recent_turns": [], "terms": {}, "turn_count": 0,
+                              "last_active_turn": turn.turn_id, "override": None}))
         return tid
+
+    def _label_taken(self, txn: Any, skey: bytes, label: str) -> bool:
+        return txn.get(skey + label.encode("utf-8"), db=self.dbs[b"labels"]) is not None
+
+    def _book(self, txn: Any, skey: bytes, prog: dict[str, Any],
+              thresholds: dict[str, float]) -> ThreadBook:
+        """The session's candidate threads: the most recently active first,
+        with the vectors of their latest turns."""
+        limit = thread_numbers.RECENT_THREADS
+        order = list(prog.get("recent") or [])[:limit]
+        if not order:              # a turn log derived before recency was kept
+            order = sorted(self._load_threads(txn, skey, limit=limit),
+                           key=lambda t: -int(t[1:]))
+        entries = []
+        for tid in order:
+            raw = txn.get(skey + _U64.pack(int(tid[1:])), db=self.dbs[b"threads"])
+            if raw is None:
+                continue
+            info = json.loads(raw)
+            ids = info.get("recent_turns") or info.get("user_turns", [])
+            vecs = [np.frombuffer(v, dtype=np.float32) for v in
+                    (txn.get(skey + _U64.pack(t), db=self.dbs[b"vectors"]) for t in ids)
+                    if v is not None]
+            entries.append(ThreadEntry(info, vecs))
+        previous = prog.get("active_thread")
+        last = prog.get("derived_upto", 0)
+        if last:
+            raw = txn.get(skey + _U64.pack(last), db=self.dbs[b"derived"])
+            if raw is not None and json.loads(raw).get("thread_id"):
+                previous = json.loads(raw)["thread_id"]
+        return ThreadBook(entries, previous, dict(thresholds))
+
+    def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
+        """The candidate threads for the session's next turn (read only)."""
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> ThreadBook:
+            raw = txn.get(skey, db=self.dbs[b"progress"])
+            prog = json.loads(raw) if raw else {}
+            return self._book(txn, skey, prog, thresholds)
+        return self.read(read)
+
+    def next_label(self, session_id: str, text: str) -> tuple[str, str]:
+        """The id and label a new thread started by ``text`` would get now."""
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> tuple[str, str]:
+            raw = txn.get(skey, db=self.dbs[b"progress"])
+            prog = json.loads(raw) if raw else {}
+            label = make_label(text, lambda l: self._label_taken(txn, skey, l))
+            return f"T{prog.get('next_thread', 1)}", label
+        return self.read(read)
 
     def _load_threads(self, txn: Any, skey: bytes,
                       limit: int | None = None) -> dict[str, dict[str, Any]]:
@@ -463,10 +414,8 @@ class TurnLog(LmdbStore):
 
     def _info(self, session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
         override = info.get("override")
-        if override:
-            state = ThreadState(info["thread_id"], **override)
-        elif transcript is not None:
-            ids = info["turn_ids"][-40:]          # the state of a topic lives in its recent turns
+        if transcript is not None:
+            ids = info["turn_ids"][-STATE_TURNS:]   # the state of a topic lives in its recent turns
             # Turns never change: the same members always derive the same state.
             memo_key = (getattr(transcript, "path", id(transcript)), session_id, info["thread_id"],
                         tuple(ids))
@@ -474,32 +423,37 @@ class TurnLog(LmdbStore):
             if derived is None:
                 derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
                 keep(_STATE_MEMO, memo_key, derived, _STATE_MEMO_MAX)
-            state = dataclasses.replace(derived, established=list(derived.established),
-                                        open_questions=list(derived.open_questions),
-                                        user_constraints=list(derived.user_constraints))
+            state = with_override(derived, override)
         else:
-            state = ThreadState(info["thread_id"], last_active_turn=info["last_active_turn"])
+            state = with_override(ThreadState(info["thread_id"],
+                                              last_active_turn=info["last_active_turn"]), override)
         return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
                           info["last_active_turn"], state, list(info.get("user_turns", [])),
-                          info.get("turn_count", len(info["turn_ids"])))
+                          info.get("turn_count", len(info["turn_ids"])),
+                          list(info.get("recent_turns", [])))
 
     def set_thread_state(self, session_id: str, thread_id: str, *, established: list[str] | None = None,
                          open_questions: list[str] | None = None,
                          user_constraints: list[str] | None = None) -> None:
-        """Set a thread's state by hand; derived values no longer replace it."""
+        """Set fields of a thread's state by hand: a field given replaces the
+        derived one from now on, a field not given stays as it was."""
         skey = _session_key(session_id)
+        num = thread_id[1:] if isinstance(thread_id, str) and thread_id[:1] == "T" else ""
 
         def write(txn: Any) -> None:
-            threads = self._load_threads(txn, skey)
-            if thread_id not in threads:
+            raw = txn.get(skey + _U64.pack(int(num)), db=self.dbs[b"threads"]) \
+                if num.isdigit() else None
+            if raw is None:
                 raise InvalidArgumentError(
                     f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-            info = threads[thread_id]
-            info["override"] = {"established": list(established or []),
-                                "open_questions": list(open_questions or []),
-                                "user_constraints": list(user_constraints or []),
-                                "last_active_turn": info["last_active_turn"]}
-            txn.put(skey + _U64.pack(int(thread_id[1:])), json.dumps(info).encode(),
+            info = json.loads(raw)
+            override = dict(info.get("override") or {})
+            for name, value in (("established", established), ("open_questions", open_questions),
+                                ("user_constraints", user_constraints)):
+                if value is not None:
+                    override[name] = [str(v) for v in value]
+            info["override"] = override
+            txn.put(skey + _U64.pack(int(num)), json.dumps(info).encode(),
                     db=self.dbs[b"threads"])
         self.write(write)
 
@@ -564,7 +518,7 @@ def api_derived(store: Any, session_id: str, turn_id: int) -> Any:
 
 def api_threads(store: Any, session_id: str) -> list[dict[str, Any]]:
     store.session(session_id)                 # an unknown session is an error, not []
-    return [t.to_dict() for t in turnlog_for(store).threads(session_id)]
+    return [t.to_dict() for t in turnlog_for(store).threads(session_id, store)]
 
 
 def api_thread(store: Any, session_id: str, thread_id: str) -> dict[str, Any]:
