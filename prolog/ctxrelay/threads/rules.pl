@@ -4,7 +4,8 @@
             % extension points (multifile, dynamic)
             return_cue/2,           % ?Before, ?After
             open_target_word/1,     % ?Word
-            follow_up_marker/1      % ?Words
+            follow_up_marker/1,     % ?Words
+            topic_opener/1          % ?Words
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -63,8 +64,8 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
     ctxrelay_thread_rules:return_cue([picking, up], [again]).
 */
 
-:- multifile return_cue/2, open_target_word/1, follow_up_marker/1.
-:- dynamic return_cue/2, open_target_word/1, follow_up_marker/1.
+:- multifile return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1.
+:- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1.
 
 :- create_prolog_flag(ctxrelay_thread_overlap_join, 0.4, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_overlap_same, 0.1, [keep(true), type(float)]).
@@ -174,7 +175,13 @@ decide(Tokens, Terms, Previous, Cands, _, continue, Previous, follow_up) :-
     !.
 decide(Tokens, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     (   marker_match(topic_shift_marker, Tokens, _, _) -> Shift = true ; Shift = false ),
-    (   memberchk(t('?', punct, _, _), Tokens) -> Terms = Terms0 ; Terms = statement ),
+    (   memberchk(t('?', punct, _, _), Tokens)
+    ->  (   marker_match(topic_opener, Tokens, _, _)
+        ->  Terms = opener(Terms0)
+        ;   Terms = Terms0
+        )
+    ;   Terms = statement
+    ),
     current_prolog_flag(ctxrelay_thread_continuity, Bonus),
     evidence(Previous, Cands, Join, EP),
     findall(E-T, ( member(c(T, _, _, _), Cands), T \== Previous,
@@ -223,10 +230,16 @@ evidence(_, _, _, 0).
 %   question (Terms is `statement` for a message without a question
 %   mark: "the walls are dark red" answers the last turn) with at least
 %   flag ctxrelay_thread_standalone_terms content words, (almost) none
-%   of which the current thread used, and no similarity to it.
-standalone(Terms, Previous, Cands, Same) :-
+%   of which the current thread used, and no similarity to it.  After a
+%   topic opener ("Actually, ...", "Also, ...") one content word is
+%   enough.
+standalone(Terms0, Previous, Cands, Same) :-
+    (   Terms0 = opener(Terms)
+    ->  Min = 1                              % "Actually, what's a good backup?"
+    ;   Terms = Terms0,
+        current_prolog_flag(ctxrelay_thread_standalone_terms, Min)
+    ),
     integer(Terms),
-    current_prolog_flag(ctxrelay_thread_standalone_terms, Min),
     Terms >= Min,
     memberchk(c(Previous, Sim, Overlap, _), Cands),
     current_prolog_flag(ctxrelay_thread_overlap_same, OS),
@@ -358,10 +371,10 @@ open_or_function_word(W) :- memberchk(W, [the, a, an, this, that, these, those, 
 follow_up(Tokens, _, _, _) :-
     marker_match(follow_up_marker, Tokens, _, _),
     !.
-follow_up(Tokens, _, _, _) :-
+follow_up(Tokens, Terms, _, _) :-
     token_references(Tokens, Refs),
     member(ref(Type, D, _), Refs),
-    backward_reference(Type, D),
+    backward_reference(Type, D, Terms),
     !.
 follow_up(Tokens, Terms, Previous, Cands) :-
     opening_pronoun(Tokens),
@@ -374,11 +387,12 @@ follow_up(Tokens, Terms, Previous, Cands) :-
 follow_up(_, Terms, _, _) :-
     Terms == 0.
 
-backward_reference(turn, _).
-backward_reference(ordinal, _).
-backward_reference(action, _).
-backward_reference(tool, _).
-backward_reference(entity, D) :-
+backward_reference(turn, _, _).
+backward_reference(action, _, _).
+backward_reference(tool, _, _).
+backward_reference(ordinal, _, Terms) :-       % "the second one", not "job number 2
+    integer(Terms), Terms =< 2.                 % of our Postgres backups"
+backward_reference(entity, D, _) :-
     get_dict(determiner, D, Det),
     \+ weak_determiner(Det).
 
@@ -492,3 +506,17 @@ follow_up_marker([what, if]).
 follow_up_marker([instead, '$']).
 follow_up_marker([step, by, step]).
 follow_up_marker([the, same, way]).
+
+%!  topic_opener(?Words) is nondet.
+%
+%   Openers that often bring a new subject without announcing it ("Actually,
+%   what's a good backup?"): after one, a question of a single content
+%   word the current thread never used starts a thread.
+topic_opener(['^', actually]).
+topic_opener(['^', also]).
+topic_opener(['^', oh, and]).
+topic_opener(['^', one, more, thing]).
+topic_opener(['^', another, thing]).
+topic_opener(['^', quick, question]).
+topic_opener(['^', random, question]).
+topic_opener(['^', while, 'i\'m', at, it]).

@@ -192,7 +192,7 @@ settled_by(Keys, item(Text, _)) :-
 
 content_keys(Tokens, Keys) :-
     findall(K, ( member(t(W, word, _, _), Tokens),
-                 atom_length(W, L), L >= 4,
+                 atom_length(W, L), L >= 3,
                  \+ common_word(W),
                  match_key(W, K) ), Keys).
 
@@ -200,7 +200,8 @@ common_word(W) :-
     memberchk(W, [that, this, with, what, have, will, would, should, could, about, which,
                   there, their, them, they, then, than, when, where, your, yours, ours,
                   from, into, just, also, still, yet, decided, decide, going, approach,
-                  question, open, sure, need, needs]).
+                  question, open, sure, need, needs, the, and, for, are, not, yet, our, its,
+                  was, has, had, you, can, use, uses, now, all, any]).
 
 %   concrete(+Raw-Start, +Tokens)
 %
@@ -288,7 +289,10 @@ thread_summary(Label, State, Text) :-
 summary_line(Title, Items, Line) :-
     maplist(item_text, Items, Texts),
     atomic_list_concat(Texts, '; ', Joined),
-    format(string(Line), "~w: ~w.", [Title, Joined]).
+    (   sub_atom(Joined, _, 1, 0, Last), memberchk(Last, ['?', '!', '.'])
+    ->  format(string(Line), "~w: ~w", [Title, Joined])
+    ;   format(string(Line), "~w: ~w.", [Title, Joined])
+    ).
 
 item_text(Item, Text) :-
     (   is_dict(Item) -> get_dict(text, Item, T0) ; T0 = Item ),

@@ -89,7 +89,7 @@ usual normal general specific certain proper correct important sure quick slow b
 large long short high low fine bad good nice great terrible awful morning evening night
 today tomorrow week weeks year years month months day days hours minutes thousands hundreds
 feels feel looks hosting getting trying planning going unrelated random separate quick
-topic another totally completely off
+topic another totally completely off buy sell buying
 """.split())
 # Units written like names ("8 GiB"): never a topic name.
 UNITS: frozenset[str] = frozenset("kb mb gb tb kib mib gib tib ms ns us hz khz mhz ghz rpm "
