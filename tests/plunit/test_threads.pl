@@ -72,7 +72,7 @@ test(similar_earlier_thread_is_joined, R == join-"T2"-similar) :-
     decision("How long should we keep the Postgres WAL archive?", "T1", [Q, B], 4, R).
 test(shared_words_of_an_old_topic, R == join-"T2"-shared_words) :-
     quiet1(Q), cand("T2", 0.05, 0.2, ["tomato"], T),
-    decision("Should I prune the tomato suckers?", "T1", [Q, T], 3, R).
+    decision("Should I prune the tomato suckers and side shoots?", "T1", [Q, T], 5, R).
 test(strong_current_thread_survives_a_shift_marker, R == continue-"T1"-similar) :-
     cand("T1", 0.5, 0.8, ["etcd"], E),
     decision("By the way, for etcd, should I enable auto-compaction?", "T1", [E], 3, R).

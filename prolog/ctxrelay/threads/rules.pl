@@ -68,9 +68,11 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 :- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1.
 
 :- create_prolog_flag(ctxrelay_thread_overlap_join, 0.4, [keep(true), type(float)]).
-:- create_prolog_flag(ctxrelay_thread_overlap_same, 0.1, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_overlap_same, 0.2, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_continuity, 0.25, [keep(true), type(float)]).
-:- create_prolog_flag(ctxrelay_thread_standalone_terms, 3, [keep(true), type(integer)]).
+:- create_prolog_flag(ctxrelay_thread_standalone_terms, 4, [keep(true), type(integer)]).
+:- create_prolog_flag(ctxrelay_thread_standalone_overlap, 0.25, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_standalone_similarity, 1.0, [keep(true), type(float)]).
 
 :- det(thread_decision/3).
 
@@ -242,9 +244,10 @@ standalone(Terms0, Previous, Cands, Same) :-
     integer(Terms),
     Terms >= Min,
     memberchk(c(Previous, Sim, Overlap, _), Cands),
-    current_prolog_flag(ctxrelay_thread_overlap_same, OS),
+    current_prolog_flag(ctxrelay_thread_standalone_overlap, OS),
     Overlap < OS,
-    Sim < Same.
+    current_prolog_flag(ctxrelay_thread_standalone_similarity, K),
+    Sim < K * Same.
 
 %   best_named(+Target, +Previous, +Cands, -Thread)
 %

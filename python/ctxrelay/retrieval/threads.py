@@ -137,13 +137,16 @@ def words(text: str) -> list[str]:
 
 def content_words(text: str) -> list[str]:
     """The words of ``text`` that can name a topic, in order, each once: not
-    generic, not a bare number, two characters at least."""
+    generic, not a bare number, two characters at least.  A compound word
+    (``slow-roasted``, ``etcd.conf``) comes with its parts."""
     seen: dict[str, None] = {}
     for w in words(text):
         w = w[:-2] if w.endswith("'s") else w
-        if len(w) < 2 or w in GENERIC or w.replace(".", "").isdigit():
-            continue
-        seen.setdefault(w, None)
+        parts = re.split(r"[-.']", w) if re.search(r"[-.']", w) else []
+        for x in [w, *parts]:
+            if len(x) < 2 or x in GENERIC or x.replace(".", "").isdigit():
+                continue
+            seen.setdefault(x, None)
     return list(seen)
 
 
@@ -269,6 +272,9 @@ class ThreadBook:
         idf = {s: math.log(1.0 + (n + 1) / (1 + sum(1 for p in profiles if s in p)))
                for s in unique}
         total = sum(idf.values())
+        # A word the thread used once may be incidental; one it keeps using
+        # is what it is about: a shared word counts half at one use, fully
+        # from three.
         out = []
         for rank, (tid, profile) in enumerate(zip(self.order, profiles)):
             entry = self.entries[tid]
@@ -277,7 +283,8 @@ class ThreadBook:
             else:
                 sim = 0.0
             hit = [s for s in unique if s in profile]
-            overlap = sum(idf[s] for s in hit) / total if total else 0.0
+            overlap = sum(idf[s] * min(1.0, 0.25 + 0.25 * profile[s]) for s in hit) / total \
+                if total else 0.0
             shared = [w for w in msg_words if stems[w] in profile]
             out.append({"thread": tid, "rank": rank, "sim": round(sim, 4),
                         "overlap": round(overlap, 4), "shared": shared,
