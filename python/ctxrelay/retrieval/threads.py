@@ -26,7 +26,6 @@ import math
 import re
 import threading
 import unicodedata
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
