@@ -172,11 +172,12 @@ conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
 is_resolved(resolved(_, _)).
 
 %   The thread rules' decision for the message, as the intent's topic
-%   step reads it: a new thread starts a topic (EXPLORE, §5.2).
+%   step reads it: a message that starts a thread starts a topic (EXPLORE,
+%   §5.2); one placed in a thread is compared with that thread's turns
+%   (topic_similarity: the spec's max_similarity to the active thread).
 thread_topic(Info, Topic) :-
-    (   get_dict(thread_action, Info, A0)
-    ->  atom_string(A, A0),
-        (   A == new -> Topic = new ; Topic = same )
+    (   get_dict(thread_action, Info, A0), atom_string(new, A0)
+    ->  Topic = new
     ;   Topic = none
     ).
 

@@ -83,6 +83,24 @@ test(flags_are_read_at_call_time, [setup(current_prolog_flag(ctxrelay_thread_sta
     quiet1(Q),
     decision("What's a good recipe for banana bread with walnuts?", "T1", [Q], 4, R).
 
+
+restore(Text, Previous, Cands, Terms, Restore) :-
+    ctx(Previous, Cands, Terms, Ctx),
+    thread_decision(Text, Ctx, D),
+    Restore = D.restore.
+
+test(a_return_restores_the_thread, R == true) :-
+    backup(B), etcd(E),
+    restore("Back to etcd - what about TLS?", "T2", [B, E], 2, R).
+test(a_join_the_embedding_confirms_restores, R == true) :-
+    quiet1(Q), cand("T2", 0.4, 0.5, ["postgres", "wal"], B),
+    restore("How long should we keep the Postgres WAL archive?", "T1", [Q, B], 4, R).
+test(a_join_on_shared_words_alone_does_not, R == false) :-
+    quiet1(Q), cand("T2", 0.05, 0.2, ["tomato"], T),
+    restore("Should I prune the tomato suckers and side shoots?", "T1", [Q, T], 5, R).
+test(continuing_restores_nothing, R == false) :-
+    quiet1(Q), restore("Go on.", "T1", [Q], 0, R).
+
 :- end_tests(thread_rules).
 
 :- begin_tests(thread_rules_errors).

@@ -5,7 +5,8 @@
             return_cue/2,           % ?Before, ?After
             open_target_word/1,     % ?Word
             follow_up_marker/1,     % ?Words
-            topic_opener/1          % ?Words
+            topic_opener/1,         % ?Words
+            request_opener/1        % ?Words
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -64,8 +65,10 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
     ctxrelay_thread_rules:return_cue([picking, up], [again]).
 */
 
-:- multifile return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1.
-:- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1.
+:- multifile return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
+             request_opener/1.
+:- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
+           request_opener/1.
 
 :- create_prolog_flag(ctxrelay_thread_overlap_join, 0.4, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_overlap_same, 0.2, [keep(true), type(float)]).
@@ -89,11 +92,13 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 %       similarity thresholds (numbers)
 %     - terms: the number of content words of Text (optional)
 %
-%   Decision is decision{action:Action, thread:Thread, rule:Rule}:
-%   Action is `continue` (the previous thread), `resume` (an earlier
-%   thread the message returns to by name), `join` (an earlier thread it
-%   is about) or `new` (Thread is ""); Rule names the rule that decided
-%   (see the module doc).
+%   Decision is decision{action:Action, thread:Thread, rule:Rule,
+%   restore:Bool}: Action is `continue` (the previous thread), `resume`
+%   (an earlier thread the message returns to by name), `join` (an
+%   earlier thread it is about) or `new` (Thread is ""); Rule names the
+%   rule that decided (see the module doc); Restore says whether the
+%   thread's dormant turns and state come back into the pack (on a
+%   resume, and on a join whose similarity reaches `join`).
 %
 %   @error type_error(text, Text)
 %   @error type_error(dict, Context)
@@ -118,7 +123,22 @@ thread_decision(Text, Context, Decision) :-
     (   get_dict(terms, Context, Terms), integer(Terms) -> true ; Terms = unknown ),
     text_tokens(Text, Tokens),
     decide(Tokens, Terms, Previous, Cands, Join-Same, Action, Thread, Rule),
-    Decision = decision{action:Action, thread:Thread, rule:Rule}.
+    restore(Action, Rule, Thread, Cands, Join, Restore),
+    Decision = decision{action:Action, thread:Thread, rule:Rule, restore:Restore}.
+
+%   restore(+Action, +Rule, +Thread, +Cands, +Join, -Bool)
+%
+%   Whether the assembly brings the thread's dormant turns and its state
+%   back (§3.3, §6.2): on an explicit return, and on a join the embedding
+%   confirms (similarity at the join threshold).  A join on shared words
+%   alone places the turn without spending the budget on the old turns
+%   (recall still finds the ones that match).
+restore(resume, _, _, _, _, true) :- !.
+restore(join, _, Thread, Cands, Join, true) :-
+    memberchk(c(Thread, Sim, _, _), Cands),
+    Sim >= Join,
+    !.
+restore(_, _, _, _, _, false).
 
 context_value(Key, Dict, Value) :-
     (   get_dict(Key, Dict, Value)
@@ -177,7 +197,9 @@ decide(Tokens, Terms, Previous, Cands, _, continue, Previous, follow_up) :-
     !.
 decide(Tokens, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     (   marker_match(topic_shift_marker, Tokens, _, _) -> Shift = true ; Shift = false ),
-    (   memberchk(t('?', punct, _, _), Tokens)
+    (   (   memberchk(t('?', punct, _, _), Tokens)
+        ;   marker_match(request_opener, Tokens, _, _)
+        )
     ->  (   marker_match(topic_opener, Tokens, _, _)
         ->  Terms = opener(Terms0)
         ;   Terms = Terms0
@@ -229,8 +251,9 @@ evidence(_, _, _, 0).
 %   standalone(+Terms, +Previous, +Cands, +Same)
 %
 %   The message reads as a question of its own on another subject: a
-%   question (Terms is `statement` for a message without a question
-%   mark: "the walls are dark red" answers the last turn) with at least
+%   question or a request (Terms is `statement` for a message with
+%   neither a question mark nor a request_opener/1: "the walls are dark
+%   red" answers the last turn) with at least
 %   flag ctxrelay_thread_standalone_terms content words, (almost) none
 %   of which the current thread used, and no similarity to it.  After a
 %   topic opener ("Actually, ...", "Also, ...") one content word is
@@ -523,3 +546,19 @@ topic_opener(['^', another, thing]).
 topic_opener(['^', quick, question]).
 topic_opener(['^', random, question]).
 topic_opener(['^', while, 'i\'m', at, it]).
+
+%!  request_opener(?Words) is nondet.
+%
+%   Openers of a request, which asks like a question without a question
+%   mark ("Tell me about coral reefs.").
+request_opener(['^', tell, me]).
+request_opener(['^', explain]).
+request_opener(['^', describe]).
+request_opener(['^', show, me]).
+request_opener(['^', give, me]).
+request_opener(['^', help, me]).
+request_opener(['^', i, want, to, know]).
+request_opener(['^', i, need, help]).
+request_opener(['^', can, you]).
+request_opener(['^', could, you]).
+request_opener(['^', please]).

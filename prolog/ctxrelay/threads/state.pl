@@ -48,6 +48,7 @@ users extend (syntax of ctxrelay_references).
 :- det(thread_summary/3).
 
 state_items(8).                 % items kept per list (the latest)
+summary_items(3).               % items per list in the Active Thread Summary
 item_chars(200).                % characters kept per item
 
 %!  thread_state(+Turns:list(dict), -State:dict) is det.
@@ -273,7 +274,9 @@ item_dict(item(T, Turns), item{text:T, turns:Turns}).
 %       Open: Which CA should sign the peer certs?
 %       User constraints: we must not restart all members at once.
 %
-%   Lists that are empty are left out.
+%   Each line shows the latest three items of its list (the summary is
+%   a compact anchor; the whole state is in the thread's record); lists
+%   that are empty are left out.
 %   @error type_error(dict, State)
 
 thread_summary(Label, State, Text) :-
@@ -286,7 +289,12 @@ thread_summary(Label, State, Text) :-
     atomic_list_concat([Head|Lines], '\n', Atom),
     atom_string(Atom, Text).
 
-summary_line(Title, Items, Line) :-
+summary_line(Title, Items0, Line) :-
+    summary_items(Max),
+    length(Items0, N),
+    Drop is max(0, N - Max),
+    length(Prefix, Drop),
+    append(Prefix, Items, Items0),
     maplist(item_text, Items, Texts),
     atomic_list_concat(Texts, '; ', Joined),
     (   sub_atom(Joined, _, 1, 0, Last), memberchk(Last, ['?', '!', '.'])

@@ -661,9 +661,9 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     The turn log is brought up to date first (only turns added since the last
     call are embedded).  The thread rules then place the new message exactly
     as the turn log will place it once stored (``ThreadBook.place``: continue,
-    resume, join or new); when it returns to an earlier thread, that thread's
-    dormant turns come back as candidates (kind ``thread``) with its Active
-    Thread Summary.
+    resume, join or new); when the rules say to restore an earlier thread it
+    returns to, that thread's dormant turns come back as candidates (kind
+    ``thread``) with its Active Thread Summary.
     """
     import time
 
@@ -699,7 +699,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     info = book.entries[placed.thread_id].record
     out.update(active_thread=placed.thread_id, thread_label=info["label"],
                thread_resumed=placed.resumed)
-    if placed.resumed:
+    if placed.restore:
         in_window = {t.turn_id for t in window}
         dormant = [t for t in info["turn_ids"] if t not in in_window and t <= history_end]
         wanted = [tid for tid in dormant[-_DORMANT_MAX:] if f"t{tid}" not in units]

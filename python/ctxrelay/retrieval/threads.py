@@ -134,15 +134,18 @@ def words(text: str) -> list[str]:
     return _WORD.findall(folded)
 
 
-def content_words(text: str) -> list[str]:
+def content_words(text: str, *, parts: bool = True) -> list[str]:
     """The words of ``text`` that can name a topic, in order, each once: not
     generic, not a bare number, two characters at least.  A compound word
-    (``slow-roasted``, ``etcd.conf``) comes with its parts."""
+    (``slow-roasted``, ``etcd.conf``) comes with its parts unless ``parts``
+    is false."""
     seen: dict[str, None] = {}
     for w in words(text):
         w = w[:-2] if w.endswith("'s") else w
-        parts = re.split(r"[-.']", w) if re.search(r"[-.']", w) else []
-        for x in [w, *parts]:
+        # The parts of a compound that are words ("slow-roasted", not "v3.5").
+        split = [x for x in re.split(r"[-.']", w) if sum(c.isalpha() for c in x) >= 3
+                 and not any(c.isdigit() for c in x)] if parts and re.search(r"[-.']", w) else []
+        for x in [w, *split]:
             if len(x) < 2 or x in GENERIC or x.replace(".", "").isdigit():
                 continue
             seen.setdefault(x, None)
@@ -180,10 +183,11 @@ def label_words(text: str) -> list[str]:
     """Up to two words naming the topic of ``text``: the first name-like word
     (else the first content word that is neither a facet nor a common verb
     or adjective), then its facet (configure -> config) or the next such word."""
-    content = content_words(text)
+    content = content_words(text, parts=False)
     names = _entity_like(text)
     topical = [w for w in content if w not in FACETS and w not in LABEL_SKIP
-               and w not in UNITS and not w[0].isdigit()]
+               and w not in UNITS and not w[0].isdigit()
+               and (w in names or not any(c.isdigit() for c in w))]   # no "v35" label
     primary = next((w for w in topical if w in names), None) or \
         next(iter(topical), None)
     facet = next((FACETS[w] for w in content if w in FACETS), None)
@@ -225,15 +229,17 @@ class ThreadEntry:
 @dataclass(frozen=True)
 class Placement:
     """Where a user turn goes: ``action`` is continue, resume, join or new
-    (the thread rules' decision), ``thread_id`` the thread ("" for new until
-    :meth:`ThreadBook.start` numbers it), ``rule`` the rule that decided and
-    ``similarity`` the message's similarity to that thread (None for new)."""
+    (the thread rules' decision), ``thread_id`` the thread ("" for new: the
+    turn log numbers it), ``rule`` the rule that decided, ``similarity`` the
+    message's similarity to that thread (None for new) and ``restore`` whether
+    the assembly brings its dormant turns and state back."""
 
     action: str
     thread_id: str
     rule: str
     similarity: float | None
     candidates: int
+    restore: bool = False          # the rules: bring the thread's dormant turns and state back
 
     @property
     def resumed(self) -> bool:
@@ -302,7 +308,8 @@ class ThreadBook:
                         {"T": text, "C": context})["D"]
         tid = str(d["thread"])
         sim = next((c["sim"] for c in cands if c["thread"] == tid), None)
-        return Placement(str(d["action"]), tid, str(d["rule"]), sim, len(cands))
+        return Placement(str(d["action"]), tid, str(d["rule"]), sim, len(cands),
+                         d.get("restore") is True or d.get("restore") == "true")
 
     # -- updates while deriving
     def touch(self, thread_id: str) -> None:
