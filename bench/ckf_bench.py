@@ -145,7 +145,7 @@ def naive_neighbourhood(store: FactStore, anchor_ids: list[str], hops: int) -> d
     frontier = list(anchor_ids)
     for _ in range(hops):
         nxt = []
-        vecs = store.backend.vectors("default", frontier) if frontier else []
+        vecs = store.storage.vectors("default", frontier) if frontier else []
         for fid, vec in zip(frontier, vecs):
             if fid in adj:
                 continue
@@ -162,16 +162,16 @@ def measure(store: FactStore, data: np.ndarray, ids: list[str], qvecs: np.ndarra
     """Everything measured at one size."""
     out: dict = {"ann": {"ef_sweep": {}}}
     ann = out["ann"]
-    backend = store.backend
-    ceiling = backend.ef_search
+    ann_indexes = store.live.ann
+    ceiling = ann_indexes.ef_search
     for ef in EF_SWEEP:
-        backend.set_ef_search(ef)       # fixed ef (tuning off) for the sweep
+        store.set_ef_search(ef)         # fixed ef (tuning off) for the sweep
         ann["ef_sweep"][ef] = {**cycle(lambda q: store.search_ann(q, k=10), qvecs, n_queries),
                                "recall10": recall_at(store, data, ids, qvecs[:200])}
-    backend.ef_search, backend.auto_ef = ceiling, True     # the store's default again
+    ann_indexes.ef_search, ann_indexes.auto_ef = ceiling, True     # the store's default again
     ann.update(cycle(lambda q: store.search_ann(q, k=10), qvecs, n_queries),
                recall10=recall_at(store, data, ids, qvecs[:200]))
-    index = backend._mems["default"].index
+    index = store.live.index("default").index
     ann.update(ef_search=index.ef_search, ef_search_ceiling=ceiling,
                cpu_p50_ms=cpu_p50(lambda q: store.search_ann(q, k=10), qvecs, n_queries),
                hnswlib_only=cycle(lambda q: index.search(q, 10), qvecs, n_queries))
@@ -186,7 +186,7 @@ def measure(store: FactStore, data: np.ndarray, ids: list[str], qvecs: np.ndarra
     out["cdgr_k10_hops2"]["cpu_p50_ms"] = cpu_p50(lambda q: store.cdgr(q, k=10, hops=2),
                                                   qvecs, n_queries)
     out["cdr_k10"]["cpu_p50_ms"] = cpu_p50(lambda q: store.cdr(q, k=10), qvecs, n_queries)
-    mem = backend._mems["default"]
+    mem = store.live.walks.peek("default")
     graph = mem.graph
     out["cdgr_walk_memory_mb"] = {     # what the walk keeps in memory besides hnswlib's index
         "sketch": round((mem.sketch.nbytes if mem.sketch is not None else 0) / 2**20, 1),
@@ -204,7 +204,7 @@ def measure(store: FactStore, data: np.ndarray, ids: list[str], qvecs: np.ndarra
         [sum(r.role == "connector" for r in res) for res in results])), 2)
     anchors = [a for a in ([r.fact_id for r in store.cdr(q, k=7)] for q in qvecs[:60]) if a]
     it = iter(anchors * 10)
-    walk = percentiles(timed(lambda: store.backend.neighbourhood("default", next(it), 2),
+    walk = percentiles(timed(lambda: store.live.neighbourhood("default", next(it), 2),
                              repeat=len(anchors), warmup=5))
     it = iter(anchors * 10)
     naive = percentiles(timed(lambda: naive_neighbourhood(store, next(it), 2),
@@ -262,7 +262,7 @@ def embed_chunked(emb: object, texts: list[str]) -> np.ndarray:
 def stored_vectors(store: FactStore, ids: list[str], dim: int) -> np.ndarray:
     out = np.empty((len(ids), dim), dtype=np.float32)
     for i in range(0, len(ids), CHUNK):
-        out[i:i + CHUNK] = store.backend.vectors("default", ids[i:i + CHUNK])
+        out[i:i + CHUNK] = store.storage.vectors("default", ids[i:i + CHUNK])
     return out
 
 

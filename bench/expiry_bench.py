@@ -11,7 +11,7 @@ it is swept the old way.  With a fake clock:
 
 sweep      wall and CPU time of ``FactStore.expire`` with nothing due (now = the
            last add) and with 1 % due (two hours later), against the old sweep
-           (``CKFBackend.due_facts``'s scan of every fact, then one ``set_status``)
+           (a scan of every fact, then one ``set_status``)
            on the copy in the same state.
 beside     while each sweep runs, one thread sleeps 0.5 ms at a time and records
            how late it wakes (to run again it needs the GIL, so this bounds how
@@ -22,6 +22,7 @@ backfill   the one-time build of the index for a store made before it existed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -40,8 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import git_rev, percentiles, write  # noqa: E402
 
-from ctxrelay.knowledge import fabric as ckf_mod  # noqa: E402
-from ctxrelay.knowledge.fabric import CKFBackend, FactStore  # noqa: E402
+from ctxrelay.knowledge import lifecycle  # noqa: E402
+from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
+from ctxrelay.storage.interfaces.facts import epoch_of  # noqa: E402
+from ctxrelay.storage.lmdb.factcodec import prefix_items  # noqa: E402
 from ctxrelay.text.embed import get_embedder  # noqa: E402
 
 T0 = 1_800_000_000.0
@@ -74,11 +77,11 @@ def build(path: Path, n: int, clock: Clock, seed: int = 11) -> None:
                         vectors=emb.embed_batch(texts), batch_size=5000)
 
 
-def old_sweep(s: FactStore) -> int:
+def old_sweep(s: FactStore, now: float) -> int:
     """FactStore.expire as it was: scan every fact, mark the due ones in one call."""
-    now = s._clock()
-    due = CKFBackend.due_facts(s.backend, "default", now=now)
-    return s.backend.set_status("default", due, "STALE", now=now) if due else 0
+    due = [f.fact_id for f in s.storage.scan("default") if f.status == "ACTIVE"
+           and f.ttl_seconds is not None and now > epoch_of(f.ingested_at) + f.ttl_seconds]
+    return s.live.set_status("default", due, "STALE", now=now) if due else 0
 
 
 def beside(s: FactStore, sweep, qvecs: np.ndarray) -> dict:
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     emb = get_embedder("hashing")
     qvecs = emb.embed_batch([f"w{i} w{i + 7} w{i + 13}" for i in range(50)])
-    out: dict = {"facts": args.facts, "batch": ckf_mod.EXPIRE_BATCH}
+    out: dict = {"facts": args.facts, "batch": lifecycle.EXPIRE_BATCH}
     try:
         clock = Clock()
         t0 = time.perf_counter()
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(root / "new", root / "old")
         built_at = clock.now
         runs = {}
-        for name, sweep in (("new", lambda s: s.expire()), ("old", old_sweep)):
+        for name, sweep in (("new", lambda s: s.expire()),
+                            ("old", lambda s: old_sweep(s, clock.now))):
             clock.now = built_at
             with open_store(root / name, clock) as s:
                 s.cdr(qvecs[0], k=10)                       # index loaded
@@ -166,20 +170,20 @@ def main(argv: list[str] | None = None) -> int:
         # the one-time build of the index for a namespace written before it existed
         with open_store(root / "old", clock) as s:
             s.cdr(qvecs[0], k=10)                           # index loaded
-            backend = s.backend
+            storage = s.storage
 
-            def forget(txn):
-                info = backend._info(txn, "default")
+            def forget(txn):            # as a store written before the index existed
+                info = json.loads(txn.get(b"default", db=storage.dbs[b"ns"]))
                 prefix = info["id"].to_bytes(8, "big")
-                db = backend._db.dbs[b"expiry"]
-                for key in [k for k, _ in ckf_mod._prefix_items(txn, db, prefix)]:
+                db = storage.dbs[b"expiry"]
+                for key in [k for k, _ in prefix_items(txn, db, prefix)]:
                     txn.delete(key, db=db)
                 del info["expiry"]
-                backend._put_info(txn, "default", info)
-            backend._db.write(forget)
+                txn.put(b"default", json.dumps(info).encode(), db=storage.dbs[b"ns"])
+            storage.write(forget)
             clock.now = built_at + 2 * HOUR
             out["backfill"] = beside(
-                s, lambda s: len(s.backend.due_facts("default", now=s._clock())), qvecs)
+                s, lambda s: len(s.storage.due("default", now=clock.now)), qvecs)
         new, old = runs["new"], runs["old"]
         out["summary"] = {
             "sweep_ms_none_due": {"index": new["none_due"]["sweep_wall_ms"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import sys
 import tempfile
@@ -37,16 +38,21 @@ from ctxrelay import Runtime
 from ctxrelay.text import tokens  # noqa: E402
 from ctxrelay.text.embed import get_embedder  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 MODEL = "gpt-4"
 EXTRA: dict = {}
 
 
 def data_dir() -> Path:
-    for candidate in (DATA, Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo"):
+    # $CTXRELAY_LOCOMO (the file, as in calibrate_embedders.py), else shared/data/locomo
+    # beside any parent of the checkout (a worktree sits one level deeper than main).
+    env = os.environ.get("CTXRELAY_LOCOMO")
+    here = Path(__file__).resolve()
+    for candidate in ([Path(env).parent] if env else []) + [p / "shared" / "data" / "locomo"
+                                                             for p in here.parents]:
         if (candidate / "locomo-dev.json").exists():
             return candidate
-    raise SystemExit("LoCoMo data not found: expected ../shared/data/locomo/locomo-dev.json")
+    raise SystemExit("LoCoMo data not found: expected ../shared/data/locomo/locomo-dev.json "
+                     "(or set CTXRELAY_LOCOMO to the file)")
 
 
 def parse_date(text: str) -> dt.datetime:
@@ -147,7 +153,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budgets", default="1024,2048,4096")
     ap.add_argument("--limit", type=int, default=None, help="questions per conversation (for a quick run)")
-    ap.add_argument("--embedder", default=None, help="embedder name (default: best installed)")
+    ap.add_argument("--embedder", default=None, help="embedder name for ctxrelay and the dense baseline (default: the default embedder)")
     ap.add_argument("--policy", default="", help="extra policy options for ctxrelay, e.g. max_retrieved=80")
     ap.add_argument("--methods", default="recency,bm25,dense,ctxrelay")
     ap.add_argument("--out", default="locomo", help="results name under bench/results")
@@ -156,11 +162,14 @@ def main() -> int:
         name, _, value = item.partition("=")
         EXTRA[name] = int(value) if value.lstrip("-").isdigit() else \
             {"true": True, "false": False}.get(value, value)
+    if args.embedder:   # the whole pipeline (turn log, recall, threads), not only the dense baseline
+        EXTRA.setdefault("embedder", args.embedder)
     budgets = [int(b) for b in args.budgets.split(",")]
     base = data_dir()
     samples = json.loads((base / "locomo-dev.json").read_text())
     fixes = corrected_evidence(base)
-    embedder = get_embedder(args.embedder)
+    embedder = get_embedder(EXTRA.get("embedder") or None)
+    load_start = os.getloadavg()   # a shared machine: latencies are read with the load
     methods = args.methods.split(",")
     found = {b: {m: defaultdict(int) for m in methods} for b in budgets}
     total = {b: defaultdict(int) for b in budgets}
@@ -209,6 +218,7 @@ def main() -> int:
     payload = {"benchmark": "locomo_evidence_recall", "questions": n_questions,
                "embedder": getattr(embedder, "model_id", str(embedder)),
                "model_tokenizer": MODEL, "results": results, "policy": EXTRA,
+               "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
                "target": "ctxrelay > all baselines at every budget; recall >= 0.85 at 2048"}
     print(f"-> {write(args.out, payload)}")
     return 0

@@ -11,6 +11,18 @@ baseline over the same model at small sizes.
     .venv/bin/python bench/packer_bench.py            # writes bench/results/packer.json
     .venv/bin/python bench/packer_bench.py --quick    # fewer instances
 
+Users' constraints (``--user-constraints``): the same instances with three
+linear user constraints (a cap on tool-result tokens at 10% of the budget, at
+most four retrieved snippets, at least a quarter of the budget in turns),
+against today's packer (``--compare-with`` a checkout, e.g. /work/main) on the
+same instances without them, and the two packers without user constraints side
+by side.  Each packer runs in its own worker process (the baseline one with
+PYTHONPATH set to the other checkout); instances alternate between them in one
+run, and each call is timed inside Prolog (CPU and wall).
+
+    .venv/bin/python bench/packer_bench.py --user-constraints --compare-with /work/main
+        # writes bench/results/packer_user_constraints.json
+
 Instances are generated from fixed seeds (``seed = base_seed * 100_000 + n * 100 + k``).
 """
 from __future__ import annotations
@@ -34,6 +46,7 @@ import janus_swi as janus
 ROOT = Path(__file__).resolve().parents[1]
 PACKER = ROOT / "prolog" / "ctxrelay" / "packer.pl"
 RESULTS = ROOT / "bench" / "results" / "packer.json"
+USER_RESULTS = ROOT / "bench" / "results" / "packer_user_constraints.json"
 
 
 def progress(iterable, **kw):
@@ -247,6 +260,169 @@ def write_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+# --------------------------------------------------------------------------
+# Users' constraints, side by side with another checkout's packer
+
+
+def user_constraints(inst: dict[str, Any]) -> list[str]:
+    """Three linear rules an agent might set: a token cap on tool output, a cap
+    on retrieved snippets, a floor on the conversation's share."""
+    b = inst["budget"]
+    return [f"tokens(kind(tool_result)) #=< {b // 10}",
+            "count(kind(retrieved)) #=< 4",
+            f"tokens(kind(turn)) #>= {b // 4}"]
+
+
+WORKER_PACK = """
+    garbage_collect,
+    statistics(cputime, C0),
+    get_time(T0),
+    pack_best(Us, Cs, B, pack(Sel, _, Util, _S), Opts),
+    get_time(T1),
+    statistics(cputime, C1),
+    Ms is (T1-T0)*1000,
+    CpuMs is (C1-C0)*1000,
+    ( _S == optimal -> Optimal = 1 ; Optimal = 0 ),
+    length(Sel, Packed)
+"""
+
+
+def worker(packer: Path) -> int:
+    """Serve pack requests on stdin, one JSON object a line: {"n", "seed",
+    "user": bool, "time_limit"}; answer with the timings."""
+    janus.consult(str(packer))
+    for line in sys.stdin:
+        req = json.loads(line)
+        inst = generate(req["n"], req["seed"])
+        cs = inst["constraints"] + (user_constraints(inst) if req["user"] else [])
+        r = janus.query_once(WORKER_PACK, {"Us": inst["units"], "Cs": cs, "B": inst["budget"],
+                                           "Opts": [("time_limit", req["time_limit"])]})
+        print(json.dumps({k: r[k] for k in ("Ms", "CpuMs", "Util", "Optimal", "Packed")}),
+              flush=True)
+    return 0
+
+
+class Worker:
+    def __init__(self, packer: Path, pythonpath: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(packer)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def pack(self, n: int, seed: int, user: bool, time_limit: float) -> dict[str, Any]:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps({"n": n, "seed": seed, "user": user,
+                                          "time_limit": time_limit}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def binding_rules(inst: dict[str, Any]) -> list[str]:
+    """The user constraints that today's optimum breaks (they bind)."""
+    first = janus.query_once("pack_best(Us, Cs, B, pack(Sel, _, _, _))",
+                             {"Us": inst["units"], "Cs": inst["constraints"], "B": inst["budget"]})
+    chosen = {uid: name for uid, name in first["Sel"]}
+    units = {u[1]: u for u in inst["units"]}
+    def kind(uid: str) -> str:
+        return next(v for (tag, v) in units[uid][3] if tag == "kind")
+    def tokens(uid: str) -> int:
+        return next(c for (_, name, c, _) in units[uid][2] if name == chosen[uid])
+    b = inst["budget"]
+    out = []
+    if sum(tokens(u) for u in chosen if kind(u) == "tool_result") > b // 10:
+        out.append("tool_result tokens")
+    if sum(1 for u in chosen if kind(u) == "retrieved") > 4:
+        out.append("retrieved count")
+    if sum(tokens(u) for u in chosen if kind(u) == "turn") < b // 4:
+        out.append("turn tokens")
+    return out
+
+
+def compare_user(args: argparse.Namespace) -> int:
+    other = args.compare_with.resolve()
+    mine = Worker(PACKER, ROOT / "python")
+    base = Worker(other / "prolog" / "ctxrelay" / "packer.pl", other / "python")
+    janus.consult(str(PACKER))
+    result: dict[str, Any] = {
+        "benchmark": "ctxrelay packer: users' constraints, and this packer against "
+                     f"{other} side by side",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git": git_rev(),
+        "baseline": {"checkout": str(other), "git": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=other, capture_output=True,
+            text=True).stdout.strip()},
+        "machine": machine(),
+        "generator": "bench/packer_bench.py:generate (budget = 35% of the sum of max costs)",
+        "user_constraints": ["tokens(kind(tool_result)) #=< budget // 10",
+                             "count(kind(retrieved)) #=< 4",
+                             "tokens(kind(turn)) #>= budget // 4"],
+        "timing": "pack_best/5 timed inside Prolog in each worker process (wall and thread "
+                  "CPU, after garbage_collect/0); instances alternate between the two "
+                  "workers: this checkout's packer (ours) and the baseline checkout's "
+                  "(today's); ratios are ours / today's over the same instances",
+        "rows": [],
+    }
+    try:
+        for n in args.user_sizes:
+            seeds = [args.seed * 100_000 + n * 100 + k for k in range(args.user_instances)]
+            for m in (mine, base):
+                m.pack(n, args.seed * 100_000 + n * 100 + 99, False, args.user_limit)
+                m.pack(n, args.seed * 100_000 + n * 100 + 99, True, args.user_limit) \
+                    if m is mine else None
+            rows: dict[str, list[dict[str, Any]]] = {"ours_plain": [], "today_plain": [],
+                                                     "ours_user": []}
+            binding: dict[str, int] = {}
+            for k, seed in enumerate(progress(seeds, desc=f"user constraints n={n}")):
+                order = [("today_plain", base, False), ("ours_plain", mine, False),
+                         ("ours_user", mine, True)]
+                if k % 2:
+                    order = order[1:] + order[:1]      # alternate who goes first
+                for key, w, user in order:
+                    rows[key].append(w.pack(n, seed, user, args.user_limit))
+                for rule in binding_rules(generate(n, seed)):
+                    binding[rule] = binding.get(rule, 0) + 1
+            def stats(key: str, field: str) -> dict[str, float]:
+                xs = [r[field] for r in rows[key]]
+                return {"p50_ms": round(percentile(xs, 0.5), 3),
+                        "p95_ms": round(percentile(xs, 0.95), 3),
+                        "max_ms": round(max(xs), 3)}
+            row = {
+                "n": n, "instances": len(seeds), "seeds": [seeds[0], seeds[-1]],
+                "time_limit_s": args.user_limit,
+                "user_constraints_binding": binding,
+                "ours_user": {**stats("ours_user", "Ms"),
+                              "cpu": stats("ours_user", "CpuMs"),
+                              "proven_optimal": sum(r["Optimal"] for r in rows["ours_user"])},
+                "ours_plain": {**stats("ours_plain", "Ms"), "cpu": stats("ours_plain", "CpuMs")},
+                "today_plain": {**stats("today_plain", "Ms"),
+                                "cpu": stats("today_plain", "CpuMs")},
+                "same_optimum_plain": sum(a["Util"] == b["Util"] for a, b in
+                                          zip(rows["ours_plain"], rows["today_plain"])),
+            }
+            for what in ("p50_ms", "p95_ms"):
+                row[f"ratio_plain_{what[:3]}"] = round(
+                    row["ours_plain"][what] / row["today_plain"][what], 3)
+                row[f"ratio_user_vs_today_plain_{what[:3]}"] = round(
+                    row["ours_user"][what] / row["today_plain"][what], 3)
+                row[f"cpu_ratio_plain_{what[:3]}"] = round(
+                    row["ours_plain"]["cpu"][what] / row["today_plain"]["cpu"][what], 3)
+            result["rows"].append(row)
+            print(json.dumps(row), file=sys.stderr)
+    finally:
+        mine.close()
+        base.close()
+    result["load_average_at_end"] = list(os.getloadavg())
+    write_atomic(args.user_output, result)
+    print(f"wrote {args.user_output}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[20, 50, 100, 300, 1000])
@@ -264,7 +440,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="time_limit/1 (s) for the other families")
     ap.add_argument("--quick", action="store_true", help="10 instances per size, 3 baseline")
     ap.add_argument("--output", type=Path, default=RESULTS)
+    ap.add_argument("--user-constraints", action="store_true",
+                    help="users' constraints against --compare-with's packer (see above)")
+    ap.add_argument("--compare-with", type=Path, default=ROOT,
+                    help="checkout whose packer is 'today's' (default: this one)")
+    ap.add_argument("--user-sizes", type=int, nargs="+", default=[110, 300])
+    ap.add_argument("--user-instances", type=int, default=100)
+    ap.add_argument("--user-limit", type=float, default=10.0,
+                    help="time_limit/1 (s) of each call")
+    ap.add_argument("--user-output", type=Path, default=USER_RESULTS)
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+    if args.user_constraints:
+        return compare_user(args)
     if args.quick:
         args.instances, args.baseline_instances, args.alternative_instances = 10, 3, 3
 

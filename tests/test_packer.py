@@ -31,9 +31,21 @@ PACKER = Path(__file__).resolve().parents[1] / "prolog" / "ctxrelay" / "packer.p
 Selection = tuple[int, ...]  # per unit: 0 = out, k = variant k (1-based)
 
 
+MODULE = "packer_tests"     # the packer is loaded here, not into user: a test of
+                            # what library(ctxrelay) puts into user runs in this process
+
+
+def query_once(goal: str, bindings: dict[str, Any] | None = None) -> dict[str, Any]:
+    return janus.query_once(f"{MODULE}:({goal})", bindings or {})
+
+
+def query(goal: str, bindings: dict[str, Any]):
+    return janus.query(f"{MODULE}:({goal})", bindings)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _packer() -> None:
-    janus.consult(str(PACKER))
+    janus.query_once(f"{MODULE}:use_module(F)", {"F": str(PACKER)})
 
 
 # --------------------------------------------------------------------------
@@ -179,12 +191,12 @@ PACK = ("pack(Us, Cs, B, pack(Sel, Cost, Util, _S0), Opts),"
 
 
 def pack_first(inst: Instance, opts: list[Any] | None = None) -> dict[str, Any]:
-    return janus.query_once(PACK, {"Us": inst.units(), "Cs": inst.constraints(),
+    return query_once(PACK, {"Us": inst.units(), "Cs": inst.constraints(),
                                    "B": inst.budget, "Opts": opts or []})
 
 
 def pack_all(inst: Instance) -> list[dict[str, Any]]:
-    with janus.query(PACK, {"Us": inst.units(), "Cs": inst.constraints(),
+    with query(PACK, {"Us": inst.units(), "Cs": inst.constraints(),
                             "B": inst.budget, "Opts": []}) as q:
         return list(q)
 
@@ -222,7 +234,7 @@ def test_first_pack_is_a_brute_force_optimum(inst: Instance) -> None:
 @given(instances())
 def test_greedy_is_admissible_and_its_gap_is_a_bound(inst: Instance) -> None:
     adm = admissible(inst)
-    r = janus.query_once(
+    r = query_once(
         "pack_greedy(Us, Cs, B, pack(Sel, Cost, Util, _S0)),"
         " ( _S0 = gap(G) -> Status = gap ; Status = _S0, G = 0 )",
         {"Us": inst.units(), "Cs": inst.constraints(), "B": inst.budget})
@@ -252,7 +264,7 @@ def test_alternatives_enumerate_every_admissible_selection_once(inst: Instance) 
 def test_core_relation_labelled_plainly_agrees(inst: Instance) -> None:
     """pack_constraints/6 + labeling([max(U)]) finds the brute-force optimum."""
     adm = admissible(inst)
-    r = janus.query_once(
+    r = query_once(
         "pack_constraints(Us, Cs, B, _Vars, _Cost, Util),"
         " term_variables(_Vars, _Vs),"
         " clpfd:labeling([max(Util)], _Vs), !",
@@ -268,7 +280,7 @@ def test_core_relation_labelled_plainly_agrees(inst: Instance) -> None:
 @given(instances())
 def test_pack_best_raises_with_the_figures_when_nothing_fits(inst: Instance) -> None:
     adm = admissible(inst)
-    r = janus.query_once(
+    r = query_once(
         "catch(( pack_best(Us, Cs, B, pack(_, _, Util, _), []), Kind = none, D = none ),"
         "      error(ctxrelay(Kind, D), _), Util = none)",
         {"Us": inst.units(), "Cs": inst.constraints(), "B": inst.budget})
@@ -298,7 +310,7 @@ def test_a_cut_search_keeps_the_greedy_and_a_true_gap(inst: Instance) -> None:
         assert r["truth"] is False
         return
     check_pack(inst, r)
-    greedy = janus.query_once("pack_greedy(Us, Cs, B, pack(_, _, U, _))",
+    greedy = query_once("pack_greedy(Us, Cs, B, pack(_, _, U, _))",
                               {"Us": inst.units(), "Cs": inst.constraints(),
                                "B": inst.budget})
     best = max(adm.values())
@@ -317,7 +329,7 @@ def test_time_limit_keeps_at_least_the_greedy_utility() -> None:
         variants=tuple(((s, s),) for s in sizes), mandatory=(False,) * 40,
         together=(), excludes=(), at_most_one=(), requires=(),
         budget=(sum(sizes) // 2) | 1)
-    greedy = janus.query_once("pack_greedy(Us, Cs, B, pack(_, _, U, _))",
+    greedy = query_once("pack_greedy(Us, Cs, B, pack(_, _, U, _))",
                               {"Us": inst.units(), "Cs": [], "B": inst.budget})
     r = pack_first(inst, [("time_limit", 0.05)])
     check_pack(inst, r)
@@ -328,11 +340,11 @@ def test_time_limit_keeps_at_least_the_greedy_utility() -> None:
 
 
 def test_python_tuples_and_prolog_terms_are_the_same_input() -> None:
-    r = janus.query_once(
+    r = query_once(
         "pack_best([unit(a, [variant(full, 5, 10), variant(small, 1, 4)], []),"
         "           unit(b, [variant(full, 3, 7)], [mandatory(true)])],"
         "          [excludes(a, b)], 10, pack(Sel, _, U, _))")
-    t = janus.query_once(
+    t = query_once(
         "pack_best(Us, Cs, 10, pack(Sel, _, U, _))",
         {"Us": [("unit", "a", [("variant", "full", 5, 10), ("variant", "small", 1, 4)], []),
                 ("unit", "b", [("variant", "full", 3, 7)], [("mandatory", True)])],

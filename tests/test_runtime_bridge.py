@@ -46,10 +46,27 @@ def test_import_loads_the_prolog_library_into_user():
     # Public predicates answer janus.query_once in module user after import.
     assert janus.query_once("current_predicate(user:turn_append/5)")["truth"]
     assert janus.query_once("current_predicate(user:transcript_history/4)")["truth"]
-    # ... and plumbing or generic names do not leak into user.
+    # ... and library(ctxrelay) exports no plumbing and no generic names.
+    exports = janus.query_once("findall(_S, ( module_property(ctxrelay, exports(_Es)), "
+                               "member(_P, _Es), term_string(_P, _S) ), L)")["L"]
     for name in ("py_api/1", "py_plain/2", "py_bool/2", "pack/4", "history/4", "intent/1",
-                 "route/2", "policy/2", "classify_intent/4"):
-        assert not janus.query_once(f"current_predicate(user:{name})")["truth"], name
+                 "route/2", "policy/2", "classify_intent/4", "py_options/2"):
+        assert name not in exports, name
+    assert {"managed_turn/4", "turn_prepare/4", "turn_commit/4", "assemble/4", "context/3",
+            "transcript_history/4", "store_open/2"} <= set(exports)
+
+
+def test_a_user_program_with_generic_names_of_its_own_loads_cleanly(tmp_path):
+    program = tmp_path / "mine.pl"
+    program.write_text(
+        ":- use_module(library(ctxrelay)).\n"
+        "history(a, b, c, d).\nintent(mine).\nroute(x, y).\npack(a, b, c, d).\n"
+        "policy(p, q).\npy_plain(x, y).\n")
+    proc = run_swipl(["-g", f"consult('{program}')", "-g",
+                      "intent(I), history(a, _, _, D), format('~w ~w~n', [I, D])", "-t", "halt"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("mine d")
+    assert "Warning" not in proc.stderr and "override" not in proc.stderr, proc.stderr
 
 
 def test_embedded_python_is_the_venv_interpreter():

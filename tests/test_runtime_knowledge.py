@@ -42,3 +42,30 @@ def test_unknown_fact_is_a_clear_error(rt):
     with pytest.raises(Exception) as info:
         rt.fact("nope")
     assert "nope" in str(info.value)
+
+
+def test_ingest_refuses_a_missing_path_and_bad_input(tmp_path):
+    from ctxrelay import Runtime
+    from ctxrelay.errors import InvalidArgumentError
+    with Runtime(tmp_path / "s") as rt:
+        for bad in (["/no/such.txt"], "/no/such/dir/", None, 42, [b"bytes"]):
+            with pytest.raises(InvalidArgumentError):
+                rt.ingest(bad)
+        doc = tmp_path / "notes.md"
+        doc.write_text("The etcd quota is 8 GiB.\n\nDefrag runs weekly.\n")
+        report = rt.ingest([str(doc), "a fact given as text"], namespace="ing")
+        assert report
+        found = " ".join(f["content"] for f in rt.facts("etcd quota", namespace="ing", k=5))
+        assert "8 GiB" in found and "/no/such" not in found
+
+
+def test_a_packs_utility_is_the_sum_of_its_units(tmp_path):
+    from ctxrelay import Runtime
+    with Runtime(tmp_path / "s") as rt:
+        rt.create_session("u")
+        for i in range(12):
+            rt.append("u", "user" if i % 2 == 0 else "assistant", f"turn {i} about topic {i % 3}")
+        r = rt.assemble("u", "topic 2?", embedder="hashing")
+        assert isinstance(r.utility, float)
+        assert r.utility == pytest.approx(sum(u.utility for u in r.pack), abs=1e-6)
+        assert r.status["optimality"] == "optimal" and r.status["gap"] == 0

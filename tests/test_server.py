@@ -90,9 +90,30 @@ class FakeUpstream:
                         saw_b = fake.b_arrived.wait(timeout=3)
                         self._reply(body, f"upstream reply {n}; saw b: {saw_b}")
                         return
+                    if "[history]" in last:
+                        self._history_turn(body, n)
+                        return
                     self._reply(body, f"upstream reply {n}")
                 except (BrokenPipeError, ConnectionResetError):
                     fake.aborted += 1          # the relay hung up on us
+
+            def _history_turn(self, body: dict[str, Any], n: int) -> None:
+                """``[history]``: search the relay's history tool while it is offered,
+                then answer with what the tool returned."""
+                names = {t["function"]["name"] for t in body.get("tools") or []}
+                results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+                if "context_search" in names and not results:
+                    call = {"id": f"call_{n}", "type": "function",
+                            "function": {"name": "context_search",
+                                         "arguments": json.dumps({"query": "zebra code"})}}
+                    self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion",
+                                     "created": 1, "model": body["model"],
+                                     "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                                  "message": {"role": "assistant",
+                                                              "content": None,
+                                                              "tool_calls": [call]}}]})
+                    return
+                self._reply(body, f"upstream reply {n}; found: {' | '.join(results)}")
 
             def _reply(self, body: dict[str, Any], text: str) -> None:
                 if body.get("stream"):
@@ -633,7 +654,105 @@ def test_earlier_messages_commit_with_the_turn_or_not_at_all(relayed, upstream):
     done = client.chat.completions.create(model="m", messages=msgs,
                                           extra_headers={"CRP-Session-Id": "atomic"})
     sent = upstream.requests[-1]["body"]["messages"]
-    assert [m["content"] for m in sent[-2:]] == ["an earlier answer", "the question"]
+    assert sent[-1]["content"] == "the question"
+    assert sent[-2]["role"] == "assistant" and sent[-2]["content"].endswith("an earlier answer")
     assert relayed.transcript("atomic") == before + [
         ("assistant", "an earlier answer"), ("user", "the question"),
         ("assistant", done.choices[0].message.content)]
+
+
+def test_a_message_over_the_turn_size_limit_is_413_and_stores_nothing(run_relay):
+    relay = run_relay(upstream="echo", policy=POLICY, warmup=False, max_turn_bytes=50_000)
+    url = f"{relay.url}/v1/chat/completions"
+    say(relay.client(), "limits", "hello")
+    before = relay.transcript("limits")
+    big = "x" * 60_000
+    for messages in ([{"role": "user", "content": big}],
+                     [{"role": "assistant", "content": big}, {"role": "user", "content": "hi"}]):
+        r = httpx.post(url, headers={"CRP-Session-Id": "limits"},
+                       json={"model": "m", "messages": messages})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "turn_too_large", r.text
+    r = httpx.post(url, headers={"CRP-Session-Id": "limits"},          # the body itself
+                   json={"model": "m", "messages": [{"role": "user", "content": "y" * 500_000}]})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert relay.transcript("limits") == before
+    say(relay.client(), "limits", "still fine")                         # the session goes on
+    assert len(relay.transcript("limits")) == len(before) + 2
+
+
+def test_re_deriving_a_session_with_another_embedder_never_blocks_its_relay_turns(echoed):
+    client = echoed.client()
+    say(client, "emb", "our etcd quota is 8 GiB")
+    echoed.relay.call_sync(lambda rt: rt.derive("emb", embedder="hashing", recompute=True))
+    for text in ("what was the quota?", "and the defrag plan?"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="echo", messages=[{"role": "user", "content": text}],
+            extra_headers={"CRP-Session-Id": "emb"})
+        assert raw.http_response.status_code == 200
+    assert len(echoed.transcript("emb")) == 6
+
+
+def _strict_template_accepts(messages: list[dict[str, Any]]) -> bool:
+    """What strict chat templates (Llama, Mistral) require: at most one system
+    message, first; then user and assistant alternating, from user to user."""
+    roles = [m["role"] for m in messages]
+    if roles and roles[0] == "system":
+        roles = roles[1:]
+    return (bool(roles) and roles[0] == "user" and roles[-1] == "user"
+            and all(r in ("user", "assistant") for r in roles)
+            and all(a != b for a, b in zip(roles, roles[1:])))
+
+
+def test_every_request_the_relay_sends_has_the_strict_template_shape(relayed, upstream):
+    client = relayed.client()
+    session = {"CRP-Session-Id": "strict"}
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "quota"}'}}
+    shapes = [
+        [{"role": "user", "content": "our etcd quota is 8 GiB"}],
+        [{"role": "assistant", "content": "a note"}, {"role": "assistant", "content": "another"},
+         {"role": "user", "content": "and the defrag plan?"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one"},
+         {"role": "user", "content": "two"}],
+        [{"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "call_1", "content": "8 GiB"},
+         {"role": "user", "content": "so what is it?"}],
+    ]
+    for messages in shapes:
+        client.chat.completions.create(model="m", messages=messages, extra_headers=session)
+        sent = upstream.requests[-1]["body"]["messages"]
+        assert _strict_template_accepts(sent), [m["role"] for m in sent]
+    # Recalled turns keep their pairing: the whole history is offered back.
+    for i in range(12):
+        say(client, "strict", f"question {i} about etcd member{i}")
+    say(client, "strict", "what did we say about etcd member3?")
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert _strict_template_accepts(sent)
+
+
+def test_the_relay_runs_the_cold_history_tools_itself(run_relay, upstream):
+    relay = run_relay(upstream=upstream.base_url, model="fake-model", warmup=False,
+                      policy={"max_context_tokens": 1200, "output_reserve": 200,
+                              "safety_margin": 20, "min_recent_turns": 2})
+    client = relay.client()
+    say(client, "cold", "remember: the zebra code is 7741-ALPHA")
+    for i in range(40):                                   # push it out of the window
+        say(client, "cold", f"filler {i}: " + "lorem ipsum dolor sit amet " * 8)
+    calls = len(upstream.requests)
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "[history] what was the code?"}],
+        extra_headers={"CRP-Session-Id": "cold"})
+    answer = raw.parse().choices[0].message.content
+    first, second = upstream.requests[calls]["body"], upstream.requests[calls + 1]["body"]
+    assert {"context_search", "context_slice", "context_peek"} <= \
+        {t["function"]["name"] for t in first["tools"]}
+    boundary = [m["content"] for m in first["messages"] if "cold_history_boundary" in m["content"]]
+    assert boundary and "context_search" in boundary[0] and "context(" not in boundary[0]
+    assert second["messages"][-1]["role"] == "tool" and "7741-ALPHA" in answer
+    assert raw.headers["CRP-Context-History-Tool-Rounds"] == "1"
+    # every round within the cap, and only the reply is stored
+    from ctxrelay.text.tokens import count_messages
+    budget = int(raw.headers["CRP-Context-Tokens-Used"].split("/")[1])
+    assert count_messages(second["messages"], "fake-model").n <= budget
+    assert relay.transcript("cold")[-2:] == [("user", "[history] what was the code?"),
+                                             ("assistant", answer)]

@@ -130,3 +130,18 @@ def test_thread_state_follows_new_turns_and_callers_cannot_alter_it(rt):
     joined = rt.derived("s", len(CHAT) + 1)["thread_id"]
     later = log.thread("s", joined, store)
     assert any("internal ca" in c.lower() for c in later.state.user_constraints)
+
+
+def test_a_sessions_embedder_is_its_own(rt):
+    """After re-deriving with another embedder (the README's example), turns whose
+    policy names no embedder use the session's: nothing asks for recompute."""
+    from ctxrelay.text.embed import HashingEmbedder, register
+    register("hashing-256", lambda: HashingEmbedder(dim=256))
+    rt.derive("s", embedder="hashing-256", recompute=True)
+    r = rt.managed_turn("s", "and what about the etcd certificates?")     # no embedder named
+    assert r.status["embedder"] == "hashing-v1-256"
+    again = rt.managed_turn("s", "thanks, go on")
+    assert again.status["embedder"] == "hashing-v1-256"
+    # A policy that names another embedder is a mismatch the caller must resolve.
+    with pytest.raises(CtxRelayError, match="re-derive"):
+        rt.managed_turn("s", "x", embedder="hashing")

@@ -123,16 +123,18 @@ def test_novelty_follows_the_intent_and_references(kn):
 
 def test_bad_knowledge_options_are_refused(rt):
     from ctxrelay.errors import InvalidArgumentError
-    with pytest.raises(InvalidArgumentError, match="nonneg"):
+    with pytest.raises(InvalidArgumentError, match="max_facts: expected an int >= 0"):
         rt.assemble("s", "x", max_facts=-1, **POLICY)
-    with pytest.raises(InvalidArgumentError, match="boolean"):
+    with pytest.raises(InvalidArgumentError, match="tier_shares: expected a bool"):
         rt.assemble("s", "x", tier_shares="sometimes", **POLICY)
 
 
 def test_a_message_too_long_for_any_tokenizer_fails_closed_with_a_lower_bound(rt):
-    from ctxrelay.errors import ContextOverflowError
-    with pytest.raises(ContextOverflowError) as info:
+    from ctxrelay.errors import ContextOverflowError, TurnTooLargeError
+    with pytest.raises(TurnTooLargeError):                # over the store's turn size limit
         rt.assemble("s", "x" * 3_000_000, **POLICY)
+    with pytest.raises(ContextOverflowError) as info:    # within it, but no budget holds it
+        rt.assemble("s", "x" * 1_000_000, **POLICY)
     figures = info.value.figures
-    assert figures["mandatory_tokens"] >= 3_000_000 // 1024 > figures["input_budget"]
+    assert figures["mandatory_tokens"] >= 1_000_000 // 1024 > figures["input_budget"]
     assert rt.turn_count("s") == 40                      # nothing appended by an assembly

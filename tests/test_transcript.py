@@ -323,7 +323,7 @@ def test_invalid_metadata(store, bad):
     lambda s: s.export_jsonl("nope"), lambda s: s.archive_session("nope"),
 ])
 def test_unknown_session(store, call):
-    with pytest.raises(UnknownSessionError, match="create it with create_session"):
+    with pytest.raises(UnknownSessionError, match="create the session first"):
         call(store)
 
 

@@ -1,6 +1,7 @@
 :- module(ctxrelay_assembly,
           [ assemble/4,             % +Session, +Message, -Result, +Options
             assembly/2,             % +Request, -Result
+            request_policy/4,       % +Store, +Session, +Policy0, -Policy
             message_text/2,         % +Message, -Text
             turn_store/3            % +Options0, -Store, -Options
           ]).
@@ -15,6 +16,7 @@
 :- use_module(policy).
 :- use_module(context).
 :- use_module(packer).
+:- use_module(turn_pack).
 :- use_module(references).
 :- use_module(intent).
 :- use_module(blend).
@@ -23,6 +25,8 @@
 :- use_module(utility).
 :- use_module(order).
 :- use_module(ledger).
+:- use_module(library(assoc)).
+:- use_module(shape).
 
 /** <module> Assembly: the bounded pack of one turn
 
@@ -49,16 +53,50 @@ public entry for "what would the next turn send"; the managed runtime
 %   the alternatives in non-increasing utility.  Options are the policy
 %   options (policy/2) and store(Store).
 %
+%   The packer searches for at most the policy's time_limit seconds per
+%   pack.  A pack found when the limit cut the search says so:
+%   Result.status.optimality is `gap` and Result.status.gap bounds the
+%   utility a better pack could add (`optimal` and 0 otherwise); after a
+%   cut search, alternatives may be missing, so fewer solutions come on
+%   backtracking.  Result.utility is the pack's utility (the sum of its
+%   units' utilities, floats as in Result.pack).
+%
 %   @error ctxrelay(context_overflow, Figures) when the mandatory part
 %          does not fit the input budget
 assemble(Session, Message, Result, Options) :-
     must_be(text, Session),
     message_text(Message, Text),
     turn_store(Options, Store, PolicyOptions),
-    policy(PolicyOptions, Policy),
+    policy(PolicyOptions, Policy0),
     turn_count(Store, Session, N),
+    request_policy(Store, Session, Policy0, Policy),
     assembly(request{store:Store, session:Session, text:Text, pending:[],
                      history_end:N, policy:Policy}, Result).
+
+%   optimality(+PackStatus, -Name, -Gap)
+%
+%   A pack is `optimal` (proven, Gap 0) or was cut by the time limit
+%   (`gap`: Gap bounds how much utility, in the units' scale, a better pack
+%   could add; alternatives after it may be missing).  Plain data, for
+%   every caller.
+optimality(optimal, optimal, 0) :- !.
+optimality(gap(G), gap, Gap) :- !, Gap is G / 1000.
+optimality(Other, Name, 0) :- term_string(Other, Name).
+
+%!  request_policy(+Store, +Session, +Policy0, -Policy) is det.
+%
+%   The policy of one request on Session: a session's embedder is its own,
+%   so a policy that names none uses the embedder the session's turn log
+%   was derived with (a process whose default differs never fails the
+%   session's turns); a new session, or a policy that names one, keeps it.
+request_policy(Store, Session, Policy0, Policy) :-
+    (   Policy0.embedder == ""
+    ->  text_to_string(Session, S),
+        py_api(py_call('ctxrelay.storage.lmdb.turnlog':api_session_embedder(Store, S), Name,
+                       [py_string_as(string)])),
+        (   Name == "" -> Policy = Policy0 ; Policy = Policy0.put(embedder, Name) )
+    ;   Policy = Policy0
+    ).
 
 %!  assembly(+Request:dict, -Result:dict) is nondet.
 %
@@ -90,7 +128,7 @@ assembly_(Request, Holder, Result) :-
     Policy = Request.policy,
     Store = Request.store,
     Text = Request.text,
-    message_may_fit(Text, Request.pending, Policy),
+    message_may_fit(Store, Text, Request.pending, Policy),
     candidates(Request, Cands0),
     nb_setarg(1, Holder, Cands0.handle),
     conversation_analysis(Store, Text, Cands0, Cands1, Analysis00),
@@ -102,13 +140,18 @@ assembly_(Request, Holder, Result) :-
     Budget is Policy.input_budget - Cands.priming,
     check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
     Available is Budget - Mandatory,
-    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints, Tiers),
-    TimeLimit = Policy.time_limit,
-    pack(Units, Constraints, Budget, Pack, [time_limit(TimeLimit)]),
-    Pack = pack(Selected, Cost, Utility, Optimality),
+    blend_gate(Units0, Constraints0, Available, Policy, Analysis, Gated, GatedCs, Tiers),
+    shape_slack(Policy, Slack),
+    history_room(Policy, Room),
+    PackBudget is max(Mandatory, Budget - Slack - Room),
+    turn_pack(Request, Units0-Constraints0, Gated-GatedCs, PackBudget, Analysis, Cands,
+              Units, Pack),
+    Pack = pack(Selected0, Cost0, Utility, Optimality),
     units_by_id(Cands, ById),
+    drop_idle_boundary(Cands, ById, Selected0, Cost0, Units, Selected, Cost),
     order_pack(Selected, Units, ById, Plan),
-    render(Cands, Plan, Rendered),
+    render(Cands, Plan, Rendered0),
+    shape_request(Policy, Cands, Rendered0, Rendered),
     ledger(Rendered, Policy, Cost, Ledger0),
     Ledger = Ledger0.put(tiers, Tiers),
     fail_closed(Ledger, Policy),
@@ -118,9 +161,11 @@ assembly_(Request, Holder, Result) :-
     boundary_status(Cands, ById, Selected, Policy, BoundaryStatus),
     storage_report(Cands, Analysis, Storage),
     headers(Ledger, BoundaryStatus, Ms, Analysis.put(storage, Storage), Headers),
+    UtilityF is Utility / 1000,              % the units' utilities are floats too
+    optimality(Optimality, OptimalityName, Gap),
     Result = result{messages:Rendered.messages, ledger:Ledger, headers:Headers,
-                    pack:Report, utility:Utility,
-                    status:status{optimality:Optimality,
+                    pack:Report, utility:UtilityF,
+                    status:status{optimality:OptimalityName, gap:Gap,
                                   cold_history_boundary:BoundaryStatus,
                                   intent:Analysis.intent,
                                   references:Analysis.references,
@@ -391,6 +436,9 @@ candidates(Request, Cands) :-
     ),
     retrieval_oversupply(Oversupply),
     RetrieveTokens is round(Oversupply * Policy.input_budget),
+    excerpt_limits(Policy.input_budget, ExcerptAbove, ExcerptTokens),
+    turn_preview_chars(PreviewChars),
+    (   pair_recalled_turns(Policy) -> PairTurns = @true ; PairTurns = @false ),
     py_bool(Policy.retrieval, Retrieval),
     py_bool(Policy.warm, UseWarm),
     py_bool(Policy.threads, Threads),
@@ -400,9 +448,13 @@ candidates(Request, Cands) :-
                   tail_first:TailFirst,
                   max_retrieved:Policy.max_retrieved,
                   retrieve_tokens:RetrieveTokens,
+                  excerpt_above:ExcerptAbove, excerpt_tokens:ExcerptTokens,
+                  preview_chars:PreviewChars,
                   retrieval:Retrieval, warm:UseWarm,
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
+                  history_access:Policy.history_access,
+                  pair_turns:PairTurns,
                   message_turn_id:MessageTurn,
                   pending:Request.pending},
     py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
@@ -418,6 +470,35 @@ candidates(Request, Cands) :-
 tail_first(HistoryEnd, Policy, TailFirst) :-
     TailFirst is max(1, HistoryEnd - Policy.min_recent_turns + 1).
 
+%!  excerpt_limits(+InputBudget, -Above, -Tokens) is det.
+%
+%   A stored turn whose verbatim cost is over Above tokens is also offered
+%   as a bounded excerpt of about Tokens tokens (its head and tail, its
+%   size, and how to read the rest with context/3): one huge turn never
+%   makes the mandatory part impossible, and the packer keeps the verbatim
+%   turn whenever it fits.
+excerpt_limits(Budget, Above, Tokens) :-
+    Above is max(512, Budget // 4),
+    Tokens is min(1024, Above // 2).
+
+%!  pair_recalled_turns(+Policy) is semidet.
+%
+%   A recalled answer comes with its question and a recalled question with
+%   its answer (together or not at all) when the request must have the
+%   strict shape: there, a reply without its question reads as a turn of
+%   the conversation out of place.  Off otherwise: at a fixed budget the
+%   partners cost what other recalled evidence would use (LoCoMo evidence
+%   recall 0.859 -> 0.787 at 2,048 tokens with pairing always on).
+pair_recalled_turns(Policy) :-
+    Policy.alternation == strict.
+
+%!  turn_preview_chars(-N) is det.
+%
+%   The references, mentions, novelty and hybrid seeds read the first N
+%   characters of each recent turn (the rest of a long turn names nothing
+%   they use, and a huge turn would cost its size on every assembly).
+turn_preview_chars(2000).
+
 %   Recalled earlier turns are offered until they hold this many times the
 %   input budget (1.5 gave +0.003 LoCoMo recall at 1,024 only, ~15% slower).
 retrieval_oversupply(1.0).
@@ -432,21 +513,85 @@ warm_store(Store, Policy, Warm) :-
 render(Cands, Plan, Rendered) :-
     py_api(py_call_plain('ctxrelay.retrieval.candidates':render(Cands.handle, Plan), Rendered)).
 
+%   drop_idle_boundary(+Cands, +ById, +Selected0, +Cost0, +Units, -Selected, -Cost)
+%
+%   The cold-history note is for turns the pack does not show: when the
+%   pack shows every earlier turn (recall brought the rest in), the note
+%   goes, and its tokens with it.
+drop_idle_boundary(Cands, ById, Selected0, Cost0, Units, Selected, Cost) :-
+    (   memberchk("boundary"-Variant, Selected0),
+        hidden_turns(Cands, ById, Selected0, 0)
+    ->  selectchk("boundary"-Variant, Selected0, Selected),
+        atom_string(VariantA, Variant),
+        memberchk(unit("boundary", Variants, _), Units),
+        memberchk(variant(VariantA, BCost, _), Variants),
+        Cost is Cost0 - BCost
+    ;   Selected = Selected0,
+        Cost = Cost0
+    ).
+
+%   shape_request(+Policy, +Cands, +Rendered0, -Rendered)
+%
+%   With alternation(strict) the request takes the shape strict chat
+%   templates accept (ctxrelay_shape:shape_plan/2); Rendered.shape says
+%   how many messages went in and out and what it cost, counted exactly.
+shape_request(Policy, Cands, Rendered0, Rendered) :-
+    (   Policy.alternation == strict
+    ->  Messages = Rendered0.messages,
+        maplist(message_shape_role, Messages, Roles),
+        shape_plan(Roles, ShapePlan),
+        py_api(py_call_plain('ctxrelay.retrieval.shape':shape_rendered(Cands.handle, Messages,
+                                                                      ShapePlan), Shaped)),
+        length(Messages, Before),
+        length(Shaped.messages, After),
+        Delta is Shaped.observed_total - Rendered0.observed_total,
+        Rendered = Rendered0.put(_{messages:Shaped.messages,
+                                   observed_total:Shaped.observed_total,
+                                   observed_exact:Shaped.observed_exact,
+                                   shape:shape{messages_before:Before, messages_after:After,
+                                               tokens:Delta}})
+    ;   Rendered = Rendered0
+    ).
+
+message_shape_role(M, Role) :-
+    atom_string(Role0, M.role),
+    (   Role0 == assistant, get_dict(tool_calls, M, Calls), Calls \== []
+    ->  Role = assistant_call
+    ;   Role = Role0
+    ).
+
+%!  history_room(+Policy, -Tokens) is det.
+%
+%   With history_access(tools) the caller runs a cold-history tool loop
+%   (the relay): the pack leaves a quarter of the input budget for what the
+%   tools bring back, so a round can add results and stay within the cap.
+history_room(Policy, Room) :-
+    (   Policy.history_access == tools -> Room is Policy.input_budget // 4 ; Room = 0 ).
+
+%!  shape_slack(+Policy, -Tokens) is det.
+%
+%   What the packer keeps free for the strict shape: framing an opening
+%   assistant message costs a few tokens (merging saves them: each merged
+%   message sheds its framing), and the request is counted again after.
+shape_slack(Policy, Slack) :-
+    (   Policy.alternation == strict -> Slack = 32 ; Slack = 0 ).
+
 		 /*******************************
 		 *          FAIL CLOSED         *
 		 *******************************/
 
-%   message_may_fit(+Text, +Pending, +Policy)
+%   message_may_fit(+Store, +Text, +Pending, +Policy)
 %
-%   New input too long to fit whatever the tokenizer fails closed before
-%   any work is spent on it: analysing a 10 MB message takes longer than
-%   refusing it.  The lower bound is the tokenizers' own fact
-%   (ctxrelay.text.tokens.lower_bound/1: no token is longer than its
-%   maximum length).
-message_may_fit(Text, Pending, Policy) :-
+%   New input over the store's turn size limit is refused
+%   (ctxrelay(turn_too_large, Msg)), and input too long to fit whatever the
+%   tokenizer fails closed, both before any work is spent on it: analysing
+%   a 10 MB message takes longer than refusing it.  The lower bound is the
+%   tokenizers' own fact (ctxrelay.text.tokens.lower_bound/1: no token is
+%   longer than its maximum length).
+message_may_fit(Store, Text, Pending, Policy) :-
     findall(C, ( member(P, Pending), get_dict(content, P, C) ), Contents0),
     Contents = [Text|Contents0],
-    py_call('ctxrelay.text.tokens':lower_bound_all(Contents), Lower),
+    py_api(py_call('ctxrelay.bridge.stores':check_input(Store, Contents), Lower)),
     (   Lower =< Policy.input_budget
     ->  true
     ;   throw(error(ctxrelay(context_overflow,

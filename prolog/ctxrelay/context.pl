@@ -9,6 +9,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> Cold history: bounded, lazy access to the whole transcript
@@ -55,6 +56,9 @@ with_input_context(Store, Session, Goal) :-
 %
 %     - peek(item(I)): Result is turn I (a dict)
 %     - peek(head(N)), peek(tail(N)): the first / last N turns
+%     - peek(text(I, Start, Length)): characters Start.. of turn I's text
+%       (at most 4 per max_tokens), for turns too long to read whole:
+%       Result is text{turn_id, start, length, total_length, text, more}
 %     - slice(Start, Length): turns Start .. Start+Length-1 (clipped at
 %       the end of the conversation)
 %     - search(Query): BM25-ranked hits, one per solution on
@@ -75,7 +79,7 @@ context(Source, Operation, Result) :-
     context(Source, Operation, Result, []).
 
 context(Source, Operation, Result, Options) :-
-    must_be(list, Options),
+    check_options(context/4, 4, Options),
     source_store_session(Source, Options, Store, Session),
     must_be(nonvar, Operation),
     context_(Operation, Store, Session, Result, Options).
@@ -157,6 +161,22 @@ peek(tail(N), Store, Session, Result, Options) :-
     reverse(Kept, Items),
     (   Take < min(N, Count) -> Truncated = true ; Truncated = Truncated0 ),
     list_result(Items, Truncated, Count, Result).
+peek(text(I, Start, Length), Store, Session, Result, Options) :-
+    !,
+    must_be(positive_integer, I),
+    must_be(nonneg, Start),
+    must_be(positive_integer, Length),
+    limits(Options, _, MaxTokens),
+    turn_get(Store, Session, I, Turn),
+    string_length(Turn.content, Total),
+    Max is MaxTokens * 4,                  % characters: a generous 4 per token
+    Take is max(0, min(min(Length, Max), Total - min(Start, Total))),
+    From is min(Start, Total),
+    sub_string(Turn.content, From, Take, _, Text),
+    Next is From + Take,
+    (   Next < Total -> More = true ; More = false ),
+    Result = text{turn_id:I, start:From, length:Take, total_length:Total, text:Text,
+                  more:More}.
 peek(What, _, _, _, _) :-
     domain_error(context_operation, peek(What)).
 

@@ -113,8 +113,12 @@ opaque_key(structured).
 %
 %   Describe an error term for the Python facade: Info has keys `kind`
 %   (a ctxrelay kind or the ISO formal's name), `message` (the text
-%   print_message/2 would show), `formal` (the formal term as a string)
-%   and, for existence errors, `what` and `culprit`.
+%   print_message/2 would show), `formal` (the formal term as a string),
+%   `said` (the text of the error's context, when it has one: a fix, or the
+%   message of the Python exception it came from), for existence errors
+%   `what` and `culprit`, for type and domain errors `expected` and
+%   `culprit` (a value Python can show), for syntax errors `what`; the
+%   Python facade words its own message from these.
 
 error_info(Error, Info) :-
     error_text(Error, Message),
@@ -122,7 +126,11 @@ error_info(Error, Info) :-
     ->  true
     ;   Formal = Error
     ),
-    formal_kind(Formal, Kind, Extra),
+    formal_kind(Formal, Kind, Extra0),
+    (   Error = error(_, context(_, Said)), string(Said)
+    ->  Extra = [said-Said|Extra0]            % the fix (or the Python text) it carries
+    ;   Extra = Extra0
+    ),
     term_string(Formal, FormalString),
     dict_create(Info, error, [kind-Kind, message-Message, formal-FormalString|Extra]).
 
@@ -137,12 +145,35 @@ formal_kind(existence_error(What, Culprit), existence_error,
             [what-What, culprit-CulpritString]) :-
     !,
     culprit_string(Culprit, CulpritString).
+formal_kind(type_error(Type, Culprit), type_error, [expected-TypeS, culprit-C]) :-
+    !,
+    term_string(Type, TypeS),
+    culprit_value(Culprit, C).
+formal_kind(domain_error(Domain, Culprit), domain_error, [expected-DomainS, culprit-C]) :-
+    !,
+    term_string(Domain, DomainS),
+    culprit_value(Culprit, C).
+formal_kind(syntax_error(What), syntax_error, [what-WhatS]) :-
+    !,
+    term_string(What, WhatS).
 formal_kind(Formal, Kind, []) :-
     compound(Formal),
     !,
     compound_name_arity(Formal, Kind, _).
 formal_kind(Formal, Kind, []) :-
     (   atom(Formal) -> Kind = Formal ; Kind = unknown ).
+
+%   The culprit of a type or domain error as Python can show it: numbers,
+%   strings and dicts of them as they are, @none as None, anything else
+%   as its text.
+culprit_value(V, V) :- number(V), !.
+culprit_value(V, V) :- string(V), !.
+culprit_value(@(none), @(none)) :- !.
+culprit_value(@(true), @(true)) :- !.
+culprit_value(@(false), @(false)) :- !.
+culprit_value(V, D) :- is_dict(V), !, dict_pairs(V, _, Ps), dict_pairs(D, py, Ps).
+culprit_value(V, S) :- atom(V), !, atom_string(V, S).
+culprit_value(V, S) :- term_string(V, S).
 
 culprit_string(Culprit, String) :-
     (   string(Culprit) -> String = Culprit

@@ -9,6 +9,7 @@
 :- use_module(library(option)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> Persistent knowledge (Tier P): the Contextual Knowledge Fabric
@@ -31,6 +32,7 @@ These predicates are the Prolog face of ctxrelay.knowledge.fabric.FactStore.
 %   Store a fact.  Options: key(Name) (exact lookup later), source(S),
 %   importance(0..1), ttl(ISO8601 duration), namespace(NS), metadata(Dict).
 fact_add(Store0, Content, Id, Options) :-
+    check_options(fact_add/4, 4, Options),
     store_ref(Store0, Store),
     must_be(text, Content),
     text_to_string(Content, C),
@@ -41,6 +43,7 @@ fact_add(Store0, Content, Id, Options) :-
 %
 %   The K facts most similar to Query (k(K), default 10; namespace(NS)).
 facts_search(Store0, Query, Facts, Options) :-
+    check_options(facts_search/4, 4, Options),
     store_ref(Store0, Store),
     must_be(text, Query),
     option(k(K), Options, 10),
@@ -53,6 +56,7 @@ facts_search(Store0, Query, Facts, Options) :-
 %
 %   @error ctxrelay(unknown_fact, Msg)
 fact_get(Store0, KeyOrId, Fact, Options) :-
+    check_options(fact_get/4, 4, Options),
     store_ref(Store0, Store),
     must_be(text, KeyOrId),
     namespace(Options, NS),
@@ -68,6 +72,7 @@ fact_get(Store0, KeyOrId, Fact, Options) :-
 %   Sources are text(T) or file(Path) terms (a directory is read
 %   recursively); paragraphs become facts.
 knowledge_ingest(Store0, Sources, Report, Options) :-
+    check_options(knowledge_ingest/4, 4, Options),
     store_ref(Store0, Store),
     must_be(list, Sources),
     maplist(source_dict, Sources, Items),

@@ -3,6 +3,7 @@
             fail_closed/2,          % +Ledger, +Policy
             pack_report/3,          % +Rendered, +Units, -Report
             boundary_status/5,      % +Cands, +ById, +Selected, +Policy, -Status
+            hidden_turns/4,         % +Cands, +ById, +Selected, -N
             headers/5,              % +Ledger, +Boundary, +Ms, +Analysis, -Headers
             storage_report/3,       % +Cands, +Analysis, -Storage
             stage_name/2            % ?Kind, ?Stage
@@ -29,8 +30,11 @@ charged.  The CRP-* headers of a result are made here.
 %
 %   Every provider-visible stage with its observed and charged tokens.
 %   Charged is what the packer accounted (content of the stage's units);
-%   framing collects the per-message overhead and the reply priming.
-%   The totals must add up; host-only metadata is counted, not charged.
+%   framing collects the per-message overhead and the reply priming;
+%   shape is what bringing the request into a strict template's shape
+%   changed (ctxrelay_shape; exact, often negative: merged messages share
+%   their framing).  The totals must add up; host-only metadata is counted,
+%   not charged.
 ledger(Rendered, Policy, PackCost, Ledger) :-
     Units = Rendered.units,
     findall(Stage, stage_name(_, Stage), Stages0),
@@ -43,8 +47,9 @@ ledger(Rendered, Policy, PackCost, Ledger) :-
     sum_key(framing, Units, Framing0),
     Framing is Framing0 + Rendered.priming,
     sum_key(charged, Entries, Content),
-    Total is Content + Framing,
-    Expected is PackCost + Rendered.priming,
+    Shape = Rendered.get(shape, shape{messages_before:0, messages_after:0, tokens:0}),
+    Total is Content + Framing + Shape.tokens,
+    Expected is PackCost + Rendered.priming + Shape.tokens,
     (   Total =:= Expected
     ->  true
     ;   throw(error(ctxrelay(ledger_mismatch,
@@ -55,7 +60,9 @@ ledger(Rendered, Policy, PackCost, Ledger) :-
     ;   Exact = false
     ),
     HostOnly = Rendered.host_only,
-    Ledger = ledger{stages:Entries,
+    findall(Id, ( member(U, Units), get_dict(variant, U, "excerpt"), get_dict(id, U, Id) ),
+            Excerpts),
+    Ledger = ledger{stages:Entries, excerpts:Excerpts, shape:Shape,
                     framing:framing{observed:Framing, charged:Framing},
                     total:Total, observed_total:Rendered.observed_total,
                     exact:Exact, input_budget:Policy.input_budget,
@@ -136,21 +143,28 @@ report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.token
 
 boundary_status(Cands, ById, Selected, Policy, Status) :-
     (   Policy.cold_history_boundary == true,
+        memberchk("boundary"-_, Selected),
         get_assoc("boundary", ById, U)
-    ->  findall(T, ( member(Id-_, Selected),
-                     shown_turn(ById, Id, T) ), Shown0),
-        sort(Shown0, Shown),
-        get_dict(history_end, Cands, HistoryEnd),
-        include(=<(1), Shown, Shown1),
-        exclude(<(HistoryEnd), Shown1, ShownHistory),
-        length(ShownHistory, NShown),
-        NOmitted is HistoryEnd - NShown,
+    ->  hidden_turns(Cands, ById, Selected, NOmitted),
         Status = boundary{inserted:true, omitted_first:U.omitted_first,
                           omitted_last:U.omitted_last,
                           omitted_tokens:U.omitted_tokens,
                           turns_not_shown:NOmitted}
     ;   Status = boundary{inserted:false}
     ).
+
+%!  hidden_turns(+Cands, +ById, +Selected, -N) is det.
+%
+%   N stored turns (up to the history end) are shown by no packed unit.
+hidden_turns(Cands, ById, Selected, NOmitted) :-
+    findall(T, ( member(Id-_, Selected),
+                 shown_turn(ById, Id, T) ), Shown0),
+    sort(Shown0, Shown),
+    get_dict(history_end, Cands, HistoryEnd),
+    include(=<(1), Shown, Shown1),
+    exclude(<(HistoryEnd), Shown1, ShownHistory),
+    length(ShownHistory, NShown),
+    NOmitted is HistoryEnd - NShown.
 
 headers(Ledger, Boundary, Ms, Analysis, Headers) :-
     (   Boundary.inserted == true -> Cold = Boundary.turns_not_shown ; Cold = 0 ),

@@ -6,6 +6,7 @@
 :- use_module(library(option)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
+:- use_module(packer/user, [user_constraints/2]).
 
 /** <module> Token policy: caps, reserve, margin and the input budget
 
@@ -45,6 +46,9 @@ option_default(namespace,               "",     text).
 option_default(tier_shares,             true,   boolean).
 option_default(mode,                    auto,   context_mode).
 option_default(promotion,               true,   boolean).
+option_default(alternation,             free,   alternation).
+option_default(history_access,          context, history_access).
+option_default(constraints,             [],     pack_constraints).
 
 %!  policy_option_names(-Names) is det.
 policy_option_names(Names) :-
@@ -118,6 +122,7 @@ option_value(Options, Name, Value) :-
     check_type(Type, Name, Value0, Value).
 
 check_type(any, _, V, V) :- !.
+check_type(pack_constraints, _, V0, V) :- !, user_constraints(V0, V).
 check_type(provider_window, _, auto, auto) :- !.
 check_type(context_mode, _, V0, V) :-
     !,
@@ -126,6 +131,22 @@ check_type(context_mode, _, V0, V) :-
     (   memberchk(V, [auto, conversation, document, hybrid])
     ->  true
     ;   domain_error(context_mode, V0)
+    ).
+check_type(alternation, _, V0, V) :-
+    !,
+    must_be(text, V0),
+    atom_string(V, V0),
+    (   memberchk(V, [free, strict])
+    ->  true
+    ;   domain_error(alternation, V0)
+    ).
+check_type(history_access, _, V0, V) :-
+    !,
+    must_be(text, V0),
+    atom_string(V, V0),
+    (   memberchk(V, [context, tools, none])
+    ->  true
+    ;   domain_error(history_access, V0)
     ).
 check_type(provider_window, _, V, V) :- !, must_be(positive_integer, V).
 check_type(text, _, V0, V) :- !, must_be(text, V0), text_to_string(V0, V).

@@ -15,6 +15,7 @@
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> The storage router: which primitive serves an access (CRP-SPEC-035 §3)
@@ -161,7 +162,7 @@ atom_list(Strings, Atoms) :-
 %   with their arguments, the cache query (or @none), the merge rule.
 access_plan(Access, Options, Plan) :-
     check_access(Access),
-    check_options(Options),
+    check_options(retrieve/4, 3, Options),
     once(route(Access, Steps)),
     option(k(K), Options, 10),
     option(recent(Window), Options, 8),
@@ -261,30 +262,6 @@ check_access_(Access) :-
     ;   domain_error(ctxrelay_access, Access)
     ).
 
-check_options(Options) :-
-    must_be(list, Options),
-    maplist(check_option, Options).
-
-check_option(Option) :-
-    (   compound(Option), compound_name_arity(Option, _, 1)
-    ->  check_option_(Option)
-    ;   domain_error(retrieve_option, Option)
-    ).
-
-check_option_(session(S)) :- !, must_be(text, S).
-check_option_(k(K)) :- !, must_be(positive_integer, K).
-check_option_(namespace(NS)) :- !, must_be(text, NS).
-check_option_(recent(N)) :- !, must_be(nonneg, N).
-check_option_(cache(B)) :- !, must_be(boolean, B).
-check_option_(records(B)) :- !, must_be(boolean, B).
-check_option_(coverage(C)) :- !, must_be(list(text), C).
-check_option_(novelty(N)) :-
-    !,
-    must_be(atom, N),
-    (   memberchk(N, [on, off, partial]) -> true ; domain_error(novelty, N) ).
-check_option_(as(As)) :- !, must_be(oneof([dict, python]), As).
-check_option_(_).
-
 %!  recent_turns(+Store, +Session, +N, -Turns:list(dict)) is det.
 %!  recent_turns(+Store, +Session, +N, -Turns, +Options) is det.
 %
@@ -300,6 +277,7 @@ recent_turns(Store, Session, N, Turns) :-
     recent_turns(Store, Session, N, Turns, []).
 
 recent_turns(Store0, Session, N, Turns, Options) :-
+    check_options(recent_turns/5, 5, Options),
     store_ref(Store0, Store),
     must_be(text, Session),
     must_be(nonneg, N),

@@ -10,6 +10,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 :- use_module(policy).
 :- use_module(assembly).
@@ -123,9 +124,10 @@ prepare(Session, Input, Options0, Policy, Turn) :-
     turn_store(Options0, Store, Options1),
     select_option(create_session(Create), Options1, PolicyOptions, false),
     must_be(boolean, Create),
-    policy(PolicyOptions, Policy),
-    turn_keys(Policy.key, Pending0, Pending, Keys),
+    policy(PolicyOptions, Policy0),
+    turn_keys(Policy0.key, Pending0, Pending, Keys),
     turn_state(Store, S, Text, Create, Keys, State),
+    (   State = new(0) -> Policy = Policy0 ; request_policy(Store, S, Policy0, Policy) ),
     state_history_end(State, HistoryEnd),
     once(assembly(request{store:Store, session:S, text:Text, pending:Pending,
                           history_end:HistoryEnd, policy:Policy}, Result)),
@@ -274,6 +276,7 @@ state_fields(replay(UT, AT, Reply), [state-replay, user_turn-UT, assistant_turn-
 %   Result is Turn without `commit`, plus reply, user_turn,
 %   assistant_turn, promotions, provider and usage.
 turn_commit(Turn, Reply0, Result, Options) :-
+    check_options(turn_commit/4, 4, Options),
     must_be(dict, Turn),
     (   get_dict(commit, Turn, C) -> true ; domain_error(prepared_turn, Turn) ),
     option(info(Info), Options, _{}),

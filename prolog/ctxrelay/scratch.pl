@@ -11,6 +11,7 @@
 :- use_module(library(error)).
 :- use_module(library(option)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> Tool outputs through the scratch buffer (Tier E)
@@ -21,6 +22,7 @@ ever carries that summary, gated by freshness.  The raw blob is read on
 demand by its scratch id.
 */
 
+:- predicate_options(scratch_get/5, 5, [as(oneof([dict, python]))]).
 :- predicate_options(tool_output_record/7, 7,
                      [freshness(oneof(['REALTIME', 'VOLATILE', 'STABLE', 'STATIC'])), key(text)]).
 
@@ -36,7 +38,7 @@ tool_output_record(Store, Session, Tool, Args, Raw, Result) :-
 tool_output_record(Store0, Session, Tool, Args, Raw, Result, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session), must_be(text, Tool), tool_args(Args), must_be(text, Raw),
-    must_be(list, Options),
+    check_options(tool_output_record/7, 7, Options),
     option(freshness(F), Options, 'VOLATILE'),
     (   option(key(K), Options) -> true ; K = @none ),
     text_to_string(Raw, RawS),
@@ -54,7 +56,7 @@ scratch_get(Store, Session, Id, Entry) :-
 scratch_get(Store0, Session, Id, Entry, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session), must_be(text, Id),
-    must_be(list, Options),
+    check_options(scratch_get/5, 5, Options),
     (   option(as(python), Options)
     ->  py_api(py_call('ctxrelay.bridge.stores':scratch_entry(Store, Session, Id, @false), Entry,
                        [py_object(true)]), session(Session))

@@ -28,6 +28,7 @@
 :- use_module(library(option)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 
 /** <module> The durable transcript, seen from Prolog
 
@@ -44,7 +45,8 @@ are strings.
 
 :- dynamic default_store_/1 as volatile.
 
-:- predicate_options(store_open/3, 3, [default(boolean), map_size(nonneg)]).
+:- predicate_options(store_open/3, 3, [default(boolean), map_size(nonneg),
+                                      max_turn_bytes(nonneg)]).
 :- predicate_options(session_create/3, 3, [metadata(any)]).
 :- predicate_options(turn_append/5, 5,
                      [ key(text), name(text), tool_call_id(text),
@@ -63,6 +65,9 @@ roles([system, user, assistant, tool]).
 %     - default(Bool): make it the store that `default` names
 %       (default `true` when no default store is set yet)
 %     - map_size(Bytes): initial LMDB map size (it grows on demand)
+%     - max_turn_bytes(Bytes): the largest turn content accepted (UTF-8
+%       bytes; default 1 MiB): a larger append or managed turn raises
+%       ctxrelay(turn_too_large, Msg) before any work
 %
 %   @error ctxrelay(store_path, Msg) or ctxrelay(corrupt_store, Msg)
 
@@ -70,11 +75,14 @@ store_open(Dir, Store) :-
     store_open(Dir, Store, []).
 
 store_open(Dir, Store, Options) :-
+    check_options(store_open/3, 3, Options),
     must_be(text, Dir),
     option(map_size(MapSize), Options, 0),
     must_be(nonneg, MapSize),
+    option(max_turn_bytes(MaxTurn), Options, 0),
+    must_be(nonneg, MaxTurn),
     text_to_string(Dir, DirS),
-    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize), Store)),
+    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize, MaxTurn), Store)),
     (   option(default(true), Options)
     ->  set_default_store(Store)
     ;   option(default(false), Options)
@@ -138,6 +146,7 @@ session_string(Session, String) :-
 %   Create Session.  Options: metadata(Dict) (a JSON object).
 %   @error ctxrelay(session_exists, Msg), ctxrelay(invalid_session_id, Msg)
 session_create(Store0, Session, Options) :-
+    check_options(session_create/3, 3, Options),
     resolve_store(Store0, Store),
     session_string(Session, S),
     option(metadata(Meta), Options, @none),
@@ -186,6 +195,7 @@ turn_append(Store, Session, Message, TurnId) :-
     turn_append(Store, Session, Message, TurnId, []).
 
 turn_append(Store0, Session, Message, TurnId, Options) :-
+    check_options(turn_append/5, 5, Options),
     resolve_store(Store0, Store),
     session_string(Session, S),
     message_parts(Message, Role, Content, Extra0),
@@ -307,6 +317,7 @@ transcript_search(Store, Session, Query, Hits) :-
     transcript_search(Store, Session, Query, Hits, []).
 
 transcript_search(Store0, Session, Query, Hits, Options) :-
+    check_options(transcript_search/5, 5, Options),
     resolve_store(Store0, Store),
     session_string(Session, S),
     must_be(text, Query),
@@ -329,6 +340,7 @@ transcript_export(Store0, Session, Text) :-
 %   Import JSON Lines text or file(Path) written by transcript_export/3
 %   into a new session.  Options: session(Id) renames it.
 transcript_import(Store0, Source, Session, Options) :-
+    check_options(transcript_import/4, 4, Options),
     resolve_store(Store0, Store),
     must_be(nonvar, Source),
     (   Source = file(Path)

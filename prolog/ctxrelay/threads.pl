@@ -9,6 +9,7 @@
 :- use_module(library(error)).
 :- use_module(library(option)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 :- use_module(threads/rules, []).         % thread_decision/3: which thread a turn joins
 :- use_module(threads/state, []).         % thread_state/2, thread_summary/3
@@ -44,7 +45,7 @@ docs/threads.md.
 turnlog_derive(Store0, Session, Options) :-
     store_ref(Store0, Store),
     must_be(text, Session),
-    must_be(list, Options),
+    check_options(turnlog_derive/3, 3, Options),
     option(embedder(E), Options, ""),
     must_be(text, E),
     option(recompute(R0), Options, false),

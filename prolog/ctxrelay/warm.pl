@@ -8,6 +8,7 @@
 :- use_module(library(option)).
 :- use_module(library(apply)).
 :- use_module(errors).
+:- use_module(options).
 :- use_module(store).
 
 /** <module> Warm artifacts: explicit, versioned summaries of turn ranges
@@ -39,6 +40,7 @@ warm_publish(Store, Session, Range, Summary, Artifact) :-
     warm_publish(Store, Session, Range, Summary, Artifact, []).
 
 warm_publish(Store0, Session, Range, Summary, Artifact, Options) :-
+    check_options(warm_publish/6, 6, Options),
     store_ref(Store0, Store),
     must_be(text, Session),
     must_be(nonvar, Range),

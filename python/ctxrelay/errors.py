@@ -64,6 +64,12 @@ class InvalidContentError(CtxRelayError, TypeError):
     kind = "invalid_content"
 
 
+class TurnTooLargeError(InvalidContentError):
+    """A turn's content is over the store's ``max_turn_bytes``: refused before any work."""
+
+    kind = "turn_too_large"
+
+
 class InvalidMetadataError(CtxRelayError, ValueError):
     kind = "invalid_metadata"
 
@@ -190,6 +196,39 @@ class ArtifactKeyConflictError(KeyConflictError):
 
 
 class InconsistentConstraintsError(CtxRelayError):
-    """Mandatory units contradict the pack's structural constraints."""
+    """No pack satisfies the constraints with the mandatory units.
+
+    ``constraints`` names a minimal conflicting set (as the caller wrote them),
+    ``mandatory`` the mandatory units they select, ``budget`` is set when the
+    conflict takes the budget too; ``unit`` is the mandatory unit that the
+    structural constraints (together/excludes/at_most_one/requires) exclude.
+    """
 
     kind = "inconsistent_constraints"
+
+    def __init__(self, message: str, *, constraints: list[str] | None = None,
+                 mandatory: list[str] | None = None, budget: int | None = None,
+                 unit: str | None = None) -> None:
+        super().__init__(message)
+        self.constraints = list(constraints or [])
+        self.mandatory = list(mandatory or [])
+        self.budget = budget
+        self.unit = unit
+
+
+class InvalidConstraintError(InvalidArgumentError):
+    """A pack constraint (the ``constraints`` policy option) is malformed;
+    ``constraint`` is the offending constraint as text."""
+
+    kind = "invalid_constraint"
+
+    def __init__(self, message: str, *, constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
+class PackTimeLimitError(CtxRelayError):
+    """The packer's time limit ran out before any pack satisfying the user
+    constraints was found (none was proven impossible either)."""
+
+    kind = "pack_time_limit"

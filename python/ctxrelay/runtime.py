@@ -37,10 +37,33 @@ def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
         raise InvalidArgumentError(
             f"unknown policy option(s) {', '.join(unknown)}; valid options are: "
             + ", ".join(names))
+    if "constraints" in policy:
+        policy = {**policy, "constraints": _constraints(policy["constraints"])}
     return list(policy.items())
 
 
-_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted",
+def _constraints(constraints: Any) -> list[Any]:
+    """The ``constraints`` keyword: pack constraints as Prolog text
+    (``"tokens(role(tool)) #=< 300"``) or as tuples ``(Name, Arg, ...)`` for
+    ``Name(Arg, ...)`` (``("#=<", ("tokens", ("role", "tool")), 300)``).  Only
+    their shape is checked here; Prolog checks what they say (the packer's
+    vocabulary, docs/packer.md) and raises InvalidConstraintError naming the
+    bad one."""
+    from ctxrelay.errors import InvalidConstraintError
+    if isinstance(constraints, (str, bytes)) or not isinstance(constraints, (list, tuple)):
+        raise InvalidConstraintError(
+            f"constraints must be a list of constraints, not {type(constraints).__name__}; "
+            "pass constraints=[\"tokens(role(tool)) #=< 300\"]",
+            constraint=repr(constraints))
+    for c in constraints:
+        if not isinstance(c, (str, tuple)) or isinstance(c, tuple) and not c:
+            raise InvalidConstraintError(
+                f"pack constraint {c!r} is neither Prolog text nor a (Name, Arg, ...) tuple; "
+                "write it as text, e.g. \"count(tier(p)) #>= 2\"", constraint=repr(c))
+    return list(constraints)
+
+
+_BOOL_KEYS = frozenset({"exact", "tokens_exact", "archived", "truncated", "inserted", "more",
                         "pinned", "observed_exact", "raw_tokens_exact", "summary_exact",
                         "resumed"})
 
@@ -71,7 +94,9 @@ def _result(r: dict[str, Any]) -> TurnResult:
                     input_budget=lg["input_budget"], effective_cap=lg["effective_cap"],
                     output_reserve=lg["output_reserve"], safety_margin=lg["safety_margin"],
                     host_only_tokens=lg["host_only"]["tokens"],
-                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()})
+                    tiers={str(t): dict(v) for t, v in lg.get("tiers", {}).items()},
+                    excerpts=[str(x) for x in lg.get("excerpts", [])],
+                    shape=dict(lg.get("shape") or {}))
     pack = [PackUnit(id=u["id"], kind=u["kind"], variant=u["variant"], tokens=u["tokens"],
                      utility=float(u["utility"]), turn_ids=list(u["turn_ids"]))
             for u in r["pack"]]
@@ -79,7 +104,7 @@ def _result(r: dict[str, Any]) -> TurnResult:
     status["optimality"] = str(status["optimality"])
     return TurnResult(messages=messages, ledger=ledger,
                       headers={str(k): v for k, v in r["headers"].items()}, pack=pack,
-                      utility=float(r["utility"]) / 1000, status=status,
+                      utility=float(r["utility"]), status=status,
                       reply=r.get("reply"), user_turn=r.get("user_turn"),
                       assistant_turn=r.get("assistant_turn"))
 
@@ -111,6 +136,42 @@ def _json_metadata(metadata: Any) -> Any:
     return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
 
 
+_TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".json", ".jsonl", ".csv", ".log",
+                  ".html", ".htm", ".xml", ".yaml", ".yml", ".pl", ".py")
+
+
+def _ingest_sources(paths_or_texts: Any) -> list[dict[str, str]]:
+    """What ``ingest`` reads: a path (an ``os.PathLike``, or a str that names a file
+    or looks like a path: no line break, a path separator or a text-file suffix),
+    else text.  A path that does not exist is an error, not a fact."""
+    if paths_or_texts is None:
+        raise InvalidArgumentError("ingest needs a path, a text, or a list of them; got None")
+    items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) \
+        else list(paths_or_texts) if isinstance(paths_or_texts, (list, tuple)) else None
+    if items is None:
+        raise InvalidArgumentError(
+            f"ingest takes a path, a text, or a list of them, not "
+            f"{type(paths_or_texts).__name__}")
+    sources = []
+    for item in items:
+        if isinstance(item, os.PathLike) or (
+                isinstance(item, str) and "\n" not in item and len(item) < 4096
+                and (os.path.exists(item) or os.sep in item
+                     or item.lower().endswith(_TEXT_SUFFIXES))):
+            path = os.fspath(item)
+            if not os.path.exists(path):
+                raise InvalidArgumentError(
+                    f"no file or directory {path!r} to ingest; check the path, or pass the "
+                    "text itself (text with a line break, or without a path's shape)")
+            sources.append({"path": path})
+        elif isinstance(item, str):
+            sources.append({"text": item})
+        else:
+            raise InvalidArgumentError(
+                f"ingest items are paths or texts, not {type(item).__name__}")
+    return sources
+
+
 def _turn_input(message: Any) -> Any:
     """A managed turn's input for Prolog: the text, or the list of messages."""
     if isinstance(message, (list, tuple)):
@@ -137,6 +198,21 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
                                    "dicts, lists, strings and numbers") from None
 
 
+#: The caller's names of the goals' variables, for error messages.
+_ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
+                   "Q": "query", "OpText": "operation", "Sum": "summary"}
+
+
+def _check_session_id(session_id: Any) -> None:
+    """A session id is a str: anything else (a list of characters, bytes) would be
+    read as text by Prolog and name another session."""
+    if not isinstance(session_id, str):
+        from ctxrelay.errors import InvalidSessionIdError
+        raise InvalidSessionIdError(
+            f"session_id must be a str, not {type(session_id).__name__}; pass the "
+            "session's id as text")
+
+
 def _text_or_none(name: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -153,15 +229,22 @@ class Runtime:
     or call :meth:`close`.
     """
 
-    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None) -> None:
+    def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,
+                 max_turn_bytes: int | None = None) -> None:
         if not isinstance(store_dir, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
         self.store_dir = Path(store_dir)
-        opts = f"[default(true), map_size({int(map_size)})]" if map_size else "[default(true)]"
-        self._store = _prolog.once(f"ctxrelay:store_open(Dir, Store, {opts})",
-                                   {"Dir": os.fspath(self.store_dir)})["Store"]
+        sizes = {"map_size": map_size, "max_turn_bytes": max_turn_bytes}
+        for name, value in sizes.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+        self._store = _prolog.once(
+            "ctxrelay:store_open(Dir, Store, [default(true), map_size(M), max_turn_bytes(T)])",
+            {"Dir": os.fspath(self.store_dir), "M": map_size or 0,
+             "T": max_turn_bytes or 0})["Store"]
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -184,12 +267,14 @@ class Runtime:
               **bindings: Any) -> dict[str, Any]:
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if "S" in bindings:
+            _check_session_id(bindings["S"])
         if opts is not None:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
         _check_encodable(bindings)
-        return _prolog.once(goal, {"St": self._store, **bindings})
+        return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
     def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
@@ -292,9 +377,13 @@ class Runtime:
                      **policy: Any) -> TurnResult:
         """Append ``message``, assemble a bounded pack, call the provider, append the reply.
 
-        Policy keywords: see :data:`POLICY_KEYS`.  The same ``key`` retried
-        appends nothing new.  Raises :class:`ContextOverflowError` (nothing
-        sent) when the mandatory part cannot fit the input budget.
+        Policy keywords: see :func:`policy_option_names`; ``constraints`` is a
+        list of pack constraints (text or tuples, see docs/packer.md) the pack
+        must satisfy.  The same ``key`` retried appends nothing new.  Raises
+        :class:`ContextOverflowError` (nothing sent) when the mandatory part
+        cannot fit the input budget, :class:`InconsistentConstraintsError`
+        when no pack satisfies the constraints, :class:`InvalidConstraintError`
+        for a malformed one.
         """
         opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
         r = self._call("ctxrelay:managed_turn(S, M, R, [store(St)|_Opts])",
@@ -348,14 +437,21 @@ class Runtime:
         return _result(r)
 
     def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:
-        """The best pack for ``message`` as the next turn: nothing appended, no provider call."""
+        """The best pack for ``message`` as the next turn: nothing appended, no provider call.
+
+        ``constraints=[...]`` (text or tuples) are pack constraints it must
+        satisfy, as for :meth:`managed_turn`."""
         r = self._call("ctxrelay:assemble(S, M, R, [store(St)|_Opts]), !",
                        opts=_policy_pairs(policy), S=session_id, M=message)["R"]
         return _result(r)
 
     def packs(self, session_id: str, message: str, *, limit: int | None = None,
               **policy: Any):
-        """Iterate over alternative packs, best first (non-increasing utility)."""
+        """Iterate over alternative packs, best first (non-increasing utility).
+
+        With ``constraints=[...]`` every pack satisfies them; the first is the
+        optimum of the model that includes them."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
@@ -397,6 +493,7 @@ class Runtime:
 
     def derived(self, session_id: str, turn_id: int) -> dict[str, Any] | None:
         """A turn's derived fields, or None if it has not been derived yet."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
@@ -512,9 +609,7 @@ class Runtime:
     def ingest(self, paths_or_texts: Any, *, namespace: str | None = None,
                source_type: str | None = None, progress: bool | None = None) -> dict[str, Any]:
         """Chunk documents (paths, directories or texts) into facts; a progress bar on a TTY."""
-        items = [paths_or_texts] if isinstance(paths_or_texts, (str, os.PathLike)) else list(paths_or_texts)
-        sources = [{"path": os.fspath(i)} if isinstance(i, os.PathLike) else {"text": str(i)}
-                   for i in items]
+        sources = _ingest_sources(paths_or_texts)
         opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
                                     ("progress", progress)) if v is not None]
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
@@ -534,6 +629,7 @@ class Runtime:
 
     def recent(self, session_id: str, n: int) -> list[Turn]:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
+        _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         # as(python): the Turn list crosses janus as one reference, not n dicts.
@@ -558,6 +654,8 @@ class Runtime:
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")
+        if session_id is not None:
+            _check_session_id(session_id)
         names = [access or "search"] if not isinstance(access, list) else access
         terms = []
         for name in names:

@@ -110,6 +110,11 @@ class Ledger:
     # Per horizon (p, c, e): the share of the budget left after the
     # mandatory units, the tokens its candidates asked for, what was offered.
     tiers: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Units packed as a bounded excerpt of a stored turn too long to show whole.
+    excerpts: list[str] = field(default_factory=list)
+    # What alternation(strict) did: messages before and after, and the tokens
+    # it added (negative: merged messages share their framing).
+    shape: dict[str, int] = field(default_factory=dict)
 
     def stage(self, name: str) -> dict[str, Any] | None:
         return next((s for s in self.stages if s["name"] == name), None)

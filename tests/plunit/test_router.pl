@@ -60,7 +60,7 @@ test(window_option_sizes_the_recent_window, N == 3) :-
 test(coverage_reaches_the_cdr_step, [C, N] == [["seen text"], partial]) :-
     access_plan(intent(explore, "q"), [coverage(["seen text"]), novelty(partial)], P),
     get_dict(steps, P, [Step]), get_dict(coverage, Step, C), get_dict(novelty, Step, N).
-test(bad_novelty, error(domain_error(novelty, sometimes), _)) :-
+test(bad_novelty, error(type_error(oneof([on, off, partial]), sometimes), _)) :-
     access_plan(intent(explore, "q"), [novelty(sometimes)], _).
 test(user_extension_is_routed, Ops == ["log.recent", "graph.cdr"]) :-
     access_plan(intent(summarise, "what did we decide"), [session(s)], P),
@@ -81,8 +81,10 @@ test(negative_recent, error(type_error(nonneg, -1), _)) :-
     access_plan(recent(-1), [session(s)], _).
 test(bad_k, error(type_error(positive_integer, 0), _)) :-
     access_plan(search("q"), [k(0)], _).
-test(not_an_option, error(domain_error(retrieve_option, fast), _)) :-
+test(not_an_option, error(type_error(compound, fast), _)) :-
     access_plan(search("q"), [fast], _).
+test(unknown_option, error(existence_error(option, speed(fast)), _)) :-
+    access_plan(search("q"), [speed(fast)], _).
 test(empty_blend, error(domain_error(non_empty_list, []), _)) :-
     access_plan(blend([]), [], _).
 test(session_needed, error(existence_error(option, session), _)) :-

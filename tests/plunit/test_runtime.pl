@@ -261,3 +261,26 @@ test(unbound_stays_unbound) :-
     assertion(X == Y).
 
 :- end_tests(ctxrelay_py_plain).
+
+:- begin_tests(ctxrelay_options).
+
+%   One rule: every public predicate refuses options it does not declare,
+%   and ill-typed values, before doing anything.
+test(context_unknown_option, error(existence_error(option, bogus(1)), _)) :-
+    fresh_session(St, 3),
+    context(session(s), slice(1, 2), _, [store(St), bogus(1)]).
+test(tool_output_freshness_checked, error(type_error(oneof(_), 'FRESHISH'), _)) :-
+    fresh_session(St, 1),
+    tool_output_record(St, s, ls, _{}, "a b c", _, [freshness('FRESHISH')]).
+test(tool_output_freshness_as_text) :-
+    fresh_session(St, 1),
+    tool_output_record(St, s, ls, _{}, "a b c", R, [freshness("STABLE")]),
+    get_dict(scratch_id, R, _).
+test(search_unknown_option, error(existence_error(option, limit(3)), _)) :-
+    fresh_session(St, 3),
+    transcript_search(St, s, "topic", _, [limit(3)]).
+test(append_ill_typed_option, error(type_error(text, 42), _)) :-
+    fresh_session(St, 0),
+    turn_append(St, s, message(user, "x"), _, [key(42)]).
+
+:- end_tests(ctxrelay_options).

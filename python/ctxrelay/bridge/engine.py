@@ -14,6 +14,7 @@ from typing import Any
 import janus_swi as janus
 
 from ctxrelay import errors
+from ctxrelay.bridge import messages
 
 _load_lock = threading.Lock()
 _loaded = False
@@ -71,40 +72,70 @@ def _classes_by_kind() -> dict[str, type[errors.CtxRelayError]]:
     return found
 
 
-def _domain_class(formal: str) -> type[errors.CtxRelayError] | None:
-    if formal.startswith("domain_error(role,"):
-        return errors.InvalidRoleError
-    if formal.startswith("type_error(text,"):
-        return errors.InvalidContentError
-    return None
+def translate(exc: janus.PrologError,
+              arguments: dict[str, tuple[str, Any]] | None = None) -> errors.CtxRelayError:
+    """The ctxrelay exception for a Prolog error raised through janus.
 
-
-def translate(exc: janus.PrologError) -> errors.CtxRelayError:
-    """The ctxrelay exception for a Prolog error raised through janus."""
+    ``arguments`` maps the goal's variables to the caller's (Python name, value),
+    so a type or domain error names the argument the caller passed and picks the
+    class that fits it (ctxrelay.bridge.messages)."""
     if exc.term is None:
         return errors.PrologError(str(exc))
     info = janus.query_once("ctxrelay_errors:error_info(E, I)", {"E": exc.term})["I"]
     kind, message = info["kind"], info["message"]
     if kind == "existence_error":
         cls = _EXISTENCE_CLASSES.get(info.get("what", ""), errors.CtxRelayError)
+        said = info.get("said")
+        if isinstance(said, str) and said:
+            return cls(said)             # an error raised in Python keeps its own message
+        if info.get("what") == "option":
+            return errors.InvalidArgumentError(
+                f"unknown option {info.get('culprit')}; see the predicate's documentation for "
+                "the options it takes")
+        if info.get("what") == "session":
+            return cls(f"no session {info.get('culprit')!r}; create it first with "
+                       "create_session() (or pass create_session=True to prepare_turn())")
         return cls(message)
-    cls = _classes_by_kind().get(kind) or _domain_class(info["formal"]) \
-        or _ISO_CLASSES.get(kind, errors.PrologError)
+    if info["formal"].startswith("domain_error(pack_constraint,"):
+        culprit = info["formal"][len("domain_error(pack_constraint,"):-1]
+        return errors.InvalidConstraintError(message, constraint=culprit)
+    worded = messages.exception(info, arguments)
+    if worded is not None:
+        return worded
+    cls = _classes_by_kind().get(kind) or _ISO_CLASSES.get(kind, errors.PrologError)
+    details = {str(k): v for k, v in dict(info.get("details") or {}).items()}
     if cls is errors.ContextOverflowError:
-        return cls(message, **{str(k): v for k, v in dict(info.get("details") or {}).items()})
+        return cls(message, **details)
+    if cls is errors.InconsistentConstraintsError:
+        return cls(message, **{k: v for k, v in details.items()
+                               if k in ("constraints", "mandatory", "budget", "unit")})
     return cls(message)
 
 
-def once(goal: str, bindings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run a deterministic goal; failure is a bug and raises PrologError."""
+def once(goal: str, bindings: dict[str, Any] | None = None, *,
+         names: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a deterministic goal; failure is a bug and raises PrologError.
+
+    ``names`` gives the caller's name of a binding (``{"S": "session_id"}``) for
+    error messages."""
     ensure_loaded()
     try:
         result = janus.query_once(goal, bindings or {})
     except janus.PrologError as exc:
-        raise translate(exc) from None
+        raise translate(exc, _arguments(bindings, names)) from None
     if not result["truth"]:
         raise errors.PrologError(f"goal failed unexpectedly: {goal}")
     return result
+
+
+def _arguments(bindings: dict[str, Any] | None,
+               names: dict[str, str] | None) -> dict[str, tuple[str, Any]]:
+    found = {var: (names[var], value) for var, value in (bindings or {}).items()
+             if names and var in names}
+    for pair in (bindings or {}).get("OptPairs") or []:      # keyword options
+        if isinstance(pair, (list, tuple)) and len(pair) == 2:
+            found[f"option {pair[0]}"] = (str(pair[0]), pair[1])
+    return found
 
 
 def solutions(goal: str, bindings: dict[str, Any] | None = None):

@@ -24,9 +24,20 @@ def _none_if_unset(value: Any) -> Any:
     return None if value in (None, "none") else value
 
 
-def store(path: str, map_size: int = 0) -> TranscriptStore:
-    kwargs = {"map_size": int(map_size)} if map_size else {}
+def store(path: str, map_size: int = 0, max_turn_bytes: int = 0) -> TranscriptStore:
+    kwargs: dict[str, Any] = {"map_size": int(map_size)} if map_size else {}
+    if max_turn_bytes:
+        kwargs["max_turn_bytes"] = int(max_turn_bytes)
     return open_store(os.fspath(path), **kwargs)
+
+
+def check_input(st: TranscriptStore, texts: list) -> int:
+    """A turn's new texts before any work: each within the store's size limit
+    (TurnTooLargeError), and their token lower bound (for Prolog's fail-closed rule)."""
+    from ctxrelay.text.tokens import lower_bound_all
+    for text in texts:
+        st.check_size(text)
+    return lower_bound_all(texts)
 
 
 def store_path(st: TranscriptStore) -> str:

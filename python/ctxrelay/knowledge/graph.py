@@ -25,6 +25,7 @@ import numpy as np
 
 from ctxrelay.knowledge.labels import LabelPositions
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
+from ctxrelay.storage.interfaces.facts import community_label
 from ctxrelay.storage.lmdb.textindex import tokenize
 
 __all__ = ["VectorIndex", "Adjacency", "anchor_reach", "anchor_links", "argsort_keys", "leiden",
@@ -336,9 +337,8 @@ def community_keywords(groups: Mapping[int, Sequence[tuple[str, float]]], *,
     return out
 
 
-def label_of(keywords: Sequence[str], *, words: int = 3) -> str:
-    """A community's human-readable label: its first keywords joined by ' / '."""
-    return " / ".join(keywords[:words]) if keywords else "(no keywords)"
+#: a community's human-readable label (its first keywords joined by ' / ')
+label_of = community_label
 
 
 # -- adjacency for graph walks ----------------------------------------------------

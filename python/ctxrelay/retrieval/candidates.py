@@ -26,6 +26,7 @@ from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.types import Turn
+from ctxrelay.text.bounds import derived_text
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
@@ -44,11 +45,15 @@ class Unit:
     costs: dict[str, int] = field(default_factory=dict)
     exact: bool = True
     features: dict[str, Any] = field(default_factory=dict)
+    inexact: set[str] = field(default_factory=set)     # variants charged a bound, not a count
 
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "turn_ids": list(self.turn_ids),
                 "variants": [{"name": name, "cost": self.costs[name]} for name in self.variants],
                 "exact": self.exact, **self.features}
+
+    def variant_exact(self, name: str) -> bool:
+        return self.exact and name not in self.inexact
 
 
 @dataclass
@@ -149,12 +154,60 @@ def _terms(text: str) -> set[str]:
 
 
 def _add(units: dict[str, Unit], unit: Unit, model: "str | tok.Tokenizer") -> Unit:
-    for name, msg in unit.variants.items():
+    for name, msg in list(unit.variants.items()):
         n, exact = message_cost(msg, model)
         unit.costs[name] = n
-        unit.exact = unit.exact and exact
+        if not exact and _past_cap(msg):
+            unit.inexact.add(name)            # the bound: never packed, so not in any count
+        else:
+            unit.exact = unit.exact and exact
+    _offer_excerpt(unit, model)
     units[unit.id] = unit
     return unit
+
+
+# Limits of the assembly in progress, decided in Prolog: a stored turn whose
+# verbatim cost is over ``above`` tokens is also offered as a bounded excerpt
+# of about ``size`` tokens (None: no excerpts).
+_EXCERPT: contextvars.ContextVar[tuple[int, int] | None] = \
+    contextvars.ContextVar("excerpt", default=None)
+_EXCERPT_KINDS = frozenset({"turn", "retrieved", "referenced", "thread", "instructions"})
+
+
+def _offer_excerpt(unit: Unit, model: "str | tok.Tokenizer") -> None:
+    """Give an oversized stored turn an ``excerpt`` variant: its head and tail with its
+    size and how to read the rest, so one huge turn never makes the mandatory part
+    impossible.  Only the excerpt is counted (bounded work whatever the turn's size)."""
+    limits = _EXCERPT.get()
+    verbatim = unit.variants.get("verbatim")
+    if limits is None or verbatim is None or unit.kind not in _EXCERPT_KINDS \
+            or len(unit.turn_ids) != 1 or "excerpt" in unit.variants:
+        return
+    above, size = limits
+    content = verbatim.get("content")
+    if unit.costs.get("verbatim", 0) <= above or not isinstance(content, str):
+        return
+    message = dict(verbatim)
+    message["content"] = excerpt_text(unit.turn_ids[0], content, size)
+    n, exact = message_cost(message, model)
+    unit.variants["excerpt"] = message
+    unit.costs["excerpt"] = n
+    if not exact:
+        unit.inexact.add("excerpt")
+
+
+def excerpt_text(turn_id: int, content: str, size: int) -> str:
+    """The head and the tail of ``content`` in about ``size`` tokens, framed by what was
+    left out and the context/3 operation that reads it."""
+    take = max(64, size * 2)              # characters per side: about size/2 tokens each
+    head, tail = content[:take], content[-take:]
+    left_out = len(content) - len(head) - len(tail)
+    return (f"[excerpt of turn {turn_id}: {len(content.encode('utf-8', 'surrogatepass')):,} "
+            f"bytes; its first and last {take:,} characters are shown and {left_out:,} "
+            f"characters between them are left out. Read them with "
+            f"context(input(context), peek(text({turn_id}, {len(head)}, 4000)), R), which "
+            f"pages through the turn's text]\n{head}\n[... {left_out:,} characters left out "
+            f"...]\n{tail}")
 
 
 # A plain stored turn (no tool call, not a tool result) becomes the same
@@ -200,10 +253,12 @@ def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: st
         return None
     if _past_cap(priced.message):
         return None                       # over this assembly's cap: the bound applies
-    return Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
+    unit = Unit(id=f"t{turn_id}", kind=kind, turn_ids=[turn_id],
                 variants={"verbatim": dict(priced.message)},
                 costs={"verbatim": priced.cost}, exact=priced.exact,
                 features={"role": priced.role, **features})
+    _offer_excerpt(unit, tkey[0])
+    return unit
 
 
 def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: str,
@@ -220,7 +275,8 @@ def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: 
     message = unit.variants["verbatim"]
     if plain and tkey is not None and not _past_cap(message):     # a count, not the bound
         keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
-             _Priced(turn.role, dict(message), unit.costs["verbatim"], unit.exact),
+             _Priced(turn.role, dict(message), unit.costs["verbatim"],
+                     unit.variant_exact("verbatim")),
              _PRICED_MAX)
     return unit
 
@@ -256,17 +312,31 @@ def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]
             f"({entry.freshness}, {rendered.action}); re-run the tool for current data]"), rendered.action
 
 
-def boundary_text(first: int, last: int, count: int, tokens: int) -> str:
-    return (
-        "[managed_cold_history_boundary] This conversation is longer than what is shown. "
-        f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
-        "guaranteed recent window; only some of them may appear below. The full original "
-        "transcript is kept and is authoritative: retrieve it before guessing about earlier "
-        "content, with bounded operations (turn ids are 1-based):\n"
-        'context(input(context), search("query"), Result).\n'
-        "context(input(context), slice(Start, Length), Result).\n"
-        "context(input(context), peek(item(Index)), Result)."
-    )
+#: How the boundary note tells the model to read cold history: through
+#: context/3 (a Prolog agent), through the relay's tools (an OpenAI client), or not
+#: at all (``none``: the caller offers no way to read it).
+_HISTORY_ACCESS = {
+    "context": ("with bounded operations (turn ids are 1-based):\n"
+                'context(input(context), search("query"), Result).\n'
+                "context(input(context), slice(Start, Length), Result).\n"
+                "context(input(context), peek(item(Index)), Result)."),
+    "tools": ("with the tools context_search (BM25 search of the whole transcript), "
+              "context_slice (turns Start.. in order) and context_peek (one turn, or a "
+              "part of a long one); turn ids are 1-based."),
+    "none": "",
+}
+
+
+def boundary_text(first: int, last: int, count: int, tokens: int,
+                  access: str = "context") -> str:
+    how = _HISTORY_ACCESS[access]
+    head = ("[managed_cold_history_boundary] This conversation is longer than what is shown. "
+            f"Turns {first}-{last} ({count} turns, about {tokens} tokens) lie outside the "
+            "guaranteed recent window; only some of them may appear below.")
+    if not how:
+        return head
+    return (f"{head} The full original transcript is kept and is authoritative: retrieve it "
+            f"before guessing about earlier content, {how}")
 
 
 def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
@@ -287,6 +357,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
     _COST_CAP.set(window_tokens)
+    above, size = options.get("excerpt_above"), options.get("excerpt_tokens")
+    _EXCERPT.set((int(above), int(size)) if above and size else None)
     _STORE_USED.set(set())
     counter = tok.resolve(model)      # resolved once: every unit below is counted with it
     _STORED_COUNTS_MODEL.set(_stored_counts_model(store, counter))
@@ -338,7 +410,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
                                    int(options.get("max_retrieved", 200)),
-                                   units, groups, counter, scratch, dense, embedder)
+                                   units, groups, counter, scratch, dense, embedder,
+                                   pair=bool(options.get("pair_turns", False)))
 
     if options.get("warm", True) and warm_store is not None:
         _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
@@ -348,7 +421,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
         first, last = 1, tail_first - 1
         count = last - first + 1
         prefix_tokens = _range_tokens(store, session_id, first, last, history_end)
-        text = boundary_text(first, last, count, prefix_tokens)
+        text = boundary_text(first, last, count, prefix_tokens,
+                             str(options.get("history_access") or "context"))
         _add(units, Unit(id="boundary", kind="boundary", turn_ids=[],
                          variants={"verbatim": {"role": "system", "content": text}},
                          features={"omitted_first": first, "omitted_last": last,
@@ -357,7 +431,11 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     info.update(window_start=window_start, tail_first=tail_first,
                 total_turns=history_end)
     info.update(thread_info)
-    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role, "content": t.content}
+    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
+    # a bounded preview, so a huge turn costs the same as a short one there.
+    preview = int(options.get("preview_chars", 2000))
+    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
+                             "content": t.content[:preview]}
                             for t in window[-_RECENT_FOR_REFERENCES:]]
     info["scratch_recent"] = [] if scratch is None else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
@@ -467,7 +545,8 @@ def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
 def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
               history_end: int, retrieve_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
-              scratch: Any = None, dense: Any = None, embedder: Any = None) -> dict[str, Any]:
+              scratch: Any = None, dense: Any = None, embedder: Any = None,
+              pair: bool = False) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
     get their relevance as a feature; older ones become ``retrieved``
@@ -517,6 +596,9 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
                                       scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
+    if pair:
+        _pair_questions_and_answers(store, session_id, direct, window_start, history_end,
+                                    units, groups, model, scratch)
     # Turns offered for another reason (the window, a resumed thread, the tool
     # pair of a candidate) carry their place in the ranking as relevance.
     score_of = dict(zip(ids, scores))
@@ -528,6 +610,40 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
             unit.features.setdefault("relevance", score)
     info["retrieved"] = count
     return info
+
+
+def _pair_questions_and_answers(store: TranscriptStore, session_id: str, recalled: set[str],
+                                window_start: int, history_end: int, units: dict[str, Unit],
+                                groups: list[list[str]], model: "str | tok.Tokenizer",
+                                scratch: Any) -> None:
+    """A recalled answer comes with its question and a recalled question with its
+    answer (packed together or not at all), so no pack shows a reply without what
+    it replies to."""
+    wanted: dict[str, int] = {}
+    for uid in recalled:
+        unit = units.get(uid)
+        if unit is None or unit.kind != "retrieved" or len(unit.turn_ids) != 1:
+            continue
+        tid, role = unit.turn_ids[0], unit.features.get("role")
+        partner = tid - 1 if role == "assistant" else tid + 1 if role == "user" else None
+        if partner is None or not 1 <= partner <= history_end:
+            continue
+        wanted[uid] = partner
+    missing = sorted({p for p in wanted.values()
+                      if f"t{p}" not in units and p < window_start})
+    loaded = {t.turn_id: t for t in store.turns(session_id, missing)} if missing else {}
+    for uid, partner in wanted.items():
+        pid = f"t{partner}"
+        role = units[uid].features.get("role")
+        if pid not in units:
+            turn = loaded.get(partner)
+            want = "user" if role == "assistant" else "assistant"
+            if turn is None or turn.role != want or _tool_call_ids(turn):
+                continue
+            _add_turn(units, store, turn, "retrieved", scratch, model, score=0.0)
+        elif units[pid].features.get("role") != ("user" if role == "assistant" else "assistant"):
+            continue
+        groups.append(sorted([uid, pid], key=lambda u: int(u[1:])))
 
 
 def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,
@@ -621,7 +737,7 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
         per_unit.append({"id": unit_id, "kind": unit.kind, "variant": variant,
                          "turn_ids": unit.turn_ids, "tokens": whole,
                          "content_tokens": whole - framing, "framing": framing,
-                         "exact": unit.exact})
+                         "exact": unit.variant_exact(variant)})
     observed = tok.count_messages(messages, cands.model) if messages else None
     return {"messages": messages, "units": per_unit,
             "observed_total": observed.n if observed else cands.priming,
@@ -676,7 +792,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
         log.sync(store, session_id, embedder)
     sync_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
-    vec = embedder.embed_batch([query_text or ""])[0]
+    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
     embed_ms = (time.perf_counter() - t0) * 1000
     out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": round(embed_ms, 3),
                            "turnlog_sync_ms": round(sync_ms, 3),

@@ -43,6 +43,7 @@ import snowballstemmer
 
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.types import Turn
+from ctxrelay.text.bounds import derived_text
 
 HORIZON = 2000
 SITTING_GAP_S = 3600.0
@@ -204,7 +205,7 @@ class _SessionIndex:
             self._sitting += 1
         self._last_marker, self._last_time = marker, when if when is not None else self._last_time
         pos = len(self.ids)
-        terms = Counter(analyze(turn.content))
+        terms = Counter(analyze(derived_text(turn.content)))
         for term, tf in terms.items():
             positions, freqs = self.postings[term]
             positions.append(pos)
@@ -383,6 +384,7 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
     a participant and ``embedder`` is given, the dense query is re-embedded
     without the names (names pull every turn of that speaker alike).
     """
+    query = derived_text(query)
     idx = index_for(store).session(store, session_id, upto)
     info: dict[str, Any] = {"horizon_turns": len(idx.ids)}
     sims: dict[int, float] | None = None
@@ -391,7 +393,7 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
         log, vec = dense
         stripped = strip_names(query, names)
         if embedder is not None and stripped != query and stripped:
-            vec = embedder.embed_batch([stripped])[0]
+            vec = embedder.embed_batch([derived_text(stripped)])[0]
         ids, matrix = log._matrix(session_id)
         if len(ids):
             values = matrix @ np.asarray(vec, dtype=np.float32)

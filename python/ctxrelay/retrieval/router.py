@@ -404,11 +404,10 @@ class Router:
 
     def _etag(self, namespace: str | None) -> str:
         fs = self.facts()
-        # The state hash is derived from the CKF's LMDB records only, so it cannot
-        # change without a committed write transaction: while the environment's
-        # last transaction id stays the same, the hash read last is still right.
-        env = getattr(getattr(getattr(fs, "backend", None), "_db", None), "_env", None)
-        gen = None if env is None else env.info()["last_txnid"]
+        # The state hash is derived from the CKF's stored records only, so it cannot
+        # change without a committed write: while the store's version stays the
+        # same, the hash read last is still right.
+        gen = fs.version()
         seen = self._etags.get(namespace)
         if gen is not None and seen is not None and seen[2] == gen:
             return seen[0]

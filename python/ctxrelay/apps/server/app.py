@@ -54,7 +54,9 @@ class Relay:
     async def start(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxrelay-prolog")
         loop = asyncio.get_running_loop()
-        self._runtime = await loop.run_in_executor(self._executor, Runtime, self.config.store)
+        self._runtime = await loop.run_in_executor(
+            self._executor, functools.partial(Runtime, self.config.store,
+                                              max_turn_bytes=self.config.max_turn_bytes))
         if self.config.warmup:
             await loop.run_in_executor(self._executor, _warm_up)
         if not self.config.is_echo:
@@ -119,7 +121,8 @@ def _warm_up(_rt: Runtime | None = None) -> None:
 
 async def chat_completions(request: Request) -> Response:
     relay: Relay = request.app.state.relay
-    chat = parse_chat(await json_body(request), request.headers, relay.config)
+    chat = parse_chat(await json_body(request, relay.config.max_body_bytes), request.headers,
+                      relay.config)
     lock = relay.session_lock(chat.session_id)
     await lock.acquire()
     guard = TurnGuard(lock)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ctxrelay.errors import InvalidArgumentError
 
+from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
+
 from .config import DEFAULT_TIMEOUT, POLICY_FLAGS, ServerConfig
 
 
@@ -44,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     for name in POLICY_FLAGS:
         p.add_argument(f"--{name.replace('_', '-')}", type=_positive_int, dest=name,
                        help=f"policy option {name} (default: the Runtime's)")
+    p.add_argument("--max-turn-bytes", type=_positive_int, default=DEFAULT_MAX_TURN_BYTES,
+                   help="largest message stored as a turn, in UTF-8 bytes (default "
+                        f"{DEFAULT_MAX_TURN_BYTES:,}); a larger one gets 413")
+    p.add_argument("--alternation", choices=["strict", "free"], default="strict",
+                   help="strict (default): every request has the shape strict chat templates "
+                        "accept (one system message, then user and assistant alternating); "
+                        "free: the pack's own order")
+    p.add_argument("--history-rounds", type=_positive_int, default=3,
+                   help="rounds of the cold-history tool loop per turn: the relay offers "
+                        "context_search/slice/peek when a pack hides turns and runs them "
+                        "itself (default 3; 0 turns the tools off)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="do not load the embedder at start-up")
     p.add_argument("--log-level", default="info",
@@ -56,7 +69,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
               if getattr(args, name) is not None}
     return ServerConfig(store=args.store, upstream=args.upstream, model=args.model,
                         api_key=args.api_key or None, timeout=args.timeout, policy=policy,
-                        warmup=args.warmup)
+                        warmup=args.warmup, max_turn_bytes=args.max_turn_bytes,
+                        alternation=args.alternation, history_rounds=args.history_rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

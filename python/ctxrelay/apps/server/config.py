@@ -7,6 +7,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
 
 SESSION_HEADER = "CRP-Session-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -32,6 +33,17 @@ class ServerConfig:
     timeout: float = DEFAULT_TIMEOUT
     policy: Mapping[str, int] = field(default_factory=dict)
     warmup: bool = True
+    max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES
+    #: ``strict``: every request has the shape strict chat templates accept (one
+    #: system message, then user/assistant alternating; see ctxrelay_shape).
+    alternation: str = "strict"
+    #: Rounds of the cold-history tool loop per turn (0: the tools are not offered).
+    history_rounds: int = 3
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body read: a few turns at the limit, JSON-escaped."""
+        return 8 * self.max_turn_bytes + (64 << 10)
 
     def __post_init__(self) -> None:
         if self.upstream != "echo":
@@ -44,6 +56,9 @@ class ServerConfig:
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
             raise InvalidArgumentError(
                 f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.alternation not in ("strict", "free"):
+            raise InvalidArgumentError(
+                f"alternation must be 'strict' or 'free', got {self.alternation!r}")
         unknown = sorted(set(self.policy) - set(POLICY_FLAGS))
         if unknown:
             raise InvalidArgumentError(

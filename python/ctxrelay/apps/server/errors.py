@@ -17,6 +17,7 @@ from ctxrelay.errors import (
     InvalidRoleError,
     InvalidSessionIdError,
     KeyConflictError,
+    TurnTooLargeError,
 )
 
 from .config import IDEMPOTENCY_HEADER
@@ -59,6 +60,8 @@ def from_ctxrelay(exc: CtxRelayError) -> ApiError:
     if isinstance(exc, KeyConflictError):
         return ApiError(409, f"{exc} (header {IDEMPOTENCY_HEADER})", param=IDEMPOTENCY_HEADER,
                         code="idempotency_key_conflict", headers={"x-should-retry": "false"})
+    if isinstance(exc, TurnTooLargeError):
+        return ApiError(413, str(exc), param="messages", code="turn_too_large")
     if isinstance(exc, ArchivedSessionError):
         return ApiError(400, str(exc), param="session_id", code="session_archived")
     if isinstance(exc, (InvalidArgumentError, InvalidContentError, InvalidRoleError,

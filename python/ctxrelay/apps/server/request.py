@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 
 from .config import IDEMPOTENCY_HEADER, SESSION_HEADER, ServerConfig
-from .errors import bad_request
+from .errors import ApiError, bad_request
 
 #: Body fields the relay consumes; every other field is forwarded to the upstream untouched.
 RELAY_FIELDS = frozenset({"messages", "stream", "model", "session_id"})
@@ -198,6 +198,10 @@ def parse_chat(body: Any, headers: Mapping[str, str], config: ServerConfig) -> C
 
 def policy_for(config: ServerConfig, chat: ChatRequest) -> dict[str, Any]:
     policy: dict[str, Any] = dict(config.policy)
+    policy["alternation"] = config.alternation
+    # The boundary note names what the model can call: the history tools, when offered.
+    policy["history_access"] = "tools" if config.history_rounds > 0 and not config.is_echo \
+        else "none"
     if chat.output_reserve is not None:
         policy["output_reserve"] = chat.output_reserve
     if chat.model is not None:
@@ -275,5 +279,22 @@ def parse_json(raw: bytes) -> Any:
     return body
 
 
-async def json_body(request: Request) -> Any:
-    return parse_json(await request.body())
+async def json_body(request: Request, limit: int) -> Any:
+    """The body, refused with 413 past ``limit`` bytes before it is read whole."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(size, limit)
+        chunks.append(chunk)
+    return parse_json(b"".join(chunks))
+
+
+def _too_large(size: int, limit: int) -> ApiError:
+    return ApiError(413, f"the request body ({size:,} bytes or more) is over the relay's "
+                    f"limit of {limit:,} bytes; send smaller messages (the relay stores turns "
+                    "of at most --max-turn-bytes each)", param="messages",
+                    code="request_too_large")

@@ -23,6 +23,7 @@ from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.runtime import Runtime
 from ctxrelay.types import PreparedTurn, TurnResult
 
+from . import history_tools
 from .errors import ApiError
 from .request import ChatRequest, policy_for, turn_messages
 from .responses import (TurnGuard, TurnStream, completion_body, crp_headers,
@@ -101,16 +102,67 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
                             headers={**headers, **_turn_headers(result)})
 
     upstream = Upstream(relay, chat, headers)
-    if chat.stream:
+    extra = _history_tools(relay, chat, prepared)
+    if chat.stream and not extra:
         response = await upstream.open_stream(prepared.result.messages)
         return streamed(_relay_stream(relay, chat, prepared, upstream, response, headers),
                         headers)
-    data = await upstream.post(prepared.result.messages)
+    data, rounds = await _with_history_tools(relay, chat, prepared, upstream, extra)
     content, tool_meta = reply_of(data, upstream)
     meta = relay_metadata(tool_meta, completion_id=data.get("id"), model=data.get("model"),
                           headers=headers)
+    if rounds:
+        meta["relay"]["history_tool_rounds"] = rounds
+        headers = {**headers, "CRP-Context-History-Tool-Rounds": str(rounds)}
+    if chat.stream:          # the tool rounds ran unstreamed: the answer goes out as events
+        return streamed(_echo_stream(relay, chat, prepared, content, data.get("model") or model,
+                                     data.get("id") or new_completion_id(), meta,
+                                     data.get("usage")), headers)
     result = await relay.call(commit, prepared, content, meta)
     return JSONResponse(data, headers={**headers, **_turn_headers(result)})
+
+
+def _history_tools(relay: Relay, chat: ChatRequest, prepared: PreparedTurn) -> list[dict[str, Any]]:
+    """The cold-history tools, offered when the pack hides turns (and the relay may)."""
+    boundary = prepared.result.status.get("cold_history_boundary") or {}
+    if relay.config.history_rounds <= 0 or not boundary.get("turns_not_shown"):
+        return []
+    return history_tools.offered(chat.forward.get("tools"))
+
+
+async def _with_history_tools(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
+                              upstream: Upstream, extra: list[dict[str, Any]]
+                              ) -> tuple[dict[str, Any], int]:
+    """Call the upstream; while it calls only the history tools, run them and call it
+    again with their results (at most ``history_rounds`` rounds, each request within
+    the input budget).  Returns the final completion and the rounds run."""
+    messages = list(prepared.result.messages)
+    budget = prepared.result.ledger.input_budget
+    rounds = 0
+    while True:
+        tools = extra if extra and rounds < relay.config.history_rounds else None
+        data = await upstream.post(messages, extra_tools=tools)
+        calls = history_tools.calls_of(data)
+        ours = [c for c in calls if c["function"].get("name") in history_tools.NAMES]
+        if tools is None or not ours or len(ours) != len(calls):
+            return data, rounds
+        rounds += 1
+        asked = {"role": "assistant", "content": None, "tool_calls": ours}
+        used = await relay.call(history_tools.request_tokens, messages + [asked], chat.model)
+        room = budget - used - history_tools.ROUND_MARGIN
+        for _ in range(4):            # results too big for the room: ask for less
+            results = await relay.call(history_tools.run_calls, chat.session_id, ours, room)
+            grown = messages + [asked, *results]
+            size = await relay.call(history_tools.request_tokens, grown, chat.model)
+            if size <= budget:
+                break
+            room -= size - budget + history_tools.ROUND_MARGIN
+        else:
+            results = [{**r, "content": json.dumps({"error": "no room is left in the context "
+                                                   "window for this result; answer with what "
+                                                   "you have"})} for r in results]
+            grown = messages + [asked, *results]
+        messages = grown
 
 
 def _turn_headers(result: TurnResult) -> dict[str, str]:

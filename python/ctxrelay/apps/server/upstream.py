@@ -75,15 +75,21 @@ class Upstream:
                         f"--upstream an OpenAI-compatible /v1 base URL? {_NOTHING_STORED}", type="upstream_error",
                         code="upstream_bad_response", headers=self.headers)
 
-    def body(self, messages: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
-        return {**self.chat.forward, "model": self.chat.model, "messages": messages,
+    def body(self, messages: list[dict[str, Any]], *, stream: bool,
+             extra_tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        body = {**self.chat.forward, "model": self.chat.model, "messages": messages,
                 "stream": stream}
+        if extra_tools:
+            body["tools"] = [*(body.get("tools") or []), *extra_tools]
+        return body
 
-    async def post(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    async def post(self, messages: list[dict[str, Any]], *,
+                   extra_tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         http = self.relay.http
         assert http is not None
         try:
-            response = await http.post(self.url, json=self.body(messages, stream=False),
+            response = await http.post(self.url, json=self.body(messages, stream=False,
+                                                                 extra_tools=extra_tools),
                                        headers=self.relay.upstream_headers(stream=False))
         except httpx.TimeoutException:
             raise self.timeout("waiting for the reply") from None

@@ -91,6 +91,7 @@ from ctxrelay.errors import (
     StoreFullError,
     UnknownSessionError,
     UnknownTurnError,
+    TurnTooLargeError,
 )
 from ctxrelay.storage.lmdb.textindex import DB_COUNT as _INDEX_DBS
 from ctxrelay.storage.lmdb.textindex import TextIndex
@@ -122,6 +123,11 @@ _encoding_lock = threading.Lock()
 _encoding: Any = None
 _encoding_failed = False
 
+
+#: The largest turn a store accepts by default (UTF-8 bytes): far above any chat
+#: message, small enough that one turn cannot stall a session's assemblies.
+#: Larger tool outputs belong in the scratch buffer (a blob, summarised in context).
+DEFAULT_MAX_TURN_BYTES = 1 << 20
 
 # Per-term cap on postings read by a search (newest first); see search().
 SEARCH_MAX_POSTINGS = 1024
@@ -170,7 +176,7 @@ def open_store(path: str | os.PathLike[str], **kw: Any) -> "TranscriptStore":
         store = _registry.get(key)
         if store is None:
             return TranscriptStore(path, **kw)
-        for name in ("readonly", "token_counter"):
+        for name in ("readonly", "token_counter", "max_turn_bytes"):
             if name in kw and kw[name] is not getattr(store, "_" + name) \
                     and kw[name] != getattr(store, "_" + name):
                 raise InvalidArgumentError(
@@ -461,8 +467,10 @@ class TranscriptStore:
 
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30,
                  readonly: bool = False,
-                 token_counter: TokenCounter | None = None) -> None:
+                 token_counter: TokenCounter | None = None,
+                 max_turn_bytes: int = DEFAULT_MAX_TURN_BYTES) -> None:
         _check_int(map_size, "map_size", minimum=1)
+        self._max_turn_bytes = _check_int(max_turn_bytes, "max_turn_bytes", minimum=1)
         self._path = os.fspath(path)
         self._readonly = bool(readonly)
         self._token_counter = token_counter
@@ -732,8 +740,8 @@ class TranscriptStore:
         session = self._find_session(txn, session_id)
         if session is None:
             raise UnknownSessionError(
-                f"no session {session_id!r} in {self._path}; create it with "
-                "create_session() or pick one from sessions()")
+                f"no session {session_id!r} in {self._path}; create the session first, "
+                "or name one of the store's sessions")
         return session
 
     def _info_txn(self, txn: Any, session_id: str) -> SessionInfo:
@@ -796,8 +804,30 @@ class TranscriptStore:
             return [self._append_txn(txn, session, p, tokenizer) for p in pendings]
         return self._write(write)
 
+    @property
+    def max_turn_bytes(self) -> int:
+        """The largest turn content this store accepts, in UTF-8 bytes."""
+        return self._max_turn_bytes
+
+    def check_size(self, content: str) -> None:
+        """Refuse content over ``max_turn_bytes`` (UTF-8) before any other work.
+
+        @raises TurnTooLargeError naming the size and the limit."""
+        # Characters bound the bytes from below and 4x above: most texts need no encoding.
+        if len(content) * 4 <= self.max_turn_bytes:
+            return
+        size = len(content.encode("utf-8", "surrogatepass"))
+        if size > self.max_turn_bytes:
+            raise TurnTooLargeError(
+                f"a turn of {size:,} bytes is over this store's limit of "
+                f"{self.max_turn_bytes:,} bytes (max_turn_bytes); store large outputs "
+                "with record_tool_output (a blob, summarised in context), split the text, "
+                "or open the store with a larger max_turn_bytes")
+
     def _prepare(self, role: Any, content: Any, *, name: Any, tool_call_id: Any,
                  metadata: Any, timestamp: Any, key: Any) -> _Pending:
+        if isinstance(content, str):
+            self.check_size(content)
         fields = dict(
             role=_check_role(role), content=_check_content(content),
             name=_check_optional_str(name, "name"),

@@ -39,6 +39,7 @@ from ctxrelay.retrieval import threads as thread_numbers
 from ctxrelay.retrieval.threads import (STATE_TURNS, ThreadBook, ThreadEntry, ThreadState,
                                         derive_state, make_label, with_override)
 from ctxrelay.types import Turn
+from ctxrelay.text.bounds import derived_text
 
 _U64 = struct.Struct(">Q")
 _SYNC_CHUNK = 128
@@ -118,12 +119,14 @@ class TurnLog(LmdbStore):
         """Derive fields for the turns added since the last sync; returns how many."""
         if not transcript.has_session(session_id):
             raise UnknownSessionError(
-                f"no session {session_id!r}; create it (create_session) before deriving its turn log")
+                f"no session {session_id!r}; create the session before deriving its turn log")
         state = self._progress(session_id)
         if state and state.get("model_id") != embedder.model_id:
             raise InvalidArgumentError(
                 f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
-                f"{embedder.model_id!r}; call recompute() to re-derive it with the new embedder")
+                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
+                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
+                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
         start = (state or {}).get("derived_upto", 0) + 1
         end = transcript.turn_count(session_id)
         if start > end:
@@ -132,7 +135,7 @@ class TurnLog(LmdbStore):
         done = 0
         for lo in range(start, end + 1, _SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch([t.content for t in turns])
+            vectors = embedder.embed_batch([derived_text(t.content) for t in turns])
             self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
                                                       embedder))
             done += len(turns)
@@ -157,6 +160,11 @@ class TurnLog(LmdbStore):
             txn.delete(skey, db=self.dbs[b"progress"])
         self.write(drop)
         return self.sync(transcript, session_id, embedder, progress=progress)
+
+    def model_id(self, session_id: str) -> str | None:
+        """The model id of the embedder the session was derived with, or None."""
+        state = self._progress(session_id)
+        return None if state is None else state.get("model_id")
 
     def _progress(self, session_id: str) -> dict[str, Any] | None:
         raw = self.read(lambda txn: txn.get(_session_key(session_id), db=self.dbs[b"progress"]))
@@ -201,7 +209,7 @@ class TurnLog(LmdbStore):
                 prog["active_thread"] = thread_id
             book.previous = thread_id
             txn.put(key, json.dumps({"thread_id": thread_id,
-                                     "entities": extract_entities(turn.content),
+                                     "entities": extract_entities(derived_text(turn.content)),
                                      "references": [], "tool_calls": _tool_call_ids(turn),
                                      "model_id": embedder.model_id}).encode(),
                     db=self.dbs[b"derived"])
@@ -348,11 +356,15 @@ class TurnLog(LmdbStore):
         prog = self._progress(session_id) or {}
         upto = int(prog.get("derived_upto", 0))
         cache = self.__dict__.setdefault("_dense_cache", OrderedDict())
-        ids, rows, have = cache.get(session_id, (np.zeros(0, dtype=np.int64), None, 0))
+        # Keyed by the vector space too: a session re-derived with another embedder
+        # (here or by another process) must never be scored with the old vectors.
+        space = (session_id, prog.get("model_id"))
+        ids, rows, have = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0))
         # A process serving many sessions keeps the windows of the latest few
         # only: each holds up to _DENSE_WINDOW vectors (8 MB at 1,024 dims).
-        cache.pop(session_id, None)
-        cache[session_id] = (ids, rows, have)
+        for key in [k for k in cache if k[0] == session_id]:
+            del cache[key]
+        cache[space] = (ids, rows, have)
         while len(cache) > _DENSE_SESSIONS:
             cache.popitem(last=False)
         if have < upto:
@@ -364,7 +376,7 @@ class TurnLog(LmdbStore):
                 ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
                 rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
                 ids, rows = ids[-_DENSE_WINDOW:], rows[-_DENSE_WINDOW:]
-            cache[session_id] = (ids, rows, upto)
+            cache[space] = (ids, rows, upto)
         if rows is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
         return ids, rows
@@ -464,7 +476,7 @@ class TurnLog(LmdbStore):
             raw = txn.get(key, db=self.dbs[b"derived"])
             if raw is None:
                 raise InvalidArgumentError(
-                    f"turn {turn_id} of {session_id!r} has no derived fields yet; sync() first")
+                    f"turn {turn_id} of {session_id!r} has no derived fields yet; derive the session first")
             rec = json.loads(raw)
             rec["references"] = sorted({int(r) for r in references})
             txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
@@ -540,6 +552,30 @@ def api_set_thread_state(store: Any, session_id: str, thread_id: str,
     log = turnlog_for(store)
     log.set_thread_state(session_id, thread_id, **state)
     return log.thread(session_id, thread_id, store).to_dict()
+
+
+def api_session_embedder(store: Any, session_id: str) -> str:
+    """The registered name of the embedder the session's turn log was derived with,
+    or "" (not derived yet, or derived with an embedder no longer registered).
+
+    A session's embedder is its own: Prolog uses it whenever a policy names none
+    (ctxrelay_assembly:request_policy/4), so a process whose default embedder
+    differs never fails the session's turns."""
+    from ctxrelay.text import embed
+    model_id = turnlog_for(store).model_id(session_id)
+    if model_id is None:
+        return ""
+    for name in embed.registered():
+        if name == "minilm":                  # its id is known without loading torch
+            if embed.MiniLMEmbedder.model_id == model_id and embed.minilm_available():
+                return name
+            continue
+        try:
+            if embed.get_embedder(name).model_id == model_id:
+                return name
+        except Exception:                     # a registered factory that cannot build here
+            continue
+    return ""
 
 
 def api_set_references(store: Any, session_id: str, turn_id: int, references: list,

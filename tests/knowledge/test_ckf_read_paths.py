@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from ctxrelay.knowledge import cdr
 from ctxrelay.knowledge.fabric import FactIds, FactStore
+from ctxrelay.storage.lmdb.factwrite import FactWriter
 from ctxrelay.knowledge.graph import argsort_keys
 from ctxrelay.knowledge.labels import LabelPositions
 
@@ -89,7 +90,7 @@ def test_a_cached_fact_follows_every_kind_of_write(tmp_path):
         fid = ids[2]
         first = s.fact(fid)
         assert s.fact(fid) == first                         # read again: from the cache
-        assert len(s.backend._decoded) >= 1
+        assert len(s.storage.cache.decoded) >= 1
         s.update_fact(fid, importance=0.9, metadata={"team": "infra"})
         assert (s.fact(fid).importance, s.fact(fid).metadata) == (0.9, {"team": "infra"})
         s.set_status(fid, "STALE")
@@ -99,7 +100,7 @@ def test_a_cached_fact_follows_every_kind_of_write(tmp_path):
         s.update_fact(fid, content="Note moved on finance: budget ledger audit payroll margin.")
         assert s.fact(fid).content.startswith("Note moved") and s.fact(fid).status == "ACTIVE"
         s.recluster()
-        assert s.fact(fid).community_label == s.backend.get("default", [fid])[0].community_label
+        assert s.fact(fid).community_label == s.storage.get("default", [fid])[0].community_label
         assert s.fact(fid).community is not None
         s.delete(fid)
         gone = s.fact(fid)
@@ -117,20 +118,20 @@ def test_a_cached_fact_is_the_callers_own_copy(tmp_path):
 
 
 def test_a_write_from_another_process_shows_in_the_next_read(tmp_path):
-    """Writes this backend did not make (as another process's would be) change the
+    """Writes this process did not make (as another process's would be) change the
     record bytes the cache is validated with."""
     with FactStore(tmp_path / "ckf", embedder="hashing", recluster_every=None) as s:
         fid = s.add_fact("A fact another process will change behind our back.")
         assert s.fact(fid).importance == 0.6
-        backend = s.backend
+        storage = s.storage
 
         def behind_its_back(txn):
-            info = backend._info(txn, "default")
-            fkey = backend._locate(txn, info, fid)
-            fact_id, _, rec = backend._record(txn, fkey)
+            w = FactWriter(storage.context, txn, "default")
+            fkey = w.require(w.ns_info, fid)
+            fact_id, _, rec = w.record(fkey)
             rec["importance"] = 0.25
-            backend._put_record(txn, fkey, fact_id, rec)
-        backend._db.write(behind_its_back)
+            w.put_record(fkey, fact_id, rec)
+        storage.write(behind_its_back)
         assert s.fact(fid).importance == 0.25
 
 
@@ -145,19 +146,19 @@ def test_fact_ids_handles_are_used_only_by_their_owner(tmp_path):
         s.add_facts(texts(3, seed=5), namespace="side")
         res = s.cdgr("pod kubelet budget", k=10, min_relevance=0.0)
         anchors = [r.fact_id for r in res if r.role == "anchor"]
-        nodes, *_ = s.backend.anchor_reach("default", anchors, 2)
+        nodes, *_ = s.live.anchor_reach("default", anchors, 2)
         assert isinstance(nodes, FactIds) and len(nodes) >= 2
         plain = list(nodes)
-        heads = s.backend.scoring("default", nodes)
-        assert heads == s.backend.scoring("default", plain)
-        assert (s.backend.vectors("default", nodes) == s.backend.vectors("default", plain)).all()
+        heads = s.live.scoring("default", nodes)
+        assert heads == s.live.scoring("default", plain)
+        assert (s.live.vectors("default", nodes) == s.live.vectors("default", plain)).all()
         picked = nodes.pick([1, 0])
         assert list(picked) == [plain[1], plain[0]]
-        assert s.backend.scoring("default", picked) == [heads[1], heads[0]]
+        assert s.live.scoring("default", picked) == [heads[1], heads[0]]
         # seqs of "default" mean nothing in "side" or in another store
-        assert s.backend.scoring("side", nodes) == [None] * len(nodes)
+        assert s.live.scoring("side", nodes) == [None] * len(nodes)
         other.add_facts(texts(10, seed=4))
-        assert other.backend.scoring("default", nodes) == [None] * len(nodes)
+        assert other.live.scoring("default", nodes) == [None] * len(nodes)
         assert set(plain) <= set(ids)
 
 

@@ -14,7 +14,10 @@ import pytest
 
 from ctxrelay.knowledge import cdr as cdr_mod
 from ctxrelay.knowledge.fabric import FactStore
+from ctxrelay.knowledge.retrieval import bridged_candidates
 from ctxrelay.knowledge.sketch import VectorSketch
+from ctxrelay.storage.lmdb.factview import FactView
+from ctxrelay.storage.lmdb.factwrite import FactWriter
 from ctxrelay.text.embed import CallableEmbedder
 
 TOPICS = {
@@ -90,29 +93,29 @@ def walk_both(s: FactStore, queries: list[str], **kw) -> tuple[list, list, list[
     """cdgr with the sketch, then with similarity_bounds switched off (every
     candidate's vector read); and (scored, candidates) per bounded connector step."""
     sizes: list[tuple[int, int]] = []
-    backend = s.backend
-    scoring, vectors = backend.scoring_arrays, backend.vectors
+    live = s.live
+    heads, vectors = live.heads, live.vectors
     last: dict[str, int] = {}
 
-    def spy_scoring(ns, ids):
+    def spy_heads(ns, ids):
         last["n"] = len(ids)
-        return scoring(ns, ids)
+        return heads(ns, ids)
 
     def spy_vectors(ns, ids):
         if "n" in last:
             sizes.append((len(ids), last.pop("n")))
         return vectors(ns, ids)
 
-    backend.scoring_arrays, backend.vectors = spy_scoring, spy_vectors
+    live.heads, live.vectors = spy_heads, spy_vectors
     try:
         bounded = [s.cdgr(q, **kw) for q in queries]
     finally:
-        del backend.scoring_arrays, backend.vectors
-    backend.similarity_bounds = lambda *a: None
+        del live.heads, live.vectors
+    live.similarity_bounds = lambda *a: None
     try:
         exact = [s.cdgr(q, **kw) for q in queries]
     finally:
-        del backend.similarity_bounds
+        del live.similarity_bounds
     return bounded, exact, sizes
 
 
@@ -143,7 +146,7 @@ def test_bounded_walk_equals_the_walk_reading_every_vector_through_writes(tmp_pa
             return bounded
 
         first = same()
-        assert s.backend._mems["default"].sketch is not None        # built by the first walk
+        assert s.live.walks.peek("default").sketch is not None        # built by the first walk
         connectors = {r.fact_id for res in first for r in res if r.role == "connector"}
         assert len(connectors) >= 3
         gone = sorted(connectors)[:2]
@@ -191,8 +194,8 @@ def chain(tmp_path):
 def bounds_hold(s: FactStore, fact_ids: list[str], query: list[float]) -> np.ndarray:
     """err per fact, after checking each bound holds the exact dot product."""
     q = np.asarray(query, dtype=np.float32)
-    approx, err = s.backend.similarity_bounds("default", fact_ids, q[None, :])
-    exact = s.backend.vectors("default", fact_ids).astype(np.float64) @ q.astype(np.float64)
+    approx, err = s.live.similarity_bounds("default", fact_ids, q[None, :])
+    exact = s.storage.vectors("default", fact_ids).astype(np.float64) @ q.astype(np.float64)
     known = np.isfinite(err[:, 0])
     assert (np.abs(exact - approx[:, 0])[known] <= err[known, 0]).all()
     return err[:, 0]
@@ -204,7 +207,7 @@ def test_a_fact_deleted_or_added_after_the_walk_structures_were_built_shows_in_t
     got = chain.cdgr("q", k=3, hops=2)            # 2 anchors + 1 connector: bounds are used
     assert {r.fact_id for r in got if r.role == "connector"} <= {ids["C1"], ids["C2"]}
     assert sum(r.role == "connector" for r in got) == 1
-    assert chain.backend._mems["default"].sketch is not None
+    assert chain.live.walks.peek("default").sketch is not None
     chain.delete(ids["C2"])                       # the chain is cut: nothing bridges A1, A2
     got = chain.cdgr("q", k=3, hops=2)
     assert [r.role for r in got] == ["anchor", "anchor"]
@@ -218,13 +221,13 @@ def test_a_fact_deleted_or_added_after_the_walk_structures_were_built_shows_in_t
 def test_the_sketch_follows_a_re_embedding_and_a_quarantine(chain):
     ids = {n: chain.add_fact(f"{n}: fact text") for n in ("A1", "C1", "C2", "A2")}
     chain.cdgr("q", k=3, hops=2)
-    before = chain.backend._mems["default"].sketch
+    before = chain.live.walks.peek("default").sketch
     chain.update_fact(ids["C1"], content="X: moved elsewhere")     # a new vector, same id
     bounds_hold(chain, list(ids.values()), TABLE["q"])            # checks the new vector
-    approx, _ = chain.backend.similarity_bounds("default", [ids["C1"]],
+    approx, _ = chain.live.similarity_bounds("default", [ids["C1"]],
                                                 np.array([TABLE["X"]], dtype=np.float32))
     assert approx[0, 0] == pytest.approx(np.dot(TABLE["X"], TABLE["X"]), abs=0.02)
-    assert chain.backend._mems["default"].sketch is before         # caught up, not rebuilt
+    assert chain.live.walks.peek("default").sketch is before         # caught up, not rebuilt
     chain.set_status(ids["C2"], "QUARANTINED")
     assert np.isinf(bounds_hold(chain, [ids["C2"]], TABLE["q"])).all()
     chain.set_status(ids["C2"], "ACTIVE")
@@ -247,56 +250,54 @@ def test_scores_do_not_depend_on_which_facts_are_scored_together():
 
 # -- scoring heads held in memory -------------------------------------------------------------
 
-def test_scoring_heads_follow_every_write_including_ones_this_backend_did_not_make(tmp_path):
+def test_scoring_heads_follow_every_write_including_ones_this_process_did_not_make(tmp_path):
     """The walk scores candidates from in-memory heads (status, importance,
     modified_at, ttl).  Writes that change no vector (importance, TTL, status) and
-    a write made behind the backend's back (as another process's would be) show
+    a write made behind the store's back (as another process's would be) show
     in the next scoring, equal to the records read from LMDB."""
     with FactStore(tmp_path / "ckf", embedder="hashing", recluster_every=None) as s:
         ids = s.add_facts(topic_texts(10, seed=21))
-        backend = s.backend
+        live, storage = s.live, s.storage
         s.cdgr("pod kubelet budget", k=10, min_relevance=0.0)          # builds the heads
-        mem = backend._mems["default"]
-        assert mem.heads is not None
+        walk = live.walks.peek("default")
+        assert walk.heads is not None
         reads: list[int] = []
-        heads_of = backend._heads_of
+        by_id = FactView.heads
 
-        def spy(txn, info, fact_ids):
+        def spy(self, ns, fact_ids):
             reads.append(len(fact_ids))
-            return heads_of(txn, info, fact_ids)
+            return by_id(self, ns, fact_ids)
 
-        def truth() -> list:
-            return backend._db.read(lambda txn: heads_of(
-                txn, backend._info_ro(txn, "default"), ids))
+        def truth() -> list:          # read from the records, by seq (not spied)
+            return storage.heads_at("default", storage.locate("default", ids)).rows()
 
-        backend._heads_of = spy
+        FactView.heads = spy
         try:
-            assert backend.scoring("default", ids) == truth() and reads == []   # all in memory
+            assert live.scoring("default", ids) == truth() and reads == []   # all in memory
             s.update_fact(ids[3], importance=0.2, ttl="P1D")                   # no new vector
             s.set_status(ids[4], "STALE")
             s.delete(ids[5])
-            got = backend.scoring("default", ids)
+            got = live.scoring("default", ids)
             assert got == truth() and reads == [3]          # only the three changed re-read
             assert (got[3][1], got[3][3], got[4][0], got[5][0]) == (0.2, 86400.0, "STALE",
                                                                     "DELETED")
 
             def behind_its_back(txn):
-                info = backend._info(txn, "default")
-                fkey = backend._locate(txn, info, ids[6])
-                fact_id, _, rec = backend._record(txn, fkey)
-                rec["importance"], rec["modified_at"] = 0.123, backend._tick(info, 2e9)
-                backend._put_record(txn, fkey, fact_id, rec)
-                backend._put_info(txn, "default", info)
-            backend._db.write(behind_its_back)
-            got = backend.scoring("default", ids)
+                w = FactWriter(storage.context, txn, "default")
+                fkey = w.require(w.ns_info, ids[6])
+                fact_id, _, rec = w.record(fkey)
+                rec["importance"], rec["modified_at"] = 0.123, w.tick(2e9)
+                w.put_record(fkey, fact_id, rec)
+                w.save_info()
+            storage.write(behind_its_back)
+            got = live.scoring("default", ids)
             assert got == truth() and got[6][1] == 0.123
             s.cdgr("pod kubelet budget", k=10, min_relevance=0.0)      # the walk reads them again
-            assert mem.heads.stamp == backend._db.read(
-                lambda txn: backend._info_ro(txn, "default")["last_mod"])
+            assert walk.heads.stamp == storage.namespace("default").last_mod
             reads.clear()
-            assert backend.scoring("default", ids) == truth() and reads == []
+            assert live.scoring("default", ids) == truth() and reads == []
         finally:
-            del backend._heads_of
+            FactView.heads = by_id
 
 
 # -- connector candidates --------------------------------------------------------------------
@@ -334,7 +335,7 @@ def test_connector_candidates_equal_sorting_every_row_with_exact_strengths(seed)
     link = rng.random((n_a, n_a)) < 0.3
     link = (link | link.T) & ~np.eye(n_a, dtype=bool)
     nodes = [f"{rng.integers(1 << 62):016x}-{i}" for i in range(n)]
-    got = FactStore._bridged(nodes, hop, product, link)
+    got = bridged_candidates(nodes, hop, product, link)
     want = bridged_by_sorting_every_row(nodes, hop, product, link)
     assert {n: r for n, (_, r) in got.items()} == {n: r for n, (_, r, _) in want.items()}
     for node, (value, _) in got.items():            # numpy's value, within 1e-12

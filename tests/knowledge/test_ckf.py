@@ -12,14 +12,19 @@ import numpy as np
 import pytest
 
 from ctxrelay.knowledge import fabric as ckf_mod
+from ctxrelay.knowledge import inputs as inputs_mod
+from ctxrelay.knowledge import vectors as vectors_mod
 from ctxrelay.knowledge.fabric import (Chunk, FactKeyExistsError, FactStore, IngestSourceError,
                           InvalidFactError, StatusTransitionError, UnknownFactError, chunk_text)
 from ctxrelay.knowledge.graph import VectorIndex
+from ctxrelay.storage.interfaces.facts import FactStorage, epoch_of
+from ctxrelay.storage.lmdb import factcodec
+from ctxrelay.storage.lmdb.facts import LmdbFacts
 from ctxrelay.text.embed import CallableEmbedder, get_embedder
 from ctxrelay.errors import InvalidArgumentError, InvalidMetadataError, StoreError
 from ctxrelay.text.tokens import count
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPICS = {
     "kubernetes": "pod node cluster kubelet scheduler container deployment replica service ingress",
@@ -106,7 +111,7 @@ def test_store_recall_with_given_vectors(tmp_path):
 def test_store_recall_with_hashed_facts(store):
     texts = [t for _, t in topic_facts(per_topic=400, seed=11)]
     ids = store.add_facts(texts)
-    vecs = store.backend.vectors("default", ids)
+    vecs = store.storage.vectors("default", ids)
     queries = get_embedder("hashing").embed_batch(
         [f"{a} {b} {c}" for a, b, c in zip(*(v.split()[:3] for v in TOPICS.values()))]
         + [t for _, t in topic_facts(per_topic=20, seed=99)])
@@ -173,6 +178,20 @@ def test_unreadable_index_file_is_rebuilt(tmp_path):
     with pytest.warns(RuntimeWarning, match="rebuilding"):
         with FactStore(path) as s:
             assert s.search_ann("sourdough rye", k=1)[0].fact_id == fid
+
+
+def test_version_moves_with_writes_only_and_fixed_ef_search(store):
+    v0 = store.version()
+    fid = store.add_fact("A fact that moves the version.")
+    v1 = store.version()
+    store.fact(fid), store.search_ann("fact", k=1), store.etag()
+    assert v1 > v0 and store.version() == v1
+    store.set_status(fid, "STALE")
+    assert store.version() > v1
+    store.set_ef_search(40)
+    assert store.live.index("default").index.ef_search == 40 and not store.live.auto_ef
+    with pytest.raises(InvalidArgumentError, match="ef_search"):
+        store.set_ef_search(0)
 
 
 def test_a_second_instance_on_the_same_path_is_refused(store):
@@ -346,14 +365,16 @@ def test_etag_is_a_function_of_the_state(tmp_path):
         s.delete(ids[2])
         s.update_fact(ids[3], content="Rewritten content for fact three.")
         total = 0
-        for f in s.backend.scan("default"):
-            ts = ckf_mod._epoch(f.modified_at)
-            raw = s.backend._db.read(lambda txn: s.backend._record(
-                txn, s.backend._locate(txn, s.backend._db.read(
-                    lambda t2: s.backend._info(t2, "default")), f.fact_id)))
-            total += ckf_mod._component(f.fact_id, f.content_hash, f.status, raw[2]["modified_at"])
-            assert abs(raw[2]["modified_at"] - ts) < 1e-5
-        info = s.backend._db.read(lambda txn: s.backend._info(txn, "default"))
+        storage = s.storage
+        nid = storage.namespace("default").id
+        for f in storage.scan("default"):
+            (seq,) = storage.locate("default", [f.fact_id]).tolist()
+            raw = storage.read(lambda txn: txn.get(factcodec.fact_key(nid, seq),
+                                                   db=storage.dbs[b"facts"]))
+            modified = factcodec.decode_record(raw)[2]["modified_at"]
+            total += factcodec.digest_component(f.fact_id, f.content_hash, f.status, modified)
+            assert abs(modified - epoch_of(f.modified_at)) < 1e-5
+        info = storage.snapshot(lambda view: view.info("default"))
         assert int(info["digest"], 16) == total % (1 << 256)
 
 
@@ -361,8 +382,8 @@ def test_etag_is_a_function_of_the_state(tmp_path):
 
 def test_edges_respect_the_threshold_and_equal_the_cosine(store):
     ids = store.add_facts([t for _, t in topic_facts(per_topic=8)])
-    vecs = dict(zip(ids, store.backend.vectors("default", ids)))
-    adj = store.backend.neighbourhood("default", ids, 1)
+    vecs = dict(zip(ids, store.storage.vectors("default", ids)))
+    adj = store.live.neighbourhood("default", ids, 1)
     threshold = get_embedder("hashing").thresholds["edge"]
     assert store.edge_threshold == threshold
     n_edges = 0
@@ -480,7 +501,7 @@ def test_a_failed_transaction_leaves_index_and_store_unchanged(store, monkeypatc
 
     def boom(*a, **kw):
         raise OSError("disk on fire")
-    monkeypatch.setattr(store.backend._terms, "add", boom)
+    monkeypatch.setattr(store.storage.terms, "add", boom)
     with pytest.raises(OSError, match="disk on fire"):
         store.add_facts(["doomed fact about ovens", "another doomed fact about dough"])
     assert durable() == before
@@ -584,40 +605,38 @@ def test_ingest_texts(store):
 
 
 def test_progress_bar_only_on_a_tty(store, monkeypatch, capsys):
-    monkeypatch.setattr(ckf_mod, "_is_tty", lambda: True)
+    monkeypatch.setattr(inputs_mod, "is_tty", lambda: True)
     store.add_facts([f"fact {i}" for i in range(5)])
     assert "adding facts" in capsys.readouterr().err
     store.add_facts([f"fact {i}" for i in range(5)], progress=False)
     assert capsys.readouterr().err == ""
 
 
-def test_the_native_backend_implements_the_backend_interface(tmp_path):
-    from ctxrelay.knowledge.fabric import CKFBackend, NativeBackend
-    abstract = {name for name in dir(CKFBackend)
-                if getattr(getattr(CKFBackend, name), "__isabstractmethod__", False)}
-    assert {"add_facts", "search", "neighbourhood", "delete", "stats", "lookup_key",
-            "search_terms", "state_hash", "set_status"} <= abstract
-    backend = NativeBackend(tmp_path / "ckf", model_id="hashing-v1-1024", dim=1024)
-    assert isinstance(backend, CKFBackend) and not NativeBackend.__abstractmethods__
-    with pytest.raises(ckf_mod.EmbeddingModelMismatchError, match="backend holds"):
+def test_the_lmdb_storage_implements_the_protocol_and_can_be_injected(tmp_path):
+    storage = LmdbFacts(tmp_path / "ckf" / "db", model_id="hashing-v1-1024", dim=1024)
+    assert isinstance(storage, FactStorage) and storage.name == "crp-native"
+    with pytest.raises(ckf_mod.EmbeddingModelMismatchError, match="storage holds"):
         FactStore(tmp_path / "other", embedder=CallableEmbedder(
-            lambda t: np.ones((len(t), 8)), dim=8, model_id="x"), backend=backend)
-    with FactStore(tmp_path / "ckf", embedder="hashing", backend=backend) as s:
-        fid = s.add_fact("Stored through an injected backend object.", key="injected")
+            lambda t: np.ones((len(t), 8)), dim=8, model_id="x"), storage=storage)
+    with FactStore(tmp_path / "ckf", embedder="hashing", storage=storage) as s:
+        fid = s.add_fact("Stored through an injected storage object.", key="injected")
         assert s.lookup_key("injected").fact_id == fid
         assert s.stats().backend == "crp-native"
+    assert storage.closed                       # the store closes what it was given
 
 
 # -- graph walks: the in-memory adjacency against the stored edges ----------------------------
 
+from collections import Counter  # noqa: E402
+
 from ctxrelay.knowledge import cdr as cdr_mod  # noqa: E402
-from ctxrelay.knowledge.fabric import CKFBackend  # noqa: E402
+from ctxrelay.knowledge.communities import similarity_graph  # noqa: E402
 from ctxrelay.knowledge.graph import Adjacency, anchor_reach  # noqa: E402
 
 
 def stored_adjacency(s, ns="default"):
-    """Adjacency of the retrievable facts read straight from LMDB (backend.graph)."""
-    ids, edges, weights = s.backend.graph(ns)
+    """Adjacency of the retrievable facts read straight from the storage."""
+    ids, edges, weights = s.storage.snapshot(lambda view: similarity_graph(view, ns))
     adj = {i: {} for i in ids}
     for (a, b), w in zip(edges, weights):
         adj[ids[a]][ids[b]] = w
@@ -636,9 +655,30 @@ def oracle_reach(adj, anchors, hops):
     return {n: r for n, r in out.items() if len(r) >= 2}
 
 
-def native_reach(s, anchors, hops, backend_cls=None):
-    fn = s.backend.anchor_reach if backend_cls is None else \
-        (lambda *a: backend_cls.anchor_reach(s.backend, *a))
+def generic_anchor_reach(live, ns, anchor_ids, hops):
+    """The walk done the plain way: the neighbourhood map, then cdr.reach_layers per
+    anchor in Python (what a back end without the numpy walk would compute)."""
+    adj = live.neighbourhood(ns, anchor_ids, hops)
+    empty = {}
+    layers = [cdr_mod.reach_layers(a, lambda n: adj.get(n, empty), hops) for a in anchor_ids]
+    anchors = set(anchor_ids)
+    count = Counter()
+    for hops_of, _ in layers:
+        count.update(n for n in hops_of if n not in anchors)
+    nodes = [n for n, c in count.items() if c >= 2]
+    hop = np.zeros((len(nodes), len(anchor_ids)), dtype=np.int64)
+    product = np.zeros((len(nodes), len(anchor_ids)))
+    for j, (hops_of, prod) in enumerate(layers):
+        for i, n in enumerate(nodes):
+            if n in hops_of:
+                hop[i, j], product[i, j] = hops_of[n], prod[n]
+    linked = np.array([[b in adj.get(a, empty) for b in anchor_ids] for a in anchor_ids],
+                      dtype=bool).reshape(len(anchor_ids), len(anchor_ids))
+    return nodes, hop, product, linked
+
+
+def native_reach(s, anchors, hops, generic=False):
+    fn = (lambda *a: generic_anchor_reach(s.live, *a)) if generic else s.live.anchor_reach
     nodes, hop, prod, linked = fn("default", anchors, hops)
     got = {n: {j: (int(hop[i, j]), float(prod[i, j])) for j in range(len(anchors)) if hop[i, j]}
            for i, n in enumerate(nodes)}
@@ -653,7 +693,7 @@ def check_walks(s, anchors_list):
             got, linked = native_reach(s, anchors, hops)
             assert got == oracle_reach(adj, anchors, hops)         # exact floats
             assert linked.tolist() == [[b in adj[a] for b in anchors] for a in anchors]
-        nb = s.backend.neighbourhood("default", anchors, 2)
+        nb = s.live.neighbourhood("default", anchors, 2)
         for a in anchors:
             assert nb[a] == adj[a]
 
@@ -682,9 +722,9 @@ def test_walk_adjacency_follows_every_kind_of_write(tmp_path):
         check_walks(s, [ids[0:6], ids[60:66]])
 
 
-def test_walks_equal_the_generic_backend_walk_and_cdgr_is_unchanged(tmp_path):
-    """The native numpy walk and the interface's default (neighbourhood + Python
-    reach_layers) give the same reach, so CDGR returns the same facts and scores."""
+def test_walks_equal_the_generic_walk_and_cdgr_is_unchanged(tmp_path):
+    """The numpy walk and the plain one (neighbourhood + Python reach_layers) give
+    the same reach, so CDGR returns the same facts and scores."""
     with FactStore(tmp_path / "ckf", embedder="hashing", recluster_every=None) as s:
         s.add_facts([t for _, t in topic_facts(per_topic=40, seed=5)])
         queries = [" ".join(v.split()[i:i + 3]) for v in TOPICS.values() for i in (0, 4)]
@@ -692,9 +732,9 @@ def test_walks_equal_the_generic_backend_walk_and_cdgr_is_unchanged(tmp_path):
         for r in native[0][:3]:
             nodes_n = native_reach(s, [x.fact_id for x in native[0] if x.role == "anchor"], 2)
             nodes_g = native_reach(s, [x.fact_id for x in native[0] if x.role == "anchor"], 2,
-                                   backend_cls=CKFBackend)
+                                   generic=True)
             assert nodes_n[0] == nodes_g[0] and (nodes_n[1] == nodes_g[1]).all()
-        s.backend.anchor_reach = lambda *a: CKFBackend.anchor_reach(s.backend, *a)
+        s.live.anchor_reach = lambda *a: generic_anchor_reach(s.live, *a)
         generic = [s.cdgr(q, k=12, hops=h, min_relevance=0.0) for q in queries for h in (2, 3)]
     assert sum(r.role == "connector" for res in native for r in res) >= 6
     assert [[r.to_dict() for r in res] for res in native] == \
@@ -790,23 +830,23 @@ def test_tuned_ef_keeps_recall_and_stays_at_the_ceiling_for_uniform_vectors():
 
 
 def test_store_tunes_ef_at_a_snapshot_and_keeps_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(ckf_mod, "AUTO_EF_MIN", 1000)
+    monkeypatch.setattr(vectors_mod, "AUTO_EF_MIN", 1000)
     emb = CallableEmbedder(lambda texts: np.ones((len(texts), 64)), dim=64, model_id="rand-64")
     data = clustered_unit(3000, 64, centres=30, seed=8)
     path = tmp_path / "ckf"
     with FactStore(path, embedder=emb, recluster_every=None, knn=0) as s:
         ids = s.add_facts([f"fact {i}" for i in range(500)], vectors=data[:500])
-        assert s.backend._mems["default"].index.ef_search == 100     # too small to tune
+        assert s.live.ann.get("default").index.ef_search == 100     # too small to tune
         ids += s.add_facts([f"fact {i}" for i in range(500, 3000)], vectors=data[500:],
                            batch_size=2500)     # 2,500 index operations: a snapshot
-        tuned = s.backend._mems["default"].index.ef_search
+        tuned = s.live.ann.get("default").index.ef_search
         assert tuned < 100
         queries = clustered_unit(100, 64, centres=30, seed=8 + 17)
         found = [[h.fact_id for h in s.search_ann(q, k=10)] for q in queries]
         assert recall(found, brute_top(data, ids, queries, 10)) >= 0.95
     with FactStore(path, embedder=emb) as s:                        # persisted with the index
         s.search_ann(queries[0], k=1)
-        assert s.backend._mems["default"].index.ef_search == tuned
+        assert s.live.ann.get("default").index.ef_search == tuned
     with FactStore(path, embedder=emb, auto_ef=False) as s:
         s.search_ann(queries[0], k=1)
-        assert s.backend._mems["default"].index.ef_search == 100
+        assert s.live.ann.get("default").index.ef_search == 100

@@ -234,7 +234,7 @@ def add(store, *names, **kw):
 
 def test_edges_are_exactly_the_designed_chain(store):
     ids = add(store, "A1", "C1", "C2", "A2")
-    adj = store.backend.neighbourhood("default", list(ids.values()), 1)
+    adj = store.live.neighbourhood("default", list(ids.values()), 1)
     name = {v: k for k, v in ids.items()}
     edges = {frozenset((name[a], name[b])) for a, row in adj.items() for b in row}
     assert edges == {frozenset(p) for p in [("A1", "C1"), ("C1", "C2"), ("C2", "A2")]}

@@ -2,13 +2,14 @@
 
 ``FactStore.expire`` marks ACTIVE facts whose ``ingested_at + ttl`` has passed
 STALE (SPEC-009 §8.1).  It used to read every fact (about 2 s of Python holding
-the GIL at 100k facts); the native backend now keeps an ``expiry`` database
+the GIL at 100k facts); the storage now keeps an ``expiry`` database
 ordered by due time, maintained by every write, and built in batches for a
 namespace made before it existed.  The reference here is the old sweep: scan
 everything, mark what is due.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import tempfile
@@ -19,8 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay.knowledge import fabric as ckf_mod
-from ctxrelay.knowledge.fabric import FactStore, _due, _epoch
+from ctxrelay.knowledge.fabric import FactStore
+from ctxrelay.storage.interfaces.facts import epoch_of, iso_time
+from ctxrelay.storage.lmdb import facts as facts_mod
+from ctxrelay.storage.lmdb.factcodec import due_of_bytes, due_time, prefix_items
+from ctxrelay.storage.lmdb.factview import FactView
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
@@ -38,35 +42,31 @@ def store(path, clock) -> FactStore:
     return FactStore(path, embedder="hashing", recluster_every=None, knn=0, clock=clock)
 
 
-def scan_due(s: FactStore, ns: str = "default") -> list[str]:
+def scan_due(s: FactStore, now: float, ns: str = "default") -> list[str]:
     """The old sweep's choice: every ACTIVE fact with ingested_at + ttl < now."""
-    now = s._clock()
-    return [f.fact_id for f in s.backend.scan(ns) if f.status == "ACTIVE"
-            and f.ttl_seconds is not None and now > _epoch(f.ingested_at) + f.ttl_seconds]
+    return [f.fact_id for f in s.storage.scan(ns) if f.status == "ACTIVE"
+            and f.ttl_seconds is not None and now > epoch_of(f.ingested_at) + f.ttl_seconds]
 
 
-def old_expire(s: FactStore, ns: str = "default") -> int:
-    due = scan_due(s, ns)
-    return s.backend.set_status(ns, due, "STALE", now=s._clock()) if due else 0
+def old_expire(s: FactStore, now: float, ns: str = "default") -> int:
+    due = scan_due(s, now, ns)
+    return s.live.set_status(ns, due, "STALE", now=now) if due else 0
 
 
 def index_entries(s: FactStore, ns: str = "default") -> dict[str, float]:
     """fact id -> due time, as the expiry index holds them."""
-    backend = s.backend
-
-    def fn(txn):
-        info = backend._info_ro(txn, ns)
-        prefix = struct.pack(">Q", info["id"])
-        return {v.decode(): ckf_mod._due_of_bytes(k[8:16])
-                for k, v in ckf_mod._prefix_items(txn, backend._db.dbs[b"expiry"], prefix)}
-    return backend._db.read(fn)
+    storage = s.storage
+    prefix = struct.pack(">Q", storage.namespace(ns).id)
+    return storage.read(lambda txn: {
+        v.decode(): due_of_bytes(k[8:16])
+        for k, v in prefix_items(txn, storage.dbs[b"expiry"], prefix)})
 
 
 def expected_entries(s: FactStore, ns: str = "default") -> dict[str, float]:
     out = {}
-    for f in s.backend.scan(ns):
+    for f in s.storage.scan(ns):
         if f.status == "ACTIVE" and f.ttl_seconds is not None:
-            out[f.fact_id] = _epoch(f.ingested_at) + f.ttl_seconds
+            out[f.fact_id] = epoch_of(f.ingested_at) + f.ttl_seconds
     return out
 
 
@@ -79,8 +79,8 @@ def test_due_facts_expire_and_the_others_stay(tmp_path):
         assert index_entries(s) == expected_entries(s) and set(index_entries(s)) == {hour, day}
         due_at = index_entries(s)[hour]
         clock.now = due_at                          # not past it yet: strictly after
-        assert s.backend.due_facts("default", now=due_at) == []
-        assert s.backend.due_facts("default", now=due_at + 1e-3) == [hour]
+        assert s.storage.due("default", now=due_at) == []
+        assert s.storage.due("default", now=due_at + 1e-3) == [hour]
         assert s.expire() == 0
         clock.now = due_at + 1e-3
         before = s.etag()
@@ -129,23 +129,24 @@ def test_status_changes_take_facts_out_and_back(tmp_path):
 
 def make_old(s: FactStore, ns: str = "default") -> None:
     """Turn a namespace into one written before the expiry index existed."""
-    backend = s.backend
+    storage = s.storage
 
     def fn(txn):
-        info = backend._info(txn, ns)
+        dbs = storage.dbs
+        info = json.loads(txn.get(ns.encode(), db=dbs[b"ns"]))
         prefix = struct.pack(">Q", info["id"])
-        for key in [k for k, _ in ckf_mod._prefix_items(txn, backend._db.dbs[b"expiry"], prefix)]:
-            txn.delete(key, db=backend._db.dbs[b"expiry"])
+        for key in [k for k, _ in prefix_items(txn, dbs[b"expiry"], prefix)]:
+            txn.delete(key, db=dbs[b"expiry"])
         del info["expiry"]
-        backend._put_info(txn, ns, info)
-    backend._db.write(fn)
+        txn.put(ns.encode(), json.dumps(info).encode(), db=dbs[b"ns"])
+    storage.write(fn)
 
 
 def test_an_old_store_gets_its_index_built_and_sweeps_like_a_full_scan(tmp_path, monkeypatch):
     """Two copies of one store written before the index existed: the new sweep
     (which builds the index, in several batches here) and the old full scan mark
     the same facts at the same modification times, so the state hashes agree."""
-    monkeypatch.setattr(ckf_mod, "BACKFILL_BATCH", 7)
+    monkeypatch.setattr(facts_mod, "BACKFILL_BATCH", 7)
     rng = np.random.default_rng(3)
     clock = Clock()
     with store(tmp_path / "a", clock) as s:
@@ -158,14 +159,13 @@ def test_an_old_store_gets_its_index_built_and_sweeps_like_a_full_scan(tmp_path,
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     clock.now = T0 + 90 * 60
     runs = {}
-    for name, sweep in (("a", lambda s: s.expire()), ("b", old_expire)):
+    for name, sweep in (("a", lambda s: s.expire()), ("b", lambda s: old_expire(s, clock.now))):
         with store(tmp_path / name, clock) as s:
-            due = scan_due(s)
+            due = scan_due(s, clock.now)
             runs[name] = (sweep(s), due, [(f.fact_id, f.status, f.modified_at)
-                                          for f in s.backend.scan("default")], s.etag())
+                                          for f in s.storage.scan("default")], s.etag())
             if name == "a":
-                assert s.backend._db.read(
-                    lambda txn: s.backend._info_ro(txn, "default"))["expiry"] == 1
+                assert s.storage.snapshot(lambda view: view.info("default"))["expiry"] == 1
                 assert index_entries(s) == expected_entries(s)
     assert runs["a"][0] == len(runs["a"][1]) > 0
     assert runs["a"] == runs["b"]
@@ -176,7 +176,8 @@ def test_the_index_is_used_not_a_scan(tmp_path, monkeypatch):
     with store(tmp_path / "ckf", clock) as s:
         s.add_facts([{"content": f"Fact {i}.", "ttl": "PT1H" if i % 10 == 0 else None}
                      for i in range(50)])
-        monkeypatch.setattr(type(s.backend), "scan", lambda *a: pytest.fail("scanned"))
+        monkeypatch.setattr(type(s.storage), "scan", lambda *a: pytest.fail("scanned"))
+        monkeypatch.setattr(FactView, "scan", lambda *a: pytest.fail("scanned"))
         clock.now = T0 + 2 * HOUR
         assert s.expire() == 5
 
@@ -214,7 +215,7 @@ def test_any_sequence_of_writes_keeps_the_index_equal_to_a_full_scan(ops):
             elif op == "tick":
                 clock.now += n * 60.0
             elif op == "expire":
-                want = set(scan_due(s))
+                want = set(scan_due(s, clock.now))
                 assert s.expire() == len(want)
                 assert not {f for f in want if s.fact(f).status != "STALE"}
             assert index_entries(s) == expected_entries(s)
@@ -223,8 +224,9 @@ def test_any_sequence_of_writes_keeps_the_index_equal_to_a_full_scan(ops):
 def test_due_is_what_a_read_of_the_fact_gives():
     # ingested_at is compared as a read returns it (ISO, microseconds), as before
     rec = {"ingested_at": T0 + 0.1234567, "ttl_seconds": 10.0}
-    assert _due("ACTIVE", rec) == _epoch(ckf_mod._iso(rec["ingested_at"])) + 10.0
-    assert _due("STALE", rec) is None and _due("ACTIVE", {**rec, "ttl_seconds": None}) is None
+    assert due_time("ACTIVE", rec) == epoch_of(iso_time(rec["ingested_at"])) + 10.0
+    assert due_time("STALE", rec) is None
+    assert due_time("ACTIVE", {**rec, "ttl_seconds": None}) is None
 
 
 def test_a_write_between_finding_and_marking_wins(tmp_path):
@@ -236,9 +238,9 @@ def test_a_write_between_finding_and_marking_wins(tmp_path):
         a, b, c = s.add_facts([{"content": f"Fact {x} expiring soon.", "ttl": "PT1H"}
                                for x in "abc"])
         clock.now = T0 + 2 * HOUR
-        due = s.backend.due_facts("default", now=clock.now)
+        due = s.storage.due("default", now=clock.now)
         assert due == [a, b, c]
         s.update_fact(a, ttl="P1D")
         s.delete(b)
-        assert s.backend.expire_facts("default", due, now=clock.now) == 1
+        assert s.live.expire("default", due, now=clock.now) == 1
         assert [s.fact(x).status for x in (a, b, c)] == ["ACTIVE", "DELETED", "STALE"]
