@@ -230,10 +230,16 @@ def trace(cid: str, name: str) -> None:
 
 
 def shipped_embedders() -> list[str]:
-    """The embedders ctxrelay ships that can run here (minilm needs the semantic extra)."""
-    from ctxrelay.text.embed import minilm_available
-    names = [n for n in registered() if n in ("hashing", "minilm", "model2vec", "static")]
-    return [n for n in names if n != "minilm" or minilm_available()]
+    """The embedders ctxrelay ships (registered at import) that can run here."""
+    from ctxrelay.text.embed import EmbedderUnavailableError
+    names = []
+    for name in registered():
+        try:
+            get_embedder(name).embed_batch(["probe"])
+        except EmbedderUnavailableError:
+            continue
+        names.append(name)
+    return names
 
 
 if __name__ == "__main__":
