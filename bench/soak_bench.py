@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     from ctxrelay import Runtime
     from ctxrelay.knowledge.fabric import FactStore
     from ctxrelay.knowledge.promotion import promote_after_turn
+    from ctxrelay.storage import open_stores
     from ctxrelay.storage.lmdb.scratch import open_scratch_store
-    from ctxrelay.storage.lmdb.transcript import open_store
 
     rng = random.Random(args.seed)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ctxrelay-soak-"))
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = {"embedder": "hashing", "max_context_tokens": args.max_context_tokens}
     rt = Runtime(store_dir)
     rt.create_session("soak")
-    transcript = open_store(store_dir)
+    stores = open_stores(store_dir)          # the Runtime's store: its parts, for promotion
     every = max(1, args.turns // args.checkpoints)
     checkpoints: list[dict[str, Any]] = []
     segment_assemble: list[float] = []
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         turn += 1
         if not args.no_promotion:
             t0 = time.perf_counter()
-            for p in promote_after_turn(transcript, "soak", reply, since=user_turn,
+            for p in promote_after_turn(stores, "soak", reply, since=user_turn,
                                         embedder="hashing"):
                 promoted[p["rule"]] = promoted.get(p["rule"], 0) + 1
             segment_promote.append(time.perf_counter() - t0)
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{point['disk']['ckf'] / 2**20:5.1f} MiB  assemble p50 "
                   f"{(point['assemble'] or {}).get('p50_ms', float('nan')):7.1f} ms  "
                   f"[{point['elapsed_s']} s]", flush=True)
+    stores.close()
     rt.close()
     facts.close()
 

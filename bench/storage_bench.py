@@ -87,7 +87,7 @@ from ckf_bench import corpus  # noqa: E402
 
 from ctxrelay import Runtime  # noqa: E402
 from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
-from ctxrelay.retrieval.router import router_for  # noqa: E402
+from ctxrelay.retrieval.router import Router  # noqa: E402
 
 TARGET_FAST_US = 50.0
 TARGET_FAST_PROLOG_US = 100.0
@@ -255,7 +255,7 @@ def bench_python(data: dict[str, Any], repeat: int, slow_repeat: int, *,
 def bench_direct(data: dict[str, Any], repeat: int) -> dict[str, Any]:
     """The same work on the Python objects: what the facade adds is the difference."""
     rt: Runtime = data["rt"]
-    router = router_for(rt._store)
+    router = Router.of(rt._store)
     fs, scratch = router.facts(), router.scratch()
     n = len(data["facts"])
     keys = [f"k{(i * 7919) % n}" for i in range(200)]
@@ -282,7 +282,7 @@ def bench_direct(data: dict[str, Any], repeat: int) -> dict[str, Any]:
 
 def bench_naive(data: dict[str, Any], repeat: int) -> dict[str, Any]:
     rt: Runtime = data["rt"]
-    router = router_for(rt._store)
+    router = Router.of(rt._store)
     fs = router.facts()
     emb = fs.embedder
     t0 = time.perf_counter()

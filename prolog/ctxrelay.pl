@@ -30,8 +30,11 @@ their modules and are reached module-qualified: the intent markers
 thread cues and state markers (ctxrelay_thread_rules,
 ctxrelay_thread_state), the
 document and seed markers (ctxrelay_mode), the blend weights
-(ctxrelay_blend), the router's access model (ctxrelay_router:route/2)
-and the policy defaults (ctxrelay_policy).  See docs/architecture.md.
+(ctxrelay_blend), the router's access model (ctxrelay_router:route/2),
+the policy defaults (ctxrelay_policy), the promotion rules and thresholds
+(ctxrelay_promotion, which also offers promote_turns/5 to agents that
+run their own turns) and the naming-phrase lexicon (ctxrelay_naming).
+See docs/architecture.md.
 */
 
 % Running from a source checkout: make the Python package importable even

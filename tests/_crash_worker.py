@@ -107,10 +107,10 @@ def run_ckf(store: str, limit: str) -> None:
 
 def run_scratch(store: str, session: str, limit: str) -> None:
     from ctxrelay import Runtime
-    from ctxrelay.storage.lmdb import scratch
     from ctxrelay.storage.lmdb import transcript
+    from ctxrelay.storage.lmdb.scratch import blobs
 
-    real_write_blob = scratch.ScratchStore._write_blob
+    real_write_blob = blobs.BlobDir.write
     real_append = transcript.TranscriptStore.append
 
     def write_blob(self, session_key, scratch_id, data):
@@ -124,7 +124,7 @@ def run_scratch(store: str, session: str, limit: str) -> None:
             block_at("call-appended")
         return turn_id
 
-    scratch.ScratchStore._write_blob = write_blob
+    blobs.BlobDir.write = write_blob
     transcript.TranscriptStore.append = append
     rt = Runtime(store)
     for i in range(int(limit)):

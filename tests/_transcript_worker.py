@@ -1,4 +1,4 @@
-"""Child process for tests/test_transcript_durability.py.
+"""Child process for tests/storage/lmdb/test_lmdb_transcript_durability.py.
 
     python _transcript_worker.py append STORE SESSION LIMIT
         append turns forever (up to LIMIT), printing "TURN_ID I SHA256" for each

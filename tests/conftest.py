@@ -1,43 +1,17 @@
-"""Shared fixtures: the project root, the swipl launcher, a fresh store."""
+"""Shared fixtures: a fresh store directory, the Python path for subprocesses.
+
+The helpers (ROOT, the swipl launcher, a tmpfs) live in ``support.py`` and are
+re-exported here, so ``from conftest import ROOT`` keeps working in every
+test directory (each directory's conftest re-exports them too).
+"""
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-LAUNCHER = ROOT / "bin" / "ctxrelay-swipl"
-
-
-def run_swipl(args: list[str], *, cwd: Path | None = None, timeout: float = 300,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the project's swipl launcher (Prolog as host, Python embedded)."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([str(LAUNCHER), *args], cwd=cwd or ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-@contextlib.contextmanager
-def mounted_tmpfs(mount_point: Path, size: str):
-    """A tmpfs of ``size`` at ``mount_point`` (needs root, as CI and the dev machines
-    are; skips the test otherwise); every store is closed before it is unmounted."""
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                           str(mount_point)], capture_output=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mount_point
-    finally:
-        from ctxrelay.storage.lmdb import scratch
-        from ctxrelay.storage.lmdb.transcript import close_all
-        close_all()
-        scratch.close_all()
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+from support import LAUNCHER, ROOT, mounted_tmpfs, run_swipl  # noqa: F401  (re-exported)
 
 
 @pytest.fixture
@@ -50,4 +24,4 @@ def python_path_env() -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT / "python"), "PATH": os.environ.get("PATH", "")}
 
 
-__all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl", "sys"]
+__all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl"]

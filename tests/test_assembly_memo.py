@@ -41,13 +41,14 @@ def rt(store_dir):
 
 def test_memo_serves_the_same_units_as_a_fresh_count(rt):
     chat(rt, "s", 60)
-    assembly._PRICED.clear()
+    memo = assembly._priced_memo(rt._store)            # the store's memo of priced turns
+    memo.clear()
     cold = rt.assemble("s", "remind me of the budget figure item 10", **POLICY)
-    assert assembly._PRICED, "the first assembly fills the memo"
+    assert memo, "the first assembly fills the memo"
     warm = rt.assemble("s", "remind me of the budget figure item 10", **POLICY)
     assert signature(warm) == signature(cold)
     # Every unit a memo entry produced costs what a fresh count says.
-    for key, priced in list(next(iter(assembly._PRICED.values())).items()):
+    for key, priced in list(memo.items()):
         fresh, exact = assembly.message_cost(priced.message, "cl100k_base")
         assert (fresh, exact) == (priced.cost, priced.exact), key
 

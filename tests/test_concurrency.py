@@ -25,7 +25,7 @@ from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_st
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _transcript_worker import writer_content  # noqa: E402
-from test_transcript_durability import spawn, watchdog  # noqa: E402
+from support import spawn_transcript_worker as spawn, watchdog  # noqa: E402
 
 POLICY = dict(embedder="hashing", max_context_tokens=3000, output_reserve=300)
 

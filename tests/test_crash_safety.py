@@ -6,7 +6,7 @@ SIGKILL; the parent then reopens the store and checks that every acknowledged
 write is there, that nothing half-written is visible and that the derived
 records (search index, ANN index, warm ``latest``, scratch metadata) agree
 with the data.  Appends killed mid-stream and imports are covered by
-tests/test_transcript_durability.py; this file covers the other writers.
+tests/storage/lmdb/test_lmdb_transcript_durability.py; this file covers the other writers.
 """
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ import lmdb
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.storage.lmdb import transcript as transcript_mod
+from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.errors import StoreError, StoreFullError
 from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _crash_worker import doc_text, managed_message, tool_raw  # noqa: E402
-from test_transcript_durability import watchdog  # noqa: E402
+from support import watchdog  # noqa: E402
 from conftest import mounted_tmpfs  # noqa: E402
 
 WORKER = HERE / "_crash_worker.py"
@@ -343,7 +343,7 @@ def test_check_finds_damaged_derived_records_and_repair_rebuilds_them(tmp_path, 
         assert (rt.export("ops"), rt.export("other")) == before          # turns untouched
         assert [h.turn_id for h in rt.search("ops", "needle7")] == [8]
         assert rt.append("ops", "user", "after the repair") == 13        # ids continue
-        assert rt.append("ops", "user", f"line 0 needle0 common words", key="o0") == 1
+        assert rt.append("ops", "user", "line 0 needle0 common words", key="o0") == 1
 
 
 def test_check_repairs_a_damaged_turn_log(tmp_path, capsys):
@@ -443,7 +443,7 @@ def test_a_small_map_grows_under_the_runtime(tmp_path):
 
 def test_a_map_that_cannot_grow_raises_store_full_and_keeps_the_store(tmp_path, monkeypatch):
     store = tmp_path / "store"
-    monkeypatch.setattr(transcript_mod, "_MAX_MAP_SIZE", 256 * 1024)
+    monkeypatch.setattr(LmdbStore, "MAX_MAP_SIZE", 256 * 1024)
     with Runtime(store, map_size=128 * 1024) as rt:
         rt.create_session("f")
         text = " ".join(f"x{i}" for i in range(300))

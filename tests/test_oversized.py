@@ -23,7 +23,7 @@ def test_an_append_over_the_limit_is_refused_before_anything_is_stored(tmp_path)
         with pytest.raises(TurnTooLargeError):
             rt.managed_turn("ops", BIG, **POLICY)
         assert rt.turn_count("ops") == 0
-        assert len(BIG.encode()) > rt._store.max_turn_bytes       # the default, 1 MiB
+        assert len(BIG.encode()) > rt._store.transcript.max_turn_bytes   # the default, 1 MiB
 
 
 def test_a_huge_stored_turn_is_packed_as_an_excerpt_and_the_session_goes_on(tmp_path):

@@ -7,18 +7,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxrelay.retrieval.recall import (_aligned, analyze, date_closeness, date_mentions, index_for, recall,
-                             score_turns, strip_names)
-from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.retrieval.recall import (RecallIndex, _aligned, analyze, date_closeness,
+                                       date_mentions, recall, score_turns, strip_names)
+from ctxrelay.storage import Stores, open_stores
 
 
-def _store(tmp_path: Path, turns: list[tuple[str, str, str, str]]) -> TranscriptStore:
+@pytest.fixture(autouse=True)
+def _close_stores():
+    yield
+    from ctxrelay.storage import close_all
+    close_all()
+
+
+def _store(tmp_path: Path, turns: list[tuple[str, str, str, str]]) -> Stores:
     """turns: (role, name, timestamp, content)."""
-    st = TranscriptStore(tmp_path / "store")
-    st.create_session("s")
+    st = open_stores(tmp_path / "store")
+    st.transcript.create_session("s")
     for role, name, ts, content in turns:
-        st.append("s", role, content, name=name, timestamp=ts)
+        st.transcript.append("s", role, content, name=name, timestamp=ts)
     return st
+
+
+def index_for(st: Stores):
+    return RecallIndex.of(st)
 
 
 def _ts(day: int, minute: int) -> str:
@@ -76,8 +87,8 @@ def test_neighbours_of_a_match_are_lifted(tmp_path):
 
 def test_a_named_speaker_and_a_named_date_pull_their_turns(tmp_path):
     st = _store(tmp_path, _conversation())
-    st.append("s", "user", "I love hiking in the hills.", name="Ann", timestamp=_ts(9, 5))
-    st.append("s", "assistant", "Hiking is fun, I go every month.", name="Bob", timestamp=_ts(9, 6))
+    st.transcript.append("s", "user", "I love hiking in the hills.", name="Ann", timestamp=_ts(9, 5))
+    st.transcript.append("s", "assistant", "Hiking is fun, I go every month.", name="Bob", timestamp=_ts(9, 6))
     ranked, _ = recall(st, "s", "How often does Bob go hiking?", upto=10)
     assert ranked[0].turn_id == 10
     ranked, _ = recall(st, "s", "How often does Ann go hiking?", upto=10)
@@ -93,17 +104,17 @@ def test_a_named_speaker_and_a_named_date_pull_their_turns(tmp_path):
 
 def test_sittings_follow_time_gaps_or_the_session_marker(tmp_path):
     st = _store(tmp_path, _conversation())
-    idx = index_for(st).session(st, "s", 8)
+    idx = index_for(st).session(st.transcript, "s", 8)
     assert idx.sittings == [0, 0, 0, 0, 1, 1, 1, 1]
-    st.append("s", "user", "new day", name="Ann", timestamp=_ts(9, 4),
-              metadata={"session": 7})
-    idx = index_for(st).session(st, "s", 9)
+    st.transcript.append("s", "user", "new day", name="Ann", timestamp=_ts(9, 4),
+                         metadata={"session": 7})
+    idx = index_for(st).session(st.transcript, "s", 9)
     assert idx.sittings[-1] == 2 and idx.upto == 9
 
 
 def test_dense_scores_join_the_lexical_ones(tmp_path):
     st = _store(tmp_path, _conversation())
-    idx = index_for(st).session(st, "s", 8)
+    idx = index_for(st).session(st.transcript, "s", 8)
     lexical = score_turns(idx, "xylophone", None)
     assert not lexical.any()                        # no term matches: nothing to go on
     # Cosines come for the turns that have a vector, in any order; turn 2 has none.
@@ -120,12 +131,12 @@ def test_index_is_bounded_by_the_horizon_and_older_turns_come_from_search(tmp_pa
     import ctxrelay.retrieval.recall as recall_module
     monkeypatch.setattr(recall_module, "HORIZON", 40)
     HORIZON = 40
-    st = TranscriptStore(tmp_path / "store")
-    st.create_session("s")
-    st.append("s", "user", "the zebra password is tango-7")
+    st = open_stores(tmp_path / "store")
+    st.transcript.create_session("s")
+    st.transcript.append("s", "user", "the zebra password is tango-7")
     n = HORIZON + HORIZON // 4 + 10
     for i in range(n):
-        st.append("s", "assistant" if i % 2 else "user", f"filler message number {i}")
+        st.transcript.append("s", "assistant" if i % 2 else "user", f"filler message number {i}")
     ranked, info = recall(st, "s", "what is the zebra password?", upto=n + 1)
     assert info["horizon_turns"] <= HORIZON + HORIZON // 4
     assert info["older_hits"] >= 1
@@ -133,8 +144,8 @@ def test_index_is_bounded_by_the_horizon_and_older_turns_come_from_search(tmp_pa
 
 
 def test_empty_history(tmp_path):
-    st = TranscriptStore(tmp_path / "store")
-    st.create_session("s")
+    st = open_stores(tmp_path / "store")
+    st.transcript.create_session("s")
     ranked, info = recall(st, "s", "anything?", upto=0)
     assert len(ranked) == 0 and list(ranked) == [] and info["horizon_turns"] == 0
 

@@ -6,7 +6,6 @@ crossing per turn; the facade tests go through ``Runtime`` and Prolog.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -20,23 +19,25 @@ from ctxrelay.bridge import stores as bridge
 from ctxrelay.retrieval import router as router_mod
 from ctxrelay.knowledge.fabric import FactStore
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
-from ctxrelay.retrieval.router import Router, entry_values, router_for, rrf
-from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.retrieval.router import Router, entry_values, rrf
+from ctxrelay.storage import Stores, open_stores
 from ctxrelay.types import RetrievalResult, Turn
 
 
-def _store(path: Path, **router_kw) -> TranscriptStore:
-    store = bridge.store(str(path))
-    if router_kw:
-        router_for(store, **router_kw)
-    return store
+def _store(path: Path, **ring) -> Stores:
+    """The store's parts, as the bridge gets them; ``ring``: ring_entries, ring_bytes."""
+    return open_stores(str(path), **ring)
 
 
-def _ring_ids(store: TranscriptStore, session: str, n: int = 10_000) -> list[int]:
+def router_for(store: Stores) -> Router:
+    return Router.of(store)
+
+
+def _ring_ids(store: Stores, session: str, n: int = 10_000) -> list[int]:
     return [entry_values(e)[0] for e in router_for(store).rolling.read_recent(session, n)]
 
 
-def _say(store: TranscriptStore, session: str, text: str, **opts) -> int:
+def _say(store: Stores, session: str, text: str, **opts) -> int:
     return bridge.append(store, session, "user", text, opts)
 
 
@@ -90,8 +91,8 @@ def test_direct_transcript_appends_are_picked_up(tmp_path):
     store = _store(tmp_path / "s")
     bridge.create_session(store, "a", None)
     _say(store, "a", "through the bridge")
-    store.append("a", "assistant", "behind the bridge's back")    # the ring lags by one
-    assert router_for(store).recent("a", 5) == store.last("a", 5)
+    store.transcript.append("a", "assistant", "behind the bridge's back")    # the ring lags by one
+    assert router_for(store).recent("a", 5) == store.transcript.last("a", 5)
     assert _ring_ids(store, "a") == [1, 2]
     store.close()
 
@@ -109,7 +110,7 @@ def test_crash_between_the_two_writes_is_repaired(tmp_path, monkeypatch):
     store.close()
     store = _store(path)                             # the next process
     assert _ring_ids(store, "a") == [1]              # the ring lags the transcript
-    assert router_for(store).recent("a", 3) == store.last("a", 3)
+    assert router_for(store).recent("a", 3) == store.transcript.last("a", 3)
     assert _ring_ids(store, "a") == [1, 2, 3]
     store.close()
 
@@ -117,10 +118,10 @@ def test_crash_between_the_two_writes_is_repaired(tmp_path, monkeypatch):
 def test_a_ring_made_after_the_fact_is_filled_from_the_transcript(tmp_path):
     path = tmp_path / "s"
     store = _store(path)
-    store.create_session("a")
+    store.transcript.create_session("a")
     for i in range(30):
-        store.append("a", "user", f"old turn {i}")          # no ring at all yet
-    assert router_for(store).recent("a", 10) == store.last("a", 10)
+        store.transcript.append("a", "user", f"old turn {i}")          # no ring at all yet
+    assert router_for(store).recent("a", 10) == store.transcript.last("a", 10)
     assert _ring_ids(store, "a") == list(range(1, 31))
     store.close()
 
@@ -131,14 +132,11 @@ def test_a_corrupt_ring_is_rebuilt(tmp_path):
     bridge.create_session(store, "a", None)
     for i in range(3):
         _say(store, "a", f"t{i}")
-    router = router_for(store)
     ring_file = next((path / "rolling").glob("*.ring"))
-    router.rolling.close()
-    router.rolling = router_mod.RollingLog(path / "rolling", capacity_entries=router_mod.RING_ENTRIES,
-                                           capacity_bytes=router_mod.RING_BYTES)
+    store.close()
     ring_file.write_bytes(b"not a ring at all" * 10)
-    router._verified.clear()
-    assert router.recent("a", 3) == store.last("a", 3)
+    store = _store(path)                             # the next process finds it damaged
+    assert router_for(store).recent("a", 3) == store.transcript.last("a", 3)
     store.close()
 
 
@@ -151,7 +149,7 @@ def test_foreign_ring_entries_are_rebuilt(tmp_path):
     router.rolling.append("a", {"some": "dict"})
     _say(store, "a", "two")                              # the hook rebuilds, no raise
     assert _ring_ids(store, "a") == [1, 2]
-    assert router.recent("a", 2) == store.last("a", 2)
+    assert router.recent("a", 2) == store.transcript.last("a", 2)
     store.close()
 
 
@@ -169,7 +167,7 @@ def test_concurrent_appenders_keep_the_ring_in_order(tmp_path):
     for t in threads:
         t.join()
     assert _ring_ids(store, "a") == list(range(1, 46))   # the hooks alone, no re-sync
-    assert router_for(store).recent("a", 45) == store.history("a")
+    assert router_for(store).recent("a", 45) == store.transcript.history("a")
     store.close()
 
 
@@ -179,8 +177,8 @@ def test_more_than_the_ring_holds_comes_from_the_transcript(tmp_path):
     for i in range(10):
         _say(store, "a", f"t{i}")
     assert _ring_ids(store, "a") == [7, 8, 9, 10]
-    assert router_for(store).recent("a", 7) == store.last("a", 7)
-    assert router_for(store).recent("a", 100) == store.history("a")
+    assert router_for(store).recent("a", 7) == store.transcript.last("a", 7)
+    assert router_for(store).recent("a", 100) == store.transcript.history("a")
     store.close()
 
 
@@ -211,21 +209,21 @@ def test_recent_always_equals_the_transcript_tail(tmp_path, ops):
     path = Path(tempfile.mkdtemp(dir=tmp_path))
     store = _store(path, ring_entries=6, ring_bytes=600)
     router = router_for(store)
-    store.create_session("p")
+    store.transcript.create_session("p")
     try:
         for op, arg in ops:
             if op == "bridge":
                 _say(store, "p", arg)
             elif op == "direct":
-                store.append("p", "assistant", arg)
+                store.transcript.append("p", "assistant", arg)
             elif op == "big":
                 _say(store, "p", "y" * arg)
             elif op == "roll_off":
                 router.rolling.roll_off("p", arg)
             else:
-                assert router.recent("p", arg) == store.last("p", arg)
+                assert router.recent("p", arg) == store.transcript.last("p", arg)
         for n in (0, 1, 6, 7, 100):
-            assert router.recent("p", n) == store.last("p", n)
+            assert router.recent("p", n) == store.transcript.last("p", n)
     finally:
         store.close()
 

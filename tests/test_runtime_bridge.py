@@ -22,7 +22,7 @@ from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, Invalid
                              InvalidMetadataError, InvalidRoleError, KeyConflictError,
                              SessionExistsError, UnknownSessionError, UnknownTurnError)
 
-from conftest import ROOT, run_swipl
+from conftest import run_swipl
 
 TRICKY = [
     "plain",

@@ -115,11 +115,10 @@ def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypat
 
 
 def test_thread_state_follows_new_turns_and_callers_cannot_alter_it(rt):
-    from ctxrelay.storage.lmdb.turnlog import turnlog_for
     rt.derive("s", embedder="hashing")
     tid = rt.derived("s", 1)["thread_id"]
-    store = rt._store                                   # the Runtime's TranscriptStore
-    log = turnlog_for(store)
+    stores = rt._store                                  # the Runtime's Stores
+    store, log = stores.transcript, stores.turnlog
     first = log.thread("s", tid, store)
     first.state.user_constraints.append("a caller's own note")
     again = log.thread("s", tid, store)

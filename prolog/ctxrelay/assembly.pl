@@ -436,6 +436,8 @@ candidates(Request, Cands) :-
     ),
     retrieval_oversupply(Oversupply),
     RetrieveTokens is round(Oversupply * Policy.input_budget),
+    reference_horizon(ReferenceTurns),
+    instruction_turns(InstructionTurns),
     excerpt_limits(Policy.input_budget, ExcerptAbove, ExcerptTokens),
     turn_preview_chars(PreviewChars),
     (   pair_recalled_turns(Policy) -> PairTurns = @true ; PairTurns = @false ),
@@ -456,6 +458,8 @@ candidates(Request, Cands) :-
                   history_access:Policy.history_access,
                   pair_turns:PairTurns,
                   message_turn_id:MessageTurn,
+                  reference_turns:ReferenceTurns,
+                  instruction_turns:InstructionTurns,
                   pending:Request.pending},
     py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
                              Store, Warm, Request.session, Request.text, PyOptions), Cands0),
@@ -502,6 +506,16 @@ turn_preview_chars(2000).
 %   Recalled earlier turns are offered until they hold this many times the
 %   input budget (1.5 gave +0.003 LoCoMo recall at 1,024 only, ~15% slower).
 retrieval_oversupply(1.0).
+
+%   References resolve among the latest turns and scratch entries: "what
+%   you said earlier" reaches this many turns back (older ground is found
+%   by recall, not by reference).
+reference_horizon(40).
+
+%   System turns among a session's first turns are its standing
+%   instructions: they are offered whatever the window (and are mandatory,
+%   ctxrelay_utility).
+instruction_turns(3).
 
 warm_store(Store, Policy, Warm) :-
     (   Policy.warm == true

@@ -14,6 +14,7 @@
 :- use_module(store).
 :- use_module(policy).
 :- use_module(assembly).
+:- use_module(promotion, [promote_turns/5]).
 
 /** <module> The managed conversation runtime
 
@@ -357,12 +358,14 @@ record_references(Store, C, UserTurn) :-
 %   promote(+Store, +Commit, +UserTurn, +AssistantTurn, -Promoted)
 %
 %   After the reply is stored: durable values of the exchange move into
-%   the CKF (a tool result pinned or referenced twice, a value the user
-%   names, a statement reused across threads; never a volatile reading).
+%   the CKF by the rules of ctxrelay_promotion (a tool result pinned or
+%   referenced twice, a value the user names, a statement reused across
+%   threads; never a volatile reading).
 promote(Store, C, UserTurn, AssistantTurn, Promoted) :-
     truthy(C.promotion, @(true)),
     !,
-    py_api(py_call_plain('ctxrelay.knowledge.promotion':promote_managed_turn(
-                             Store, C.session, AssistantTurn, UserTurn, C.referenced_turns,
-                             C.embedder, C.namespace), Promoted)).
+    promote_turns(Store, C.session, UserTurn-AssistantTurn, Promoted,
+                  [ references(C.referenced_turns), embedder(C.embedder),
+                    namespace(C.namespace)
+                  ]).
 promote(_, _, _, _, []).

@@ -13,6 +13,7 @@
 :- use_module(errors).
 :- use_module(options).
 :- use_module(store).
+:- use_module(promotion, [promote_scratch_entry/5]).
 
 /** <module> Tool outputs through the scratch buffer (Tier E)
 
@@ -75,11 +76,15 @@ scratch_raw(Store0, Session, Id, Raw) :-
 
 %!  scratch_pin(+Store, +Session, +ScratchId) is det.
 %
-%   Keep the entry from eviction (and make it a promotion candidate).
+%   Keep the entry from eviction.  A pinned tool result is durable: it is
+%   promoted into the CKF at once by rule `tool_result`
+%   (ctxrelay_promotion:promote_scratch_entry/5), unless it is a volatile
+%   reading.
 scratch_pin(Store0, Session, Id) :-
     store_ref(Store0, Store),
     must_be(text, Session), must_be(text, Id),
-    py_api(py_call('ctxrelay.bridge.stores':scratch_pin(Store, Session, Id), _), session(Session)).
+    py_api(py_call('ctxrelay.bridge.stores':scratch_pin(Store, Session, Id), _), session(Session)),
+    promote_scratch_entry(Store, Session, Id, _, []).
 
 %!  scratch_entries(+Store, +Session, -Entries:list(dict)) is det.
 scratch_entries(Store0, Session, Entries) :-

@@ -32,11 +32,14 @@
 
 /** <module> The durable transcript, seen from Prolog
 
-Every conversation is kept whole in an LMDB store owned by Python
-(ctxrelay.storage.lmdb.transcript); turns are appended, never rewritten or deleted.
-Prolog holds a reference to the store object; `default` names the store
-made default by store_open/3 or set_default_store/1 (the Python facade
-sets it for the Runtime it embeds).
+Every conversation is kept whole in a store owned by Python (by default
+LMDB, ctxrelay.storage.lmdb.transcript); turns are appended, never
+rewritten or deleted.  Prolog holds a reference to the store's Python
+`Stores` object (ctxrelay.storage.stores), which holds every part of the
+store (transcript, turn log, warm artifacts, scratch buffer, knowledge,
+rolling log, hot cache); `default` names the store made default by
+store_open/3 or set_default_store/1 (the Python facade sets it for the
+Runtime it embeds).
 
 Turns come back as dicts with keys turn_id, role, content, name,
 tool_call_id, metadata, timestamp, key, tokens, tokens_exact; text values
@@ -46,7 +49,7 @@ are strings.
 :- dynamic default_store_/1 as volatile.
 
 :- predicate_options(store_open/3, 3, [default(boolean), map_size(nonneg),
-                                      max_turn_bytes(nonneg)]).
+                                      max_turn_bytes(nonneg), cache(text)]).
 :- predicate_options(session_create/3, 3, [metadata(any)]).
 :- predicate_options(turn_append/5, 5,
                      [ key(text), name(text), tool_call_id(text),
@@ -60,16 +63,20 @@ roles([system, user, assistant, tool]).
 %!  store_open(+Dir, -Store) is det.
 %!  store_open(+Dir, -Store, +Options) is det.
 %
-%   Open (creating if needed) the store in directory Dir.  One store
-%   object exists per directory per process.  Options:
+%   Open (creating if needed) the store in directory Dir, or the store a
+%   URL names (lmdb:///abs/dir).  One store object exists per store per
+%   process; each store_open/2,3 counts a reference that store_close/1
+%   gives back.  Options:
 %     - default(Bool): make it the store that `default` names
 %       (default `true` when no default store is set yet)
 %     - map_size(Bytes): initial LMDB map size (it grows on demand)
 %     - max_turn_bytes(Bytes): the largest turn content accepted (UTF-8
 %       bytes; default 1 MiB): a larger append or managed turn raises
 %       ctxrelay(turn_too_large, Msg) before any work
+%     - cache(Spec): where the hot cache lives (memory://, the default)
 %
-%   @error ctxrelay(store_path, Msg) or ctxrelay(corrupt_store, Msg)
+%   @error ctxrelay(store_path, Msg), ctxrelay(corrupt_store, Msg) or
+%   ctxrelay(invalid_argument, Msg) for an unknown URL scheme
 
 store_open(Dir, Store) :-
     store_open(Dir, Store, []).
@@ -82,7 +89,11 @@ store_open(Dir, Store, Options) :-
     option(max_turn_bytes(MaxTurn), Options, 0),
     must_be(nonneg, MaxTurn),
     text_to_string(Dir, DirS),
-    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize, MaxTurn), Store)),
+    (   option(cache(Cache0), Options)
+    ->  must_be(text, Cache0), text_to_string(Cache0, Cache)
+    ;   Cache = @none
+    ),
+    py_api(py_call('ctxrelay.bridge.stores':store(DirS, MapSize, MaxTurn, Cache), Store)),
     (   option(default(true), Options)
     ->  set_default_store(Store)
     ;   option(default(false), Options)
@@ -93,10 +104,17 @@ store_open(Dir, Store, Options) :-
     ).
 
 %!  store_close(+Store) is det.
+%
+%   Give back the reference of one store_open/2,3; the last one closes
+%   the store (another holder, such as a second Runtime on the same
+%   directory, keeps it open and keeps working).
 store_close(Store0) :-
     resolve_store(Store0, Store),
-    retractall(default_store_(Store)),
-    py_api(py_call(Store:close(), _)).
+    py_api(py_call('ctxrelay.bridge.stores':close(Store), Closed)),
+    (   Closed == @true
+    ->  retractall(default_store_(Store))
+    ;   true
+    ).
 
 %!  default_store(-Store) is det.
 %
@@ -126,7 +144,9 @@ resolve_store(Store0, Store) :-
     (   Store0 == default
     ->  default_store(Store)
     ;   Store0 = dir(Dir)
-    ->  store_open(Dir, Store, [default(false)])
+    ->  must_be(text, Dir),
+        text_to_string(Dir, DirS),
+        py_api(py_call('ctxrelay.bridge.stores':store_for_dir(DirS), Store))
     ;   is_py_object(Store0)
     ->  Store = Store0
     ;   type_error(ctxrelay_store, Store0)

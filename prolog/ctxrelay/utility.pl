@@ -1,6 +1,9 @@
 :- module(ctxrelay_utility,
           [ pack_units/4,           % +Cands, +Policy, -Units, -Constraints
-            utility/6               % +Kind, +Variant, +Unit, +Cands, +Policy, -Float
+            utility/6,              % +Kind, +Variant, +Unit, +Cands, +Policy, -Float
+            offered/2,              % +Cands, +Unit
+            warm_relevance/2,       % +Unit, -Relevance
+            fact_score/2            % +Unit, -Score
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -9,24 +12,71 @@
 /** <module> Utility: what each candidate unit is worth, and which are mandatory
 
 Python offers candidate units with their costs and the numbers that score
-them (recency by turn id, recall and knowledge scores, relevance); the
-rules here turn them into packer units: a utility per variant (scaled by
-1,000 to integers), the mandatory flags (instructions, the new input, the
-boundary, the guaranteed tail) and the structural constraints (a tool call
-with its results, artifacts exclude the turns they cover).
+them (recency by turn id, recall and knowledge scores, the term counts
+of warm artifacts); the rules here decide which are offered and turn
+them into packer units: a utility per variant (scaled by 1,000 to
+integers), the mandatory flags (instructions, the new input, the
+boundary, the guaranteed tail) and the structural constraints (a tool
+call with its results, artifacts exclude the turns they cover).
 */
 
 %   pack_units(+Cands, +Policy, -Units, -Constraints)
 %
-%   Turn Python's candidate summaries into packer units: a utility per
-%   variant (scaled by 1000 to integers), mandatory flags, and the
-%   structural constraints (tool pairs together, artifacts exclude the
-%   turns they cover).
+%   Turn Python's candidate summaries into packer units: the offered
+%   candidates (offered/2), a utility per variant (scaled by 1000 to
+%   integers), mandatory flags, and the structural constraints (tool
+%   pairs together, artifacts exclude the turns they cover) among them.
 pack_units(Cands, Policy, Units, Constraints) :-
-    maplist(pack_unit(Cands, Policy), Cands.units, Units),
+    partition(offered(Cands), Cands.units, Offered, Withheld),
+    maplist(pack_unit(Cands, Policy), Offered, Units),
     findall(together(G), member(G, Cands.groups), Together),
-    findall(excludes(A, B), member([A, B], Cands.excludes), Excludes),
+    (   Withheld == []
+    ->  findall(excludes(A, B), member([A, B], Cands.excludes), Excludes)
+    ;   findall(Id, ( member(U, Withheld), atom_string(Id, U.id) ), Gone),
+        findall(excludes(A, B),
+                ( member([A, B], Cands.excludes),
+                  \+ ( member(X, [A, B]), atom_string(XA, X), memberchk(XA, Gone) ) ),
+                Excludes)
+    ),
     append(Together, Excludes, Constraints).
+
+%!  offered(+Cands, +Unit) is semidet.
+%
+%   Whether a candidate is offered to the packer.  A warm artifact is
+%   offered when it starts within the history this pack may show (a
+%   retried turn's pack never shows an artifact of its own future).
+offered(Cands, U) :-
+    U.kind == "warm",
+    !,
+    U.start =< Cands.history_end.
+offered(_, _).
+
+%!  fact_score(+Unit, -Score) is det.
+%
+%   A CKF fact's score (0..1, relative to the best of its retrieval).  A
+%   fact retrieved for a document sub-query (it has a `rank` there) is
+%   worth 1.0 when it is its sub-query's best and at most 0.95 otherwise,
+%   so that every sub-query is covered once before any gets a second
+%   fact, budget allowing.
+fact_score(U, S) :-
+    Score = U.get(score, 0.0),
+    (   get_dict(rank, U, Rank)
+    ->  (   Rank =:= 0 -> S = 1.0 ; S is min(0.95, Score) )
+    ;   S = Score
+    ).
+
+%!  warm_relevance(+Unit, -Relevance) is det.
+%
+%   The share of the query's index terms a warm artifact holds:
+%   |query terms ∩ artifact terms| / |query terms|, 0 for a query
+%   without terms.  Python reports the counts (query_terms,
+%   shared_terms).
+warm_relevance(U, R) :-
+    Q = U.get(query_terms, 0),
+    (   Q > 0
+    ->  R is U.get(shared_terms, 0) / Q
+    ;   R = 0.0
+    ).
 
 pack_unit(Cands, Policy, U, unit(Id, Variants, [mandatory(M), kind(Kind)])) :-
     Id = U.id,
@@ -84,12 +134,14 @@ utility(thread, _, U, Cands, Policy, F) :-      % a resumed thread's dormant tur
 utility(thread_summary, _, _, _, _, 0.9) :- !.
 utility(fact, _, U, _, _, F) :-                 % CKF facts: their CDR/CDGR score
     !,
-    F is 0.1 + 0.9 * U.get(score, 0.0).
+    fact_score(U, S),
+    F is 0.1 + 0.9 * S.
 utility(warm, Variant, U, _, _, F) :-
     !,
     variant_factor(Variant, VF),
     Span is U.get(end, 0) - U.get(start, 0) + 1,
-    F is VF * (0.1 + 0.8 * U.get(relevance, 0.0) + 0.015 * min(Span, 40)).
+    warm_relevance(U, R),
+    F is VF * (0.1 + 0.8 * R + 0.015 * min(Span, 40)).
 utility(_, _, _, _, _, 0.01).
 
 %   relevant_tokens(+Unit, +Variant, +Weight, +Score, -Utility)

@@ -13,7 +13,8 @@ from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, SessionInfo, SessionStats,
+from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, RetrievalResult, SessionInfo,
+                            SessionStats,
                             Turn, TurnResult)
 
 
@@ -115,8 +116,8 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     call too."""
     if isinstance(value, str):
         from ctxrelay.errors import InvalidContentError
-        from ctxrelay.storage.lmdb.transcript import _check_utf8
-        _check_utf8(value, where, InvalidContentError)
+        from ctxrelay.storage.validation import check_utf8
+        check_utf8(value, where, InvalidContentError)
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_encodable(k, where)
@@ -132,8 +133,8 @@ def _json_metadata(metadata: Any) -> Any:
     if not isinstance(metadata, dict):
         return metadata               # str (JSON) or a wrong type the store refuses
     import json
-    from ctxrelay.storage.lmdb.transcript import _normalise_metadata
-    return json.dumps(_normalise_metadata(metadata), ensure_ascii=False)
+    from ctxrelay.storage.validation import normalise_metadata
+    return json.dumps(normalise_metadata(metadata), ensure_ascii=False)
 
 
 _TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".json", ".jsonl", ".csv", ".log",
@@ -225,26 +226,35 @@ class Runtime:
 
     ``Runtime(store_dir)`` opens (or creates) the store and makes it the
     default store of the embedded Prolog, so ``context/3`` and the other
-    predicates that take ``default`` see it too.  Use it as a context manager
-    or call :meth:`close`.
+    predicates that take ``default`` see it too.  ``store_dir`` is a
+    directory (the embedded default) or a store URL such as
+    ``lmdb:///abs/dir``; ``cache`` is None or ``memory://``.  Runtimes on one
+    store share it (closing one leaves the others working).  Use it as a
+    context manager or call :meth:`close`.
     """
 
     def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,
-                 max_turn_bytes: int | None = None) -> None:
+                 max_turn_bytes: int | None = None, cache: str | None = None) -> None:
         if not isinstance(store_dir, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
-        self.store_dir = Path(store_dir)
+        from ctxrelay.storage.spec import parse_cache_spec, parse_store_spec
+        spec = parse_store_spec(store_dir)        # a bad spec fails here, before Prolog
+        parse_cache_spec(cache)
+        # A plain directory stays as given (relative paths too); a URL gives its location.
+        self.store_dir = Path(spec.location) if spec.is_url else Path(store_dir)
         sizes = {"map_size": map_size, "max_turn_bytes": max_turn_bytes}
         for name, value in sizes.items():
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+        opts = "[default(true), map_size(M), max_turn_bytes(T)" + \
+            (", cache(Cache)]" if cache is not None else "]")
         self._store = _prolog.once(
-            "ctxrelay:store_open(Dir, Store, [default(true), map_size(M), max_turn_bytes(T)])",
-            {"Dir": os.fspath(self.store_dir), "M": map_size or 0,
-             "T": max_turn_bytes or 0})["Store"]
+            f"ctxrelay:store_open(Dir, Store, {opts})",
+            {"Dir": os.fspath(store_dir), "M": map_size or 0, "T": max_turn_bytes or 0,
+             "Cache": cache})["Store"]
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -325,13 +335,13 @@ class Runtime:
     # metadata key (a NUL is cut, Latin-1 keys do not decode).  The store
     # validates the arguments.
     def turn(self, session_id: str, turn_id: int) -> Turn:
-        return self._live_store().turn(session_id, turn_id)
+        return self._live_store().transcript.turn(session_id, turn_id)
 
     def history(self, session_id: str, start: int = 1, end: int | None = None) -> list[Turn]:
-        return self._live_store().history(session_id, start, end)
+        return self._live_store().transcript.history(session_id, start, end)
 
     def last(self, session_id: str, n: int) -> list[Turn]:
-        return self._live_store().last(session_id, n)
+        return self._live_store().transcript.last(session_id, n)
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The id of the turn appended with idempotency ``key``, or None."""

@@ -14,7 +14,7 @@ import pytest
 from ctxrelay.knowledge import fabric as ckf_mod
 from ctxrelay.knowledge import inputs as inputs_mod
 from ctxrelay.knowledge import vectors as vectors_mod
-from ctxrelay.knowledge.fabric import (Chunk, FactKeyExistsError, FactStore, IngestSourceError,
+from ctxrelay.knowledge.fabric import (FactKeyExistsError, FactStore, IngestSourceError,
                           InvalidFactError, StatusTransitionError, UnknownFactError, chunk_text)
 from ctxrelay.knowledge.graph import VectorIndex
 from ctxrelay.storage.interfaces.facts import FactStorage, epoch_of

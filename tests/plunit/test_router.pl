@@ -104,8 +104,9 @@ test(recent_turns_is_the_history_tail, Recent == Last) :-
 test(recent_turns_after_direct_appends, Recent == Last) :-
     store_with_turns(St, 3),
     % Appends that bypass the bridge hook: the ring lags and re-syncs.
-    py_call(St:append("s", "assistant", "direct 1"), _),
-    py_call(St:append("s", "user", "direct 2"), _),
+    py_call(St:transcript, T),
+    py_call(T:append("s", "assistant", "direct 1"), _),
+    py_call(T:append("s", "user", "direct 2"), _),
     recent_turns(St, s, 5, Recent),
     transcript_history(St, s, last(5), Last).
 test(key_through_the_index, [Used, Hit, Text] == [[index], false, "The Q3 budget is 1200 dollars."]) :-

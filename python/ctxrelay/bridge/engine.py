@@ -39,12 +39,15 @@ def ensure_loaded() -> None:
     with _load_lock:
         if _loaded:
             return
+        directory = prolog_dir()
         janus.query_once(
             "( user:file_search_path(library, Dir) -> true"
-            " ; asserta(user:file_search_path(library, Dir)) ),"
-            " use_module(user:library(ctxrelay))",
-            {"Dir": str(prolog_dir())},
+            " ; asserta(user:file_search_path(library, Dir)) )",
+            {"Dir": str(directory)},
         )
+        # Through precompiled .qlf files, rebuilt whenever a source changes.
+        from ctxrelay.bridge import qlf
+        qlf.load(directory, "use_module(user:library(ctxrelay))")
         _loaded = True
 
 

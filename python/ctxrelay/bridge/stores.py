@@ -1,21 +1,22 @@
 """Functions that Prolog calls through ``py_call``.
 
-The Prolog side holds only references to store objects, ids, numbers and short
-strings; everything here takes and returns plain ``dict``/``list``/``str``/
+The Prolog side holds a reference to the store's :class:`~ctxrelay.storage.stores.Stores`
+(every function here takes it first and reaches the part it needs as an
+attribute), ids, numbers and short strings; everything here takes and returns plain ``dict``/``list``/``str``/
 ``int``/``float``/``None`` so janus converts it without surprises (see the
 janus boundary rules in ARCHITECTURE.md).
 """
 from __future__ import annotations
 
-import json
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.retrieval.router import router_for, turn_record
-from ctxrelay.storage.lmdb.transcript import TranscriptStore, open_store
+from ctxrelay.retrieval.router import Router, turn_record
+from ctxrelay.storage.stores import Stores, find_stores, open_stores
 
 
 def _none_if_unset(value: Any) -> Any:
@@ -24,53 +25,63 @@ def _none_if_unset(value: Any) -> Any:
     return None if value in (None, "none") else value
 
 
-def store(path: str, map_size: int = 0, max_turn_bytes: int = 0) -> TranscriptStore:
-    kwargs: dict[str, Any] = {"map_size": int(map_size)} if map_size else {}
-    if max_turn_bytes:
-        kwargs["max_turn_bytes"] = int(max_turn_bytes)
-    return open_store(os.fspath(path), **kwargs)
+def store(spec: str, map_size: int = 0, max_turn_bytes: int = 0, cache: Any = None) -> Stores:
+    """Open the store of ``spec`` (a directory or URL): one more reference to its
+    one :class:`Stores` in this process (``close`` drops it)."""
+    return open_stores(os.fspath(spec), cache=_none_if_unset(cache),
+                       map_size=int(map_size) or None,
+                       max_turn_bytes=int(max_turn_bytes) or None)
 
 
-def check_input(st: TranscriptStore, texts: list) -> int:
+def store_for_dir(spec: str) -> Stores:
+    """The open :class:`Stores` of ``spec`` without a new reference (Prolog's
+    ``dir(Dir)`` alias); opened (and left open) if it is not open yet."""
+    found = find_stores(os.fspath(spec))
+    return found if found is not None else open_stores(os.fspath(spec))
+
+
+def check_input(stores: Stores, texts: list) -> int:
     """A turn's new texts before any work: each within the store's size limit
     (TurnTooLargeError), and their token lower bound (for Prolog's fail-closed rule)."""
     from ctxrelay.text.tokens import lower_bound_all
     for text in texts:
-        st.check_size(text)
+        stores.transcript.check_size(text)
     return lower_bound_all(texts)
 
 
-def store_path(st: TranscriptStore) -> str:
-    return str(st.path)
+def store_path(stores: Stores) -> str:
+    return stores.path
 
 
-def close(st: TranscriptStore) -> None:
-    st.close()
+def close(stores: Stores) -> bool:
+    """Drop one reference; True when that closed the store (no other holder left)."""
+    return stores.close()
 
 
-def create_session(st: TranscriptStore, session_id: str, metadata: Any) -> dict:
-    return st.create_session(session_id, metadata=_none_if_unset(metadata)).to_dict()
+def create_session(stores: Stores, session_id: str, metadata: Any) -> dict:
+    return stores.transcript.create_session(session_id,
+                                            metadata=_none_if_unset(metadata)).to_dict()
 
 
-def session(st: TranscriptStore, session_id: str) -> dict:
-    return st.session(session_id).to_dict()
+def session(stores: Stores, session_id: str) -> dict:
+    return stores.transcript.session(session_id).to_dict()
 
 
-def sessions(st: TranscriptStore) -> list[dict]:
-    return [s.to_dict() for s in st.sessions()]
+def sessions(stores: Stores) -> list[dict]:
+    return [s.to_dict() for s in stores.transcript.sessions()]
 
 
-def archive_session(st: TranscriptStore, session_id: str) -> None:
-    st.archive_session(session_id)
+def archive_session(stores: Stores, session_id: str) -> None:
+    stores.transcript.archive_session(session_id)
     # Appends now raise: the session's rolling ring is dead weight until it
     # is read again (which rebuilds it from the transcript).
-    router_for(st).forget(session_id)
+    Router.of(stores).forget(session_id)
 
 
-def append(st: TranscriptStore, session_id: str, role: str, content: str,
+def append(stores: Stores, session_id: str, role: str, content: str,
            options: dict) -> int:
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
-    turn_id = st.append(
+    turn_id = stores.transcript.append(
         session_id, role, content,
         name=opts.get("name"),
         tool_call_id=opts.get("tool_call_id"),
@@ -78,15 +89,15 @@ def append(st: TranscriptStore, session_id: str, role: str, content: str,
         timestamp=opts.get("timestamp"),
         key=opts.get("key"),
     )
-    router_for(st).log_turn(session_id, turn_id)     # the rolling log follows every append
+    Router.of(stores).log_turn(session_id, turn_id)   # the rolling log follows every append
     return turn_id
 
 
-def has_session(st: TranscriptStore, session_id: str) -> bool:
-    return st.has_session(session_id)
+def has_session(stores: Stores, session_id: str) -> bool:
+    return stores.transcript.has_session(session_id)
 
 
-def commit_turns(st: TranscriptStore, session_id: str, turns: list, create: bool) -> list[int]:
+def commit_turns(stores: Stores, session_id: str, turns: list, create: bool) -> list[int]:
     """Store a managed turn's new turns (earlier messages, the user's, the reply)
     in one transaction, creating the session in it when ``create``; the rolling
     log follows.  Returns their ids in order."""
@@ -97,101 +108,88 @@ def commit_turns(st: TranscriptStore, session_id: str, turns: list, create: bool
         if isinstance(item.get("metadata"), dict):
             item["metadata"] = dict(item["metadata"])
         items.append(item)
-    ids = st.append_many(session_id, items, create=bool(create),
-                         session_metadata={"created_by": "managed_turn"} if create else None)
-    router = router_for(st)
+    ids = stores.transcript.append_many(
+        session_id, items, create=bool(create),
+        session_metadata={"created_by": "managed_turn"} if create else None)
+    router = Router.of(stores)
     for turn_id in ids:
         router.log_turn(session_id, turn_id)
     return ids
 
 
-def turn(st: TranscriptStore, session_id: str, turn_id: int) -> dict:
-    return st.turn(session_id, int(turn_id)).to_dict()
+def turn(stores: Stores, session_id: str, turn_id: int) -> dict:
+    return stores.transcript.turn(session_id, int(turn_id)).to_dict()
 
 
-def history(st: TranscriptStore, session_id: str, start: int, end: Any) -> list[dict]:
+def history(stores: Stores, session_id: str, start: int, end: Any) -> list[dict]:
     end = _none_if_unset(end)
-    return [t.to_dict() for t in st.history(session_id, int(start),
-                                            None if end is None else int(end))]
+    return [t.to_dict() for t in stores.transcript.history(
+        session_id, int(start), None if end is None else int(end))]
 
 
-def last(st: TranscriptStore, session_id: str, n: int) -> list[dict]:
-    return [t.to_dict() for t in st.last(session_id, int(n))]
+def last(stores: Stores, session_id: str, n: int) -> list[dict]:
+    return [t.to_dict() for t in stores.transcript.last(session_id, int(n))]
 
 
-def turn_for_key(st: TranscriptStore, session_id: str, key: str) -> Any:
-    return st.turn_for_key(session_id, key)
+def turn_for_key(stores: Stores, session_id: str, key: str) -> Any:
+    return stores.transcript.turn_for_key(session_id, key)
 
 
-def turn_count(st: TranscriptStore, session_id: str) -> int:
-    return st.turn_count(session_id)
+def turn_count(stores: Stores, session_id: str) -> int:
+    return stores.transcript.turn_count(session_id)
 
 
-def search(st: TranscriptStore, session_id: str, query: str, k: int) -> list[dict]:
-    return [h.to_dict() for h in st.search(session_id, query, k=int(k))]
+def search(stores: Stores, session_id: str, query: str, k: int) -> list[dict]:
+    return [h.to_dict() for h in stores.transcript.search(session_id, query, k=int(k))]
 
 
-def export_jsonl(st: TranscriptStore, session_id: str, dest: Any) -> Any:
+def export_jsonl(stores: Stores, session_id: str, dest: Any) -> Any:
     dest = _none_if_unset(dest)
-    return st.export_jsonl(session_id, dest)
+    return stores.transcript.export_jsonl(session_id, dest)
 
 
-def import_jsonl(st: TranscriptStore, source: str, is_file: bool, session_id: Any) -> str:
+def import_jsonl(stores: Stores, source: str, is_file: bool, session_id: Any) -> str:
     # Text and paths are both str: Prolog says which one it passes.
     src: Any = Path(source) if is_file else io.StringIO(source)
-    new_id = st.import_jsonl(src, session_id=_none_if_unset(session_id))
-    router_for(st).sync(new_id)
+    new_id = stores.transcript.import_jsonl(src, session_id=_none_if_unset(session_id))
+    Router.of(stores).sync(new_id)
     return new_id
 
 
-def stats(st: TranscriptStore, session_id: str) -> dict:
-    return st.stats(session_id).to_dict()
+def stats(stores: Stores, session_id: str) -> dict:
+    return stores.transcript.stats(session_id).to_dict()
 
 
+# -- warm artifacts ---------------------------------------------------------------
 
+def warm_store_for(stores: Stores) -> Any:
+    """The warm artifact store, or None when none was published.
 
-def warm_store_for(st: TranscriptStore) -> Any:
-    """The warm artifact store beside the transcript, or None when none was published.
-
-    A store is "configured" once an artifact has been published into
-    ``<store>/warm``; assembly then ranks and offers its artifacts.
+    A store is "configured" once an artifact has been published; assembly
+    then ranks and offers its artifacts.
     """
-    warm_dir = Path(st.path) / "warm"
-    if not warm_dir.is_dir():
-        return None
-    from ctxrelay.storage.lmdb.warm import open_warm_store
-    return open_warm_store(warm_dir)
+    return stores.warm_if_present()
 
 
-def _warm_for_publish(st: TranscriptStore) -> Any:
-    from ctxrelay.storage.lmdb.warm import open_warm_store
-    return open_warm_store(Path(st.path) / "warm", transcript=st)
-
-
-def publish_artifact(st: TranscriptStore, session_id: str, start: int, end: int,
+def publish_artifact(stores: Stores, session_id: str, start: int, end: int,
                      summary: str, options: dict) -> dict:
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
     lists = {k: list(opts.get(k) or []) for k in ("decisions", "facts", "unresolved", "entities")}
-    art = _warm_for_publish(st).publish(
+    art = stores.warm.publish(
         session_id, int(start), int(end), summary,
         producer=opts.get("producer") or "api", metadata=opts.get("metadata"),
-        key=opts.get("key"), **lists)
+        key=opts.get("key"), transcript=stores.transcript, **lists)
     return art.to_dict()
 
 
-def artifacts(st: TranscriptStore, session_id: str) -> list[dict]:
-    warm = warm_store_for(st)
+def artifacts(stores: Stores, session_id: str) -> list[dict]:
+    warm = stores.warm_if_present()
     return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
 
 
 # -- scratch buffer (Tier E) --------------------------------------------------
 
-def scratch_store_for(st: TranscriptStore, create: bool = False) -> Any:
-    """The scratch buffer beside the transcript (``<store>/scratch``), or None."""
-    return router_for(st).scratch(create=create)
-
-
-def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, args: Any,
+def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: Any,
                        raw: Any, options: dict) -> dict:
     """Store a tool output as a blob and append the call and its summary as turns.
 
@@ -200,8 +198,9 @@ def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, arg
     so a pack never holds a call without its result.
     """
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
+    st = stores.transcript
     st.session(session_id)                     # unknown session: fail before writing a blob
-    scratch = scratch_store_for(st, create=True)
+    scratch = stores.scratch
     if isinstance(args, str):
         try:
             args = json.loads(args)
@@ -213,7 +212,7 @@ def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, arg
     args = dict(args or {})
     key = opts.get("key")
     if key is not None:
-        retried = _retried_tool_output(st, scratch, session_id, tool_name, key)
+        retried = _retried_tool_output(stores, session_id, tool_name, key)
         if retried is not None:
             return retried
     entry = scratch.put(session_id, tool_name, args, raw,
@@ -226,17 +225,18 @@ def record_tool_output(st: TranscriptStore, session_id: str, tool_name: str, arg
     tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name, tool_call_id=call_id,
                           metadata={"scratch_id": entry.scratch_id, "freshness": entry.freshness},
                           key=None if key is None else f"{key}:result")
-    router = router_for(st)
+    router = Router.of(stores)
     router.log_turn(session_id, call_turn)
     router.log_turn(session_id, tool_turn)
     return {"scratch_id": entry.scratch_id, "call_turn": call_turn, "tool_turn": tool_turn,
             "summary": entry.summary}
 
 
-def _retried_tool_output(st: TranscriptStore, scratch: Any, session_id: str, tool_name: str,
+def _retried_tool_output(stores: Stores, session_id: str, tool_name: str,
                          key: str) -> dict | None:
     """A keyed tool output whose call turn is already stored (a retry, possibly after a
     crash between the two turns): reuse its scratch entry and complete the pair."""
+    st = stores.transcript
     call_turn = st.turn_for_key(session_id, f"{key}:call")
     if call_turn is None:
         return None
@@ -244,23 +244,22 @@ def _retried_tool_output(st: TranscriptStore, scratch: Any, session_id: str, too
     scratch_id = (call.metadata or {}).get("scratch_id")
     if not scratch_id:
         return None
-    entry = scratch.get(session_id, scratch_id, touch=False)
+    entry = stores.scratch.get(session_id, scratch_id, touch=False)
     tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name,
                           tool_call_id=f"call_{scratch_id}",
                           metadata={"scratch_id": scratch_id, "freshness": entry.freshness},
                           key=f"{key}:result")
-    router_for(st).log_turn(session_id, tool_turn)
+    Router.of(stores).log_turn(session_id, tool_turn)
     return {"scratch_id": scratch_id, "call_turn": call_turn, "tool_turn": tool_turn,
             "summary": entry.summary}
 
 
-def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_raw: bool) -> dict:
-    router = router_for(st)
-    scratch = router.scratch(create=True)
+def scratch_entry(stores: Stores, session_id: str, scratch_id: str, with_raw: bool) -> dict:
+    scratch = stores.scratch
     if not with_raw:
         # A summary read is a pointer read; its LRU use is recorded off this path.
         found = scratch.entry_dict(session_id, scratch_id)
-        router.touch_later(session_id, scratch_id, found["last_access"])
+        Router.of(stores).touch_later(session_id, scratch_id, found["last_access"])
         return found
     entry = scratch.get(session_id, scratch_id).to_dict()
     raw = scratch.raw(session_id, scratch_id)
@@ -269,79 +268,71 @@ def scratch_entry(st: TranscriptStore, session_id: str, scratch_id: str, with_ra
     return entry
 
 
-def scratch_pin(st: TranscriptStore, session_id: str, scratch_id: str) -> dict:
-    entry = scratch_store_for(st, create=True).pin(session_id, scratch_id).to_dict()
-    # A pinned tool result is durable: promote it now (volatile readings never are).
-    from ctxrelay.knowledge.promotion import promote_scratch_entry
-    promote_scratch_entry(st, session_id, scratch_id)
-    return entry
+def scratch_pin(stores: Stores, session_id: str, scratch_id: str) -> dict:
+    # ctxrelay_scratch:scratch_pin/3 then promotes it by the Prolog rule.
+    return stores.scratch.pin(session_id, scratch_id).to_dict()
 
 
-def scratch_list(st: TranscriptStore, session_id: str) -> list[dict]:
-    scratch = scratch_store_for(st)
+def scratch_list(stores: Stores, session_id: str) -> list[dict]:
+    scratch = stores.scratch_if_present()
     return [] if scratch is None else [e.to_dict() for e in scratch.list(session_id)]
 
 
 # -- knowledge (Tier P, the CKF) --------------------------------------------------
 
-def fact_store_for(st: TranscriptStore) -> Any:
-    """The knowledge store beside the transcript (``<store>/ckf``), opened on demand."""
-    return router_for(st).facts()
-
-
-def add_fact(st: TranscriptStore, content: str, options: dict) -> str:
+def add_fact(stores: Stores, content: str, options: dict) -> str:
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
-    return fact_store_for(st).add_fact(
+    return stores.facts.add_fact(
         content, key=opts.get("key"), source=opts.get("source"),
         importance=opts.get("importance"), ttl=opts.get("ttl"),
         namespace=opts.get("namespace"), metadata=opts.get("metadata"))
 
 
-def facts(st: TranscriptStore, query: str, k: int, namespace: Any) -> list[dict]:
-    return [f.to_dict() for f in fact_store_for(st).facts(query, k=int(k),
-                                                          namespace=_none_if_unset(namespace))]
+def facts(stores: Stores, query: str, k: int, namespace: Any) -> list[dict]:
+    return [f.to_dict() for f in stores.facts.facts(query, k=int(k),
+                                                     namespace=_none_if_unset(namespace))]
 
 
-def fact(st: TranscriptStore, key_or_id: str, namespace: Any) -> dict:
-    return fact_store_for(st).fact(key_or_id, namespace=_none_if_unset(namespace)).to_dict()
+def fact(stores: Stores, key_or_id: str, namespace: Any) -> dict:
+    return stores.facts.fact(key_or_id, namespace=_none_if_unset(namespace)).to_dict()
 
 
-def ingest(st: TranscriptStore, items: list, options: dict) -> dict:
+def ingest(stores: Stores, items: list, options: dict) -> dict:
     """Ingest texts and files; ``items`` are dicts {"text": ...} or {"path": ...}."""
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
     sources: list[Any] = [Path(i["path"]) if "path" in i else i["text"] for i in items]
-    report = fact_store_for(st).ingest(sources, namespace=opts.get("namespace"),
-                                       source_type=opts.get("source_type"),
-                                       progress=opts.get("progress"))
+    report = stores.facts.ingest(sources, namespace=opts.get("namespace"),
+                                 source_type=opts.get("source_type"),
+                                 progress=opts.get("progress"))
     return report.to_dict()
 
 
 # -- the storage router (SPEC-035 §3) ------------------------------------------------
 
-def recent(st: TranscriptStore, session_id: str, n: int) -> list[dict]:
+def recent(stores: Stores, session_id: str, n: int) -> list[dict]:
     """The session's last ``n`` turns from its rolling log, as plain dicts."""
-    return [turn_record(t) for t in router_for(st).recent(session_id, int(n))]
+    return [turn_record(t) for t in Router.of(stores).recent(session_id, int(n))]
 
 
-def recent_turns(st: TranscriptStore, session_id: str, n: int) -> list:
+def recent_turns(stores: Stores, session_id: str, n: int) -> list:
     """The same as :class:`~ctxrelay.types.Turn` objects (Prolog passes them on as
     one Python reference, for the Python facade)."""
-    return router_for(st).recent(session_id, int(n))
+    return Router.of(stores).recent(session_id, int(n))
 
 
-def route(st: TranscriptStore, plan: dict) -> Any:
+def route(stores: Stores, plan: dict) -> Any:
     """Run a router plan; the :class:`~ctxrelay.types.RetrievalResult` itself."""
-    return router_for(st).execute(_plan(plan))
+    return Router.of(stores).execute(_plan(plan))
 
 
-def route_plain(st: TranscriptStore, plan: dict, records: bool = False) -> dict:
+def route_plain(stores: Stores, plan: dict, records: bool = False) -> dict:
     """Run a router plan; the result as plain types for Prolog.
 
     Items carry kind, id, score, via and text; the whole fact, turn or scratch
     entry (``record``) only with ``records`` -- Prolog holds ids, scores and
     the text it may pack, not every field (ARCHITECTURE.md, the janus boundary).
     """
-    out = router_for(st).execute(_plan(plan)).to_dict()
+    out = Router.of(stores).execute(_plan(plan)).to_dict()
     if not records:
         out["items"] = [{k: v for k, v in item.items() if k != "record"}
                         for item in out["items"]]

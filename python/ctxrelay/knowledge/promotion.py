@@ -1,45 +1,45 @@
-"""Promotion: ephemeral context that proved durable becomes CKF knowledge.
+"""Promotion: the evidence the rules need, and the facts they accept.
 
-CRP-SPEC-035 §4.2 and CRP-SPEC-029 §5.  After a turn, three rules decide
-what graduates from the scratch buffer and the turn log into the CKF:
+CRP-SPEC-035 §4.2 and CRP-SPEC-029 §5: ephemeral context that proved
+durable becomes CKF knowledge.  The rules -- ``tool_result`` (a scratch
+entry pinned or referenced by enough later turns), ``named`` (a value the
+user names: "call that the budget figure"), ``cross_thread`` (a statement
+reused in another topic thread), "volatile readings are never promoted" --
+and their thresholds live in Prolog (``prolog/ctxrelay/promotion.pl``,
+module ``ctxrelay_promotion``; the naming grammar in ``naming.pl``), where
+users can read and change them.  Every entry point reaches them there: the
+managed turn, ``scratch_pin/3``, and the Python functions below, which call
+``ctxrelay_promotion:promote_turns/5`` / ``promote_scratch_entry/5``.
 
-``tool_result``
-    A scratch entry that is pinned, or referenced by at least two distinct
-    later turns.  A reference is a turn whose text names the scratch id (or
-    its ``call_`` id), whose turn-log ``references`` (or the ``references``
-    argument, the turn ids the resolver found) include the entry's tool
-    turns, or a naming phrase whose antecedent is the entry.  References are
-    recorded on the entry (:meth:`ScratchStore.reference`), which also
-    auto-pins it at the store's ``auto_pin_after``.
-``named``
-    A value the user names: "call that the budget figure", "let's call
-    4.2M the Q3 revenue", "name that budget_q3", "save that as the build
-    matrix".  The fact's key is :func:`name_key` of the name, so
-    ``FactStore.fact(name_key(name))`` finds it; naming the same key again
-    with another value updates that fact.
-``cross_thread``
-    A statement of an earlier user or assistant turn whose content
-    reappears (term containment, or sentence-embedding similarity) in a
-    later turn of a different topic thread: it is now used by at least
-    ``min_threads`` threads.  The statement must carry concrete values
-    (numbers, identifiers, proper names; :func:`specifics`); every number
-    and at least half of those values must reappear too, so a shared
-    phrasing with other values is not taken for the same fact.
+This module does the work on either side of the decision:
 
-Volatile readings are never promoted: a scratch entry of class REALTIME or
-VOLATILE, and an assistant statement that directly relays such an entry
-(the turn right after its tool turns), are skipped.
+:func:`evidence`
+    One call: the processed turns with what they mention (scratch ids and
+    their offsets, the ids reached through resolved references), the
+    statements of earlier turns in other topic threads that share a
+    concrete value with a turn (with their value share, whether every
+    number recurs, their term containment and their terms), and the
+    scratch entries involved (pinned, freshness class, referencing turns).
+    Nothing is written.
+:func:`antecedents`
+    The turn a naming's "that" points at, asked for only for turns with
+    such a naming.
+:func:`similarities`
+    Sentence cosines, asked for only for statements whose terms do not
+    settle the rule (the one embedding a paraphrase needs).
+:func:`apply`
+    Writes what the rules accepted, in order: references on scratch
+    entries (``ScratchStore.reference``), and facts with deterministic keys
+    (``scratch:<id>``, :func:`name_key` of a name, ``stmt:<hash>``), their
+    content and provenance metadata.  A fact already there is left alone
+    (idempotent), except that naming a key again with another value updates
+    it; a ``FactKeyExistsError`` means another writer promoted it first.
 
-Idempotence: every promoted fact has a key (``scratch:<scratch id>``, the
-name's key, or ``stmt:<content hash>``), so a second call finds the fact
-instead of adding one, and reports nothing for it.  Facts keep their
-provenance in ``metadata`` (rule, session, turn, content hash, and for tool
-results the scratch id, the provenance hash and the freshness class).
-
-Cost: one call reads the processed turns, embeds their new turn-log rows
-(incremental sync), scans the turn log's bounded dense window once per
-processed turn, and writes only what it promotes.  It never scans the
-session's whole history or scratch buffer.
+Cost: :func:`evidence` reads the processed turns, syncs the turn log
+incrementally (embedding only new turns), scans the turn log's bounded
+dense window once per processed user or assistant turn, and reads the
+scratch entries the turns name.  It never scans the session's history or
+scratch buffer.
 """
 from __future__ import annotations
 
@@ -56,22 +56,17 @@ from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.types import Turn
 
 __all__ = ["Promotion", "Naming", "promote_after_turn", "promote_scratch_entry",
-           "parse_namings", "name_key", "scratch_mentions", "statements", "specifics",
-           "is_volatile", "RULES"]
+           "parse_namings", "name_key", "display_name", "scratch_mentions", "statements",
+           "specifics", "evidence", "entry_evidence", "antecedents", "similarities", "apply"]
 
-RULES = ("tool_result", "named", "cross_thread")
-NEVER_PROMOTED = frozenset({"REALTIME", "VOLATILE"})
-MIN_REFERENCES = 2
-MIN_THREADS = 2
-CANDIDATES = 8               # earlier turns compared per processed turn
-CONTAINMENT = 0.7            # share of a statement's terms found in the later turn
-SPECIFIC_SHARE = 0.5         # share of its values (numbers, names) found there too
-MIN_STATEMENT_TERMS = 4      # a statement shorter than this establishes nothing
+MIN_STATEMENT_TERMS = 4      # a sentence with fewer distinct terms states no fact
 MAX_VALUE_CHARS = 600
 MAX_ARGS_CHARS = 200
-_SCRATCH_ID = re.compile(r"\bscr_[0-9a-f]{32}\b")
+ANTECEDENT_LOOKBACK = 11     # earlier turns searched for what "that" points at
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\"'\-\[])|\n+")
 _NUMBER = re.compile(r"\d")
+_MENTION = re.compile(r"(?:call_)?(scr_[0-9a-f]{32})(?![0-9a-f])")
+_DETERMINER = re.compile(r"^(?:the|our|my)\s+", re.I)
 
 
 # -- results ------------------------------------------------------------------
@@ -80,7 +75,7 @@ _NUMBER = re.compile(r"\d")
 class Promotion:
     """One fact added (or, for a renamed value, changed) by a rule."""
 
-    rule: str                          # one of RULES
+    rule: str                          # tool_result | named | cross_thread
     fact_id: str
     key: str
     namespace: str
@@ -108,17 +103,21 @@ class Naming:
     end: int
 
 
-# -- small, explicit rules -------------------------------------------------------
-
-def is_volatile(freshness: Any) -> bool:
-    """Whether a freshness class is a reading that is never promoted (SPEC-029 §5.4)."""
-    return str(freshness or "VOLATILE").upper() in NEVER_PROMOTED
-
+# -- text helpers (numbers, not rules) -----------------------------------------------
 
 def scratch_mentions(text: str) -> list[str]:
     """Scratch ids named in ``text`` (also inside ``call_scr_...`` ids), in order."""
-    found = re.findall(r"(?:call_)?(scr_[0-9a-f]{32})(?![0-9a-f])", text)
-    return list(dict.fromkeys(found))
+    return [m["scratch_id"] for m in _mention_spans(text)]
+
+
+def _mention_spans(text: str) -> list[dict[str, Any]]:
+    """Each scratch id of ``text`` at its first occurrence, with its offsets."""
+    seen: dict[str, dict[str, Any]] = {}
+    for m in _MENTION.finditer(text):
+        sid = m.group(1)
+        if sid not in seen:
+            seen[sid] = {"scratch_id": sid, "start": m.start(), "end": m.end()}
+    return list(seen.values())
 
 
 def name_key(name: str) -> str:
@@ -141,57 +140,28 @@ def name_key(name: str) -> str:
     return key
 
 
-_REF = r"(?P<ref>that|this|it)"
-_NAME_END = (r"(?=\s*(?:[.!?;,:)]|$|\n|\s(?:from now on|going forward|for now|please|"
-             r"and|so|then|instead|too)\b))")
-_QUOTED = r"\"[^\"\n]{1,80}\"|'[^'\n]{1,80}'|`[^`\n]{1,80}`|“[^”\n]{1,80}”"
-_IDENT = r"[A-Za-z][\w.-]*(?:_|\d)[\w.-]*"
-_WORDS = r"[\w$€£%.'-]+(?:\s+[\w$€£%.'-]+){0,5}?"
-# "call that X" needs a marked name (the ..., quotes, an identifier) so
-# "call that function again" is not a naming; after "as" plain words do.
-_MARKED = rf"(?P<name>{_QUOTED}|the\s+{_WORDS}|{_IDENT})"
-_PLAIN = rf"(?P<name>{_QUOTED}|{_WORDS})"
-_NAMING_RULES = (
-    re.compile(rf"\b(?:call|name)\s+{_REF}\s+{_MARKED}{_NAME_END}", re.I),
-    re.compile(rf"\b(?:call|name|save|remember|store|keep|refer\s+to)\s+{_REF}\s+as\s+"
-               rf"{_PLAIN}{_NAME_END}", re.I),
-    re.compile(rf"\blet(?:'s|’s|\s+us)\s+call\s+(?P<value>(?!(?:that|this|it)\b)(?:[^\n.!?;]|\.(?=\S)){{1,80}}?)"
-               rf"\s+(?P<name>{_QUOTED}|the\s+{_WORDS}){_NAME_END}", re.I),
-)
-_NEGATION = re.compile(r"\b(?:don'?t|do not|never|not|no need to|shouldn'?t|won'?t)\s+(?:\w+\s+){0,2}$",
-                       re.I)
-_NOT_A_NAME = frozenset({"quits", "done", "even", "off", "over", "good", "fine", "finished",
-                         "correct", "wrong", "right", "ok", "okay", "a", "an", "out", "back"})
-_VALUE_STOP = re.compile(r"\b(?:and|or|but|again|to|for|with|about|from|now|back)\b", re.I)
+def display_name(name: str) -> str:
+    """A name as a fact shows it: without a leading "the", "our" or "my"."""
+    return _DETERMINER.sub("", name)
 
 
 def parse_namings(text: str) -> list[Naming]:
-    """The naming phrases in a user's ``text`` (see the module doc), in order."""
+    """The naming phrases of a user's ``text``, in order (the grammar is
+    ``ctxrelay_naming:namings/2``; names without a key are left out)."""
     if not isinstance(text, str):
         raise InvalidArgumentError(f"text must be a str, not {type(text).__name__}")
-    found: list[Naming] = []
-    for rule in _NAMING_RULES:
-        for m in rule.finditer(text):
-            if _NEGATION.search(text[max(0, m.start() - 40):m.start()]):
-                continue
-            raw = m.group("name").strip()
-            name = raw[1:-1].strip() if raw[:1] in "\"'`“" else raw.rstrip(".'-")
-            first = name.split()[0].casefold() if name.split() else ""
-            if first in _NOT_A_NAME:
-                continue
-            value = m.groupdict().get("value")
-            if value is not None and _VALUE_STOP.search(value):
-                continue
-            try:
-                key = name_key(name)
-            except InvalidArgumentError:
-                continue
-            shown = re.sub(r"^(?:the|our|my)\s+", "", name, flags=re.I)
-            if any(n.start < m.end() and m.start() < n.end for n in found):
-                continue
-            found.append(Naming(shown, key, value.strip() if value else None,
-                                m.start(), m.end()))
-    return sorted(found, key=lambda n: n.start)
+    from ctxrelay.bridge import engine
+    found = engine.once("ctxrelay_naming:naming_dicts(T, Ns)", {"T": text})["Ns"]
+    out = []
+    for n in found:
+        try:
+            key = name_key(n["name"])
+        except InvalidArgumentError:
+            continue
+        value = n["value"]
+        out.append(Naming(display_name(n["name"]), key, value if isinstance(value, str) else None,
+                          int(n["start"]), int(n["end"])))
+    return out
 
 
 def statements(text: str) -> list[str]:
@@ -220,13 +190,6 @@ def specifics(text: str) -> set[str]:
     found = _numbers(text)
     found.update(e.casefold() for e in extract_entities(text))
     return found
-
-
-def _containment(statement: str, text: str) -> float:
-    terms = set(tokenize(statement))
-    if not terms:
-        return 0.0
-    return len(terms & set(tokenize(text))) / len(terms)
 
 
 def _sha256(text: str) -> str:
@@ -261,17 +224,23 @@ def value_of_turn(turn: Turn) -> str:
     return _clip((with_number or sentences)[-1], MAX_VALUE_CHARS)
 
 
-# -- the context of one call --------------------------------------------------------
+# -- the state of one promotion (the handle Prolog holds) ------------------------------
 
 class _Run:
-    """What one promote_after_turn call reads and writes."""
+    """What one promotion reads and writes, from evidence to apply."""
 
-    def __init__(self, store: Any, session_id: str, facts: Any, scratch: Any,
+    def __init__(self, stores: Any, session_id: str, facts: Any, scratch: Any,
                  namespace: str | None, turnlog: Any, embedder: Any) -> None:
-        self.store, self.session_id = store, session_id
+        # ``stores`` is the store's Stores object; ``store`` its transcript.
+        self.stores, self.store, self.session_id = stores, stores.transcript, session_id
         self._facts, self.scratch = facts, scratch
         self.namespace, self.turnlog, self.embedder = namespace, turnlog, embedder
         self._turns: dict[int, Turn] = {}
+        self._entries: dict[str, Any] = {}      # as the last reference left them
+        # statement id -> (text, origin turn, origin role, threads, reusing turn, containment)
+        self.statements: dict[int, tuple[str, int, str, list[str], int, float]] = {}
+        self.cosines: dict[int, float] = {}
+        self._sentence_vecs: dict[int, Any] = {}
         self.out: list[Promotion] = []
 
     @property
@@ -279,8 +248,7 @@ class _Run:
         """The CKF, opened on the first promotion (most turns promote nothing,
         and opening it may load the default embedder)."""
         if self._facts is None:
-            from ctxrelay.bridge import stores as bridge
-            self._facts = bridge.fact_store_for(self.store)
+            self._facts = self.stores.facts
         return self._facts
 
     def turn(self, turn_id: int) -> Turn:
@@ -290,337 +258,443 @@ class _Run:
 
     def entry(self, scratch_id: str) -> Any:
         """The session's scratch entry, or None (never stored here, or evicted)."""
+        if scratch_id in self._entries:
+            return self._entries[scratch_id]
         if self.scratch is None:
             return None
         from ctxrelay.storage.lmdb.scratch import UnknownScratchError
         try:
-            return self.scratch.get(self.session_id, scratch_id, touch=False)
+            found = self.scratch.get(self.session_id, scratch_id, touch=False)
         except UnknownScratchError:
-            return None
+            found = None
+        self._entries[scratch_id] = found
+        return found
 
-    def relays_volatile(self, turn: Turn) -> bool:
-        """Whether ``turn`` answers right after a volatile tool result."""
+    def relayed_reading(self, turn: Turn) -> dict[str, Any]:
+        """Whether ``turn`` comes right after a tool result (past empty tool-call
+        turns), and that reading's freshness class as stored."""
         tid = turn.turn_id - 1
         while tid >= 1:
             prev = self.turn(tid)
             if prev.role == "tool":
-                return is_volatile((prev.metadata or {}).get("freshness"))
+                return {"after_tool": True, "tool_freshness": (prev.metadata or {}).get("freshness")}
             if prev.role == "assistant" and not prev.content and (prev.metadata or {}).get(
                     "tool_calls"):
                 tid -= 1
                 continue
-            return False
-        return False
+            break
+        return {"after_tool": False, "tool_freshness": None}
 
-    def add(self, rule: str, content: str, key: str, source: str, *,
-            metadata: dict[str, Any], scratch_id: str | None, turn_id: int | None,
-            at_turn: int, replace: bool = False) -> None:
-        """Add the fact under ``key`` unless it is there (``replace``: update a
-        named fact whose value changed)."""
-        from ctxrelay.knowledge.fabric import FactKeyExistsError
-        content = content.strip()
-        digest = _sha256(content)
-        meta = {"promoted_by": rule, "session_id": self.session_id, "content_hash": digest,
-                "promoted_at_turn": at_turn, **metadata}
-        existing = self.facts.lookup_key(key, namespace=self.namespace)
-        updated = False
-        if existing is not None:
-            if not replace or existing.metadata.get("content_hash") == digest:
-                return
-            fact = self.facts.update_fact(existing.fact_id, content=content, metadata=meta,
-                                          namespace=self.namespace)
-            fact_id, updated = fact.fact_id, True
-        else:
-            try:
-                fact_id = self.facts.add_fact(content, key=key, source=source,
-                                              namespace=self.namespace, metadata=meta)
-            except FactKeyExistsError:        # another writer promoted it meanwhile
-                return
-        self.out.append(Promotion(
-            rule=rule, fact_id=fact_id, key=key,
-            namespace=self.namespace or "default", content=content, content_hash=digest,
-            source=source, scratch_id=scratch_id, turn_id=turn_id, promoted_at_turn=at_turn,
-            updated=updated, details=metadata))
+    def sentence_vectors(self, turn_id: int) -> Any:
+        if turn_id not in self._sentence_vecs:
+            content = self.turn(turn_id).content
+            sents = [s for s in (" ".join(x.split()) for x in _SENTENCE.split(content)) if s]
+            self._sentence_vecs[turn_id] = np.asarray(self.embedder.embed_batch(sents or [""]),
+                                                      dtype=np.float32)
+        return self._sentence_vecs[turn_id]
 
 
-# -- rule (a): tool results ------------------------------------------------------
+# -- evidence --------------------------------------------------------------------------
 
-def _own_turn(turn: Turn, scratch_id: str) -> bool:
-    return (turn.metadata or {}).get("scratch_id") == scratch_id
+def _open_stores(stores: Any, given: dict[str, Any], use_turnlog: bool
+                 ) -> tuple[Any, Any, Any, Any]:
+    facts, scratch = given.get("facts"), given.get("scratch")
+    turnlog, embedder = given.get("turnlog"), given.get("embedder")
+    if scratch is None:
+        scratch = stores.scratch_if_present()
+    if use_turnlog and (embedder is None or isinstance(embedder, str)):
+        from ctxrelay.text.embed import get_embedder
+        embedder = get_embedder(embedder or None)
+    if turnlog is None and use_turnlog:
+        turnlog = stores.turnlog
+    return facts, scratch, turnlog, embedder
 
 
-def _referenced_scratch(run: _Run, turn: Turn, resolved: Iterable[int]) -> list[str]:
-    """Scratch ids ``turn`` refers to: named in its text, or through the turns
-    its references resolved to (turn log or ``resolved``)."""
-    ids = scratch_mentions(turn.content)
+def _turn_range(stores: Any, session_id: str, first: Any, last: Any) -> tuple[int, int]:
+    count = stores.transcript.turn_count(session_id)
+    if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= count:
+        raise InvalidArgumentError(
+            f"turn_id must be an int in 1..{count} (a turn of {session_id!r}), not {last!r}")
+    if isinstance(first, bool) or not isinstance(first, int) or not 1 <= first <= last:
+        raise InvalidArgumentError(
+            f"since must be an int in 1..{last} (the first turn to look at), not {first!r}")
+    return first, last
+
+
+def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What the promotion rules need about turns ``first..last`` of ``session_id``.
+
+    ``options`` (set by ``ctxrelay_promotion:promote_turns/5``): first, last,
+    references (the turn ids ``last``'s message resolved to), namespace,
+    embedder (a name or an embedder; the turn log's), stores (facts, scratch,
+    turnlog objects to use instead of those beside ``store``), naming_roles
+    (the roles whose turns may name values: only their text is handed over),
+    cross_thread (gather reused statements), nearest (earlier turns compared
+    per processed turn).  Returns plain data and ``handle`` (for :func:`antecedents`,
+    :func:`similarities` and :func:`apply`).
+    @raises InvalidArgumentError for a turn range outside the session.
+    """
+    first, last = _turn_range(store, session_id, options.get("first"), options.get("last"))
+    given = dict(options.get("stores") or {})
+    if options.get("embedder"):
+        given.setdefault("embedder", options["embedder"])
+    facts, scratch, turnlog, embedder = _open_stores(store, given, use_turnlog=True)
+    turnlog.sync(store.transcript, session_id, embedder)
+    run = _Run(store, session_id, facts, scratch, options.get("namespace") or None,
+               turnlog, embedder)
+    resolved = [int(t) for t in options.get("references") or ()]
+    naming_roles = set(options.get("naming_roles") or ())
+    cross_thread = bool(options.get("cross_thread"))
+    nearest = int(options.get("nearest") or 0)
+    turns, ids = [], []
+    for tid in range(first, last + 1):
+        turn = run.turn(tid)
+        if turn.role == "system":
+            continue
+        item = _turn_evidence(run, turn, resolved if tid == last else (), ids)
+        if turn.role in naming_roles:
+            item["content"] = turn.content
+        if cross_thread and nearest > 0:
+            item["reuses"] = _reuse_evidence(run, turn, nearest)
+        turns.append(item)
+    thresholds = dict(embedder.thresholds)
+    return {"handle": run, "turns": turns, "entries": _entries(run, ids), "at_turn": last,
+            "similarity": {"topic_same": float(thresholds["topic_same"]),
+                           "edge": float(thresholds["edge"])}}
+
+
+def _turn_evidence(run: _Run, turn: Turn, resolved: Iterable[int], ids: list[str]
+                   ) -> dict[str, Any]:
+    """A processed turn: its text, the scratch ids it names, and those it
+    reaches through the turns its references resolved to (turn log or
+    ``resolved``)."""
+    own = (turn.metadata or {}).get("scratch_id")
+    mentions = _mention_spans(turn.content)
     targets = set(int(t) for t in resolved)
     if run.turnlog is not None:
         derived = run.turnlog.derived(run.session_id, turn.turn_id)
         if derived is not None:
             targets.update(derived.references)
+    via = []
     for tid in sorted(targets):
         if 1 <= tid < turn.turn_id:
             sid = (run.turn(tid).metadata or {}).get("scratch_id")
             if isinstance(sid, str):
-                ids.append(sid)
-    return [sid for sid in dict.fromkeys(ids) if not _own_turn(turn, sid)]
+                via.append(sid)
+    ids.extend(m["scratch_id"] for m in mentions)
+    ids.extend(via)
+    if isinstance(own, str):
+        ids.append(own)
+    return {"turn_id": turn.turn_id, "role": turn.role,
+            "own": own if isinstance(own, str) else None, "mentions": mentions,
+            "via_turns": via, "reuses": []}
 
 
-def _promote_entry(run: _Run, entry: Any, at_turn: int, *,
-                   min_references: int = MIN_REFERENCES) -> None:
-    if entry is None or is_volatile(entry.freshness):
-        return
-    if not (entry.pinned or len(entry.referenced_by) >= min_references):
-        return
-    run.add("tool_result", tool_result_content(entry), f"scratch:{entry.scratch_id}",
-            entry.scratch_id,
-            metadata={"provenance": "tool-derived", "scratch_id": entry.scratch_id,
-                      "provenance_hash": entry.provenance_hash, "tool_name": entry.tool_name,
-                      "freshness": entry.freshness, "pinned": entry.pinned,
-                      "referenced_by": list(entry.referenced_by)},
-            scratch_id=entry.scratch_id, turn_id=None, at_turn=at_turn)
+def antecedents(run: _Run, turn_ids: Sequence[int]) -> dict[str, Any]:
+    """For turns that name "that": the turn it points at (the latest earlier
+    turn with content: role, scratch id, freshness, the scratch ids it names,
+    whether it relays a reading, its value), and the scratch entries those
+    name.  Asked for only when a naming needs it."""
+    ids: list[str] = []
+    found = [[int(t), _antecedent_evidence(run, run.turn(int(t)), ids)] for t in turn_ids]
+    return {"antecedents": found, "entries": _entries(run, ids)}
 
 
-# -- rule (b): named values -------------------------------------------------------
-
-def _antecedent(run: _Run, turn: Turn) -> Turn | None:
-    """The turn "that" points at: the latest earlier turn with content."""
-    for tid in range(turn.turn_id - 1, max(0, turn.turn_id - 12), -1):
+def _antecedent_evidence(run: _Run, turn: Turn, ids: list[str]) -> dict[str, Any] | None:
+    """The turn "that" would point at: the latest earlier turn with content."""
+    for tid in range(turn.turn_id - 1, max(0, turn.turn_id - 1 - ANTECEDENT_LOOKBACK), -1):
         prev = run.turn(tid)
         if prev.role == "system" or not prev.content.strip():
             continue
-        return prev
+        meta = prev.metadata or {}
+        sid = meta.get("scratch_id") if prev.role == "tool" else None
+        mentions = scratch_mentions(prev.content)
+        ids.extend(mentions)
+        if isinstance(sid, str):
+            ids.append(sid)
+        return {"turn_id": prev.turn_id, "role": prev.role,
+                "scratch_id": sid if isinstance(sid, str) else None,
+                "freshness": meta.get("freshness"), "mentions": mentions,
+                **_relayed(run, prev), "value": value_of_turn(prev)}
     return None
 
 
-def _promote_namings(run: _Run, turn: Turn, referenced: list[str]) -> None:
-    if turn.role != "user":
-        return
-    for naming in parse_namings(turn.content):
-        meta: dict[str, Any] = {"name": naming.name, "provenance": "user-named"}
-        if naming.value is not None:
-            run.add("named", f"{naming.name}: {naming.value}", naming.key,
-                    f"turn:{turn.turn_id}", metadata=meta, scratch_id=None,
-                    turn_id=turn.turn_id, at_turn=turn.turn_id, replace=True)
-            continue
-        prev = _antecedent(run, turn)
-        if prev is None:
-            continue
-        # "that" is a tool output the naming turn (before the phrase) or the
-        # previous turn names, else the previous turn's own value.
-        named_ids = (scratch_mentions(turn.content[:naming.start])
-                     or ([(prev.metadata or {}).get("scratch_id")] if prev.role == "tool"
-                         else scratch_mentions(prev.content)))
-        sid = named_ids[-1] if named_ids and isinstance(named_ids[-1], str) else None
-        if sid is not None:
-            entry = run.entry(sid)
-            freshness = entry.freshness if entry is not None else \
-                (prev.metadata or {}).get("freshness")
-            if is_volatile(freshness):
-                continue
-            referenced.append(sid)
-            body = _summary_body(entry.summary if entry is not None else prev.content)
-            meta.update(provenance="tool-derived", scratch_id=sid, freshness=freshness,
-                        provenance_hash=entry.provenance_hash if entry is not None else None)
-            run.add("named", f"{naming.name}: {body}", naming.key, sid, metadata=meta,
-                    scratch_id=sid, turn_id=prev.turn_id, at_turn=turn.turn_id, replace=True)
-        else:
-            if prev.role == "assistant" and run.relays_volatile(prev):
-                continue
-            value = value_of_turn(prev)
-            if value:
-                run.add("named", f"{naming.name}: {value}", naming.key, f"turn:{prev.turn_id}",
-                        metadata=meta, scratch_id=None, turn_id=prev.turn_id,
-                        at_turn=turn.turn_id, replace=True)
-
-
-# -- rule (c): facts reused across threads ------------------------------------------
-
-def _reuse_score(run: _Run, stmt: str, later: Turn, later_values: set[str],
-                 later_vecs: Any) -> tuple[float, float] | None:
-    """(term containment, best sentence cosine) if ``stmt`` reappears in
-    ``later``, else None.  The embedding is computed only for a statement
-    whose values reappear but whose terms do not (a paraphrase)."""
-    values = specifics(stmt)
-    if not values or len(values & later_values) < SPECIFIC_SHARE * len(values):
-        return None
-    if not _numbers(stmt) <= later_values:      # a number is the value: all must recur
-        return None
-    overlap = _containment(stmt, later.content)
-    if overlap >= CONTAINMENT:
-        return overlap, float("nan")
-    floor = float(run.embedder.thresholds["topic_same"])
-    edge = float(run.embedder.thresholds["edge"])
-    vec = np.asarray(run.embedder.embed_batch([stmt]), dtype=np.float32)[0]
-    cos = float((later_vecs() @ vec).max())
-    return (overlap, cos) if cos >= max(edge, 2 * floor, 0.5) else None
-
-
-def _promote_reused(run: _Run, turn: Turn, *, min_threads: int) -> None:
+def _reuse_evidence(run: _Run, turn: Turn, nearest: int) -> list[dict[str, Any]]:
+    """Earlier turns (user or assistant, at most ``nearest``, best first) on
+    ``turn``'s topic (the embedder's ``topic_same``) but in another topic
+    thread, with their statements that share a concrete value with ``turn``."""
     log = run.turnlog
     if log is None or turn.role not in ("user", "assistant") or not turn.content.strip():
-        return
+        return []
     later_values = specifics(turn.content)
     if not later_values:                     # nothing concrete to have been reused
-        return
+        return []
     mine = log.derived(run.session_id, turn.turn_id)
     if mine is None or not mine.thread_id:
-        return
+        return []
     vec = log.vectors(run.session_id, [turn.turn_id]).get(turn.turn_id)
     if vec is None:
-        return
+        return []
     floor = float(run.embedder.thresholds["topic_same"])
-    cache: list[Any] = []
-
-    def later_vecs() -> Any:
-        if not cache:
-            sents = [s for s in (" ".join(x.split()) for x in _SENTENCE.split(turn.content))
-                     if s]
-            cache.append(np.asarray(run.embedder.embed_batch(sents or [""]), dtype=np.float32))
-        return cache[0]
-
-    taken: list[str] = []
-    for cand_id, sim in log.nearest(run.session_id, vec, k=CANDIDATES, before=turn.turn_id):
+    later_terms: set[str] | None = None
+    out = []
+    for cand_id, sim in log.nearest(run.session_id, vec, k=nearest, before=turn.turn_id):
         if sim < floor:
             continue
         origin = log.derived(run.session_id, cand_id)
         if origin is None or not origin.thread_id or origin.thread_id == mine.thread_id:
             continue
-        threads = {origin.thread_id, mine.thread_id}
-        if len(threads) < min_threads:
-            continue
         cand = run.turn(cand_id)
-        if cand.role not in ("user", "assistant") or (
-                cand.role == "assistant" and run.relays_volatile(cand)):
+        if cand.role not in ("user", "assistant"):
             continue
+        threads = sorted({origin.thread_id, mine.thread_id})
+        found = []
         for stmt in statements(cand.content):
-            score = _reuse_score(run, stmt, turn, later_values, later_vecs)
-            if score is None:
+            values = specifics(stmt)
+            shared = values & later_values
+            if not shared:
                 continue
-            # Candidates come best first: a later, weaker restatement of what
-            # this turn already promoted ("Understood: three etcd members")
-            # is the same fact, not another one.
-            if taken and _containment(stmt, " ".join(taken)) >= CONTAINMENT:
-                continue
-            taken.append(stmt)
-            overlap, cos = score
-            run.add("cross_thread", stmt, f"stmt:{_sha256(stmt.casefold())[:40]}",
-                    f"turn:{cand_id}",
-                    metadata={"provenance": f"{cand.role}-stated", "origin_turn": cand_id,
-                              "threads": sorted(threads), "reused_in_turn": turn.turn_id,
-                              "term_containment": round(overlap, 3),
-                              "similarity": None if cos != cos else round(cos, 3)},
-                    scratch_id=None, turn_id=cand_id, at_turn=turn.turn_id)
+            terms = set(tokenize(stmt))
+            if later_terms is None:
+                later_terms = set(tokenize(turn.content))
+            containment = len(terms & later_terms) / len(terms) if terms else 0.0
+            sid = len(run.statements) + 1
+            run.statements[sid] = (stmt, cand_id, cand.role, threads, turn.turn_id, containment)
+            found.append({"id": sid, "value_share": len(shared) / len(values),
+                          "numbers_recur": _numbers(stmt) <= later_values,
+                          "containment": containment, "terms": sorted(terms)})
+        if found:
+            out.append({"origin_turn": cand_id, "origin_role": cand.role, "threads": threads,
+                        **_relayed(run, cand), "statements": found})
+    return out
 
 
-# -- entry points ------------------------------------------------------------------
+def _relayed(run: _Run, turn: Turn) -> dict[str, Any]:
+    """Whether an assistant turn answers a tool result, and that reading's class
+    (only an assistant turn answers one: a user turn's is always false)."""
+    if turn.role != "assistant":
+        return {"after_tool": False, "tool_freshness": None}
+    return run.relayed_reading(turn)
 
-def _open_defaults(store: Any, facts: Any, scratch: Any, turnlog: Any, embedder: Any,
-                   use_turnlog: bool) -> tuple[Any, Any, Any, Any]:
-    from ctxrelay.bridge import stores as bridge
-    if scratch is None:
-        scratch = bridge.scratch_store_for(store)
-    if use_turnlog and (embedder is None or isinstance(embedder, str)):
-        from ctxrelay.text.embed import get_embedder
-        embedder = get_embedder(embedder)
-    if turnlog is None and use_turnlog:
-        from ctxrelay.storage.lmdb.turnlog import turnlog_for
-        turnlog = turnlog_for(store)
-    return facts, scratch, turnlog, embedder
 
+def _entries(run: _Run, ids: Iterable[str]) -> list[dict[str, Any]]:
+    """The scratch entries of this session among ``ids`` (others are unknown here)."""
+    out = []
+    for sid in dict.fromkeys(ids):
+        entry = run.entry(sid)
+        if entry is not None:
+            out.append({"scratch_id": entry.scratch_id, "pinned": bool(entry.pinned),
+                        "freshness": entry.freshness,
+                        "referenced_by": [int(t) for t in entry.referenced_by]})
+    return out
+
+
+def entry_evidence(store: Any, session_id: str, scratch_id: str,
+                   options: dict[str, Any]) -> dict[str, Any]:
+    """The evidence of rule ``tool_result`` for one scratch entry (e.g. just pinned).
+
+    @raises InvalidScratchIdError for a malformed id.
+    """
+    from ctxrelay.storage.lmdb.scratch import check_scratch_id
+    check_scratch_id(scratch_id)
+    facts, scratch, _, _ = _open_stores(store, dict(options.get("stores") or {}),
+                                        use_turnlog=False)
+    run = _Run(store, session_id, facts, scratch, options.get("namespace") or None, None, None)
+    return {"handle": run, "turns": [], "entries": _entries(run, [scratch_id]),
+            "at_turn": store.transcript.turn_count(session_id), "similarity": None}
+
+
+def similarities(run: _Run, ids: Sequence[int]) -> list[list[Any]]:
+    """[[statement id, cosine]]: each statement against the sentences of the
+    turn that reused it (the best match)."""
+    out = []
+    for sid in ids:
+        stmt, _, _, _, later, _ = run.statements[int(sid)]
+        vec = np.asarray(run.embedder.embed_batch([stmt]), dtype=np.float32)[0]
+        cos = float((run.sentence_vectors(later) @ vec).max())
+        run.cosines[int(sid)] = cos
+        out.append([int(sid), cos])
+    return out
+
+
+# -- apply -----------------------------------------------------------------------------
+
+def apply(run: _Run, actions: Sequence[dict[str, Any]], plain: bool = False
+          ) -> list[dict[str, Any]]:
+    """Carry out what the rules decided, in order; returns one dict per fact
+    added (or renamed value updated).  ``plain`` keeps scalar fields only
+    (for Prolog's result dicts)."""
+    from ctxrelay.storage.lmdb.scratch import UnknownScratchError
+    for action in actions:
+        kind = str(action["do"])
+        if kind == "reference":
+            if run.scratch is not None:
+                sid = str(action["scratch_id"])
+                try:
+                    run._entries[sid] = run.scratch.reference(run.session_id, sid,
+                                                              int(action["turn_id"]))
+                except UnknownScratchError:    # evicted since the evidence was read
+                    pass
+        elif kind == "promote":
+            _PROMOTE[str(action["rule"])](run, action)
+        else:
+            raise InvalidArgumentError(f"unknown promotion action {kind!r}; "
+                                       "expected reference or promote")
+    found = [p.to_dict() for p in run.out]
+    if plain:
+        found = [{k: v for k, v in item.items()
+                  if isinstance(v, (str, int, float, bool)) or v is None} for item in found]
+    return found
+
+
+def _add(run: _Run, rule: str, content: str, key: str, source: str, *,
+         metadata: dict[str, Any], scratch_id: str | None, turn_id: int | None,
+         at_turn: int, replace: bool = False) -> None:
+    """Add the fact under ``key`` unless it is there (``replace``: update a
+    named fact whose value changed)."""
+    from ctxrelay.knowledge.fabric import FactKeyExistsError
+    content = content.strip()
+    digest = _sha256(content)
+    meta = {"promoted_by": rule, "session_id": run.session_id, "content_hash": digest,
+            "promoted_at_turn": at_turn, **metadata}
+    existing = run.facts.lookup_key(key, namespace=run.namespace)
+    updated = False
+    if existing is not None:
+        if not replace or existing.metadata.get("content_hash") == digest:
+            return
+        fact = run.facts.update_fact(existing.fact_id, content=content, metadata=meta,
+                                     namespace=run.namespace)
+        fact_id, updated = fact.fact_id, True
+    else:
+        try:
+            fact_id = run.facts.add_fact(content, key=key, source=source,
+                                         namespace=run.namespace, metadata=meta)
+        except FactKeyExistsError:        # another writer promoted it meanwhile
+            return
+    run.out.append(Promotion(
+        rule=rule, fact_id=fact_id, key=key,
+        namespace=run.namespace or "default", content=content, content_hash=digest,
+        source=source, scratch_id=scratch_id, turn_id=turn_id, promoted_at_turn=at_turn,
+        updated=updated, details=metadata))
+
+
+def _promote_tool_result(run: _Run, action: dict[str, Any]) -> None:
+    entry = run.entry(str(action["scratch_id"]))
+    if entry is None:                         # evicted since the evidence was read
+        return
+    _add(run, "tool_result", tool_result_content(entry), f"scratch:{entry.scratch_id}",
+         entry.scratch_id,
+         metadata={"provenance": "tool-derived", "scratch_id": entry.scratch_id,
+                   "provenance_hash": entry.provenance_hash, "tool_name": entry.tool_name,
+                   "freshness": entry.freshness, "pinned": entry.pinned,
+                   "referenced_by": list(entry.referenced_by)},
+         scratch_id=entry.scratch_id, turn_id=None, at_turn=int(action["at_turn"]))
+
+
+def _promote_named(run: _Run, action: dict[str, Any]) -> None:
+    """A named value: the explicit value, a tool output, or an earlier turn's value."""
+    try:
+        key = name_key(str(action["name"]))
+    except InvalidArgumentError:
+        return
+    name = display_name(str(action["name"]))
+    at = int(action["at_turn"])
+    meta: dict[str, Any] = {"name": name, "provenance": "user-named"}
+    value = action.get("value")
+    if isinstance(value, str):
+        _add(run, "named", f"{name}: {value}", key, f"turn:{at}", metadata=meta,
+             scratch_id=None, turn_id=at, at_turn=at, replace=True)
+        return
+    prev = run.turn(int(action["from_turn"]))
+    sid = action.get("scratch_id")
+    if isinstance(sid, str):
+        entry = run.entry(sid)
+        freshness = entry.freshness if entry is not None else \
+            (prev.metadata or {}).get("freshness")
+        body = _summary_body(entry.summary if entry is not None else prev.content)
+        meta.update(provenance="tool-derived", scratch_id=sid, freshness=freshness,
+                    provenance_hash=entry.provenance_hash if entry is not None else None)
+        _add(run, "named", f"{name}: {body}", key, sid, metadata=meta, scratch_id=sid,
+             turn_id=prev.turn_id, at_turn=at, replace=True)
+        return
+    value = value_of_turn(prev)
+    if value:
+        _add(run, "named", f"{name}: {value}", key, f"turn:{prev.turn_id}", metadata=meta,
+             scratch_id=None, turn_id=prev.turn_id, at_turn=at, replace=True)
+
+
+def _promote_statement(run: _Run, action: dict[str, Any]) -> None:
+    sid = int(action["statement"])
+    stmt, origin, role, threads, later, containment = run.statements[sid]
+    cos = run.cosines.get(sid)
+    _add(run, "cross_thread", stmt, f"stmt:{_sha256(stmt.casefold())[:40]}", f"turn:{origin}",
+         metadata={"provenance": f"{role}-stated", "origin_turn": origin,
+                   "threads": list(threads), "reused_in_turn": later,
+                   "term_containment": round(containment, 3),
+                   "similarity": None if cos is None else round(cos, 3)},
+         scratch_id=None, turn_id=origin, at_turn=int(action["at_turn"]))
+
+
+_PROMOTE = {"tool_result": _promote_tool_result, "named": _promote_named,
+            "cross_thread": _promote_statement}
+
+
+# -- entry points (they reach the rules in Prolog) ------------------------------------
 
 def promote_after_turn(store: Any, session_id: str, turn_id: int, *, facts: Any = None,
                        scratch: Any = None, since: int | None = None,
                        references: Iterable[int] = (), namespace: str | None = None,
                        turnlog: Any = None, embedder: Any = None,
-                       min_references: int = MIN_REFERENCES,
-                       min_threads: int = MIN_THREADS,
-                       rules: Sequence[str] = RULES) -> list[dict[str, Any]]:
-    """Apply the promotion rules to turns ``since..turn_id`` of ``session_id``.
+                       min_references: int | None = None, min_threads: int | None = None,
+                       rules: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Apply the promotion rules to turns ``since..turn_id`` of ``session_id``
+    (``ctxrelay_promotion:promote_turns/5``).
 
-    ``store`` is the :class:`TranscriptStore`; ``facts`` (the CKF) and
-    ``scratch`` default to the stores beside it, ``turnlog`` to
-    ``<store>/turnlog`` (synced here with ``embedder``, a name or object,
+    ``store`` is the store's :class:`~ctxrelay.storage.stores.Stores`; ``facts``
+    (the CKF), ``scratch`` and ``turnlog`` default to its parts (the turn log synced here with ``embedder``, a name or object,
     which must be the one the turn log was derived with).  ``references``
     are turn ids that ``turn_id``'s message resolved to (the assembler's
-    ``referenced_turns``).  Returns one dict per fact added (or renamed
-    value updated) in this call: ``rule``, ``fact_id``, ``key``, ``source``,
+    ``referenced_turns``).  ``min_references``, ``min_threads`` and
+    ``rules`` override the Prolog defaults (promotion_threshold/2,
+    promotion_rule/1).  Returns one dict per fact added (or renamed value
+    updated) in this call: ``rule``, ``fact_id``, ``key``, ``source``,
     ``scratch_id`` / ``turn_id`` (where it came from), ``content``...; a
     second call over the same turns returns ``[]``.
     @raises InvalidArgumentError for a bad turn range or an unknown rule.
     """
-    count = store.turn_count(session_id)
-    if isinstance(turn_id, bool) or not isinstance(turn_id, int) or not 1 <= turn_id <= count:
-        raise InvalidArgumentError(
-            f"turn_id must be an int in 1..{count} (a turn of {session_id!r}), not {turn_id!r}")
-    start = turn_id if since is None else since
-    if isinstance(start, bool) or not isinstance(start, int) or not 1 <= start <= turn_id:
-        raise InvalidArgumentError(
-            f"since must be an int in 1..{turn_id} (the first turn to look at), not {since!r}")
-    unknown = sorted(set(rules) - set(RULES))
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown promotion rule(s) {', '.join(unknown)}; choose from {', '.join(RULES)}")
-    if isinstance(min_references, bool) or not isinstance(min_references, int) \
-            or min_references < 1:
-        raise InvalidArgumentError(f"min_references must be an int >= 1, not {min_references!r}")
-    if isinstance(min_threads, bool) or not isinstance(min_threads, int) or min_threads < 2:
-        raise InvalidArgumentError(f"min_threads must be an int >= 2, not {min_threads!r}")
-    facts, scratch, turnlog, embedder = _open_defaults(
-        store, facts, scratch, turnlog, embedder, use_turnlog=True)
-    turnlog.sync(store, session_id, embedder)
-    run = _Run(store, session_id, facts, scratch, namespace, turnlog, embedder)
-    resolved = [int(t) for t in references]
-    for tid in range(start, turn_id + 1):
-        turn = run.turn(tid)
-        if turn.role == "system":
-            continue
-        referenced = _referenced_scratch(run, turn, resolved if tid == turn_id else ())
-        if "named" in rules:
-            _promote_namings(run, turn, referenced)
-        touched = list(dict.fromkeys(referenced))
-        if scratch is not None:
-            from ctxrelay.storage.lmdb.scratch import UnknownScratchError
-            entries = []
-            for sid in touched:
-                try:
-                    entries.append(scratch.reference(session_id, sid, tid))
-                except UnknownScratchError:    # another session's id, or evicted
-                    continue
-            own = (turn.metadata or {}).get("scratch_id")
-            if turn.role == "tool" and isinstance(own, str):
-                entries.append(run.entry(own))   # pinned at put (pinned=True, audit)
-            if "tool_result" in rules:
-                for entry in entries:
-                    _promote_entry(run, entry, tid, min_references=min_references)
-        if "cross_thread" in rules:
-            _promote_reused(run, turn, min_threads=min_threads)
-    return [p.to_dict() for p in run.out]
+    first = turn_id if since is None else since
+    stores = {"facts": facts, "scratch": scratch, "turnlog": turnlog, "embedder": embedder}
+    options: list[list[Any]] = [["stores", {k: v for k, v in stores.items() if v is not None}],
+                                ["references", [int(t) for t in references]],
+                                ["namespace", namespace or ""]]
+    if rules is not None:
+        options.append(["rules", [str(r) for r in rules]])
+    if min_references is not None:
+        options.append(["min_references", min_references])
+    if min_threads is not None:
+        options.append(["min_threads", min_threads])
+    return _promote("promote_turns(St, S, First-Last, P, _Opts)", store, session_id, options,
+                    First=first, Last=turn_id)
 
 
 def promote_scratch_entry(store: Any, session_id: str, scratch_id: str, *, facts: Any = None,
                           scratch: Any = None, namespace: str | None = None,
-                          min_references: int = MIN_REFERENCES) -> list[dict[str, Any]]:
-    """Rule ``tool_result`` for one entry, e.g. right after it is pinned."""
-    facts, scratch, _, _ = _open_defaults(store, facts, scratch, None, None,
-                                          use_turnlog=False)
-    if scratch is None:
-        return []
-    from ctxrelay.storage.lmdb.scratch import check_scratch_id
-    run = _Run(store, session_id, facts, scratch, namespace, None, None)
-    entry = run.entry(check_scratch_id(scratch_id))
-    _promote_entry(run, entry, store.turn_count(session_id), min_references=min_references)
-    return [p.to_dict() for p in run.out]
+                          min_references: int | None = None) -> list[dict[str, Any]]:
+    """Rule ``tool_result`` for one entry, e.g. right after it is pinned
+    (``ctxrelay_promotion:promote_scratch_entry/5``)."""
+    stores = {"facts": facts, "scratch": scratch}
+    options: list[list[Any]] = [["stores", {k: v for k, v in stores.items() if v is not None}],
+                                ["namespace", namespace or ""]]
+    if min_references is not None:
+        options.append(["min_references", min_references])
+    return _promote("promote_scratch_entry(St, S, I, P, _Opts)", store, session_id, options,
+                    I=scratch_id)
 
 
-def promote_managed_turn(store: Any, session_id: str, assistant_turn: int, user_turn: int,
-                         references: Sequence[int], embedder: str = "",
-                         namespace: str = "") -> list[dict[str, Any]]:
-    """The managed runtime's call after a reply is stored: the rules over the
-    user turn and the reply, with the turns the user's message referred to.
-    Returns plain dicts (what was promoted), for Prolog."""
-    found = promote_after_turn(store, session_id, int(assistant_turn), since=int(user_turn),
-                               references=[int(t) for t in references],
-                               embedder=embedder or None, namespace=namespace or None)
-    return [{k: v for k, v in item.items() if isinstance(v, (str, int, float, bool)) or v is None}
-            for item in found]
+def _promote(goal: str, store: Any, session_id: str, options: list[list[Any]],
+             **bindings: Any) -> list[dict[str, Any]]:
+    from ctxrelay.bridge import engine
+    options.append(["as", "python"])
+    found = engine.once(f"ctxrelay:py_options(Pairs, _Opts), ctxrelay_promotion:{goal}",
+                        {"St": store, "S": session_id, "Pairs": options, **bindings})["P"]
+    return list(found)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextvars
 import json
 import re
-import weakref
-from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +23,12 @@ from ctxrelay.knowledge.scope import visible_to
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.storage.stores import Stores
 from ctxrelay.types import Turn
 from ctxrelay.text.bounds import derived_text
 
 _READ_CHUNK = 32
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
-_RECENT_FOR_REFERENCES = 40   # turns handed to the reference resolver
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 
 
@@ -213,10 +211,8 @@ def excerpt_text(turn_id: int, content: str, size: int) -> str:
 # A plain stored turn (no tool call, not a tool result) becomes the same
 # verbatim message with the same cost every time it is offered, and a turn
 # never changes once stored (the transcript is append-only).  Assembly offers
-# the same recent and recalled turns turn after turn, so each store object
-# keeps them: (session, turn id, tokenizer) -> (role, message, cost, exact).
-_PRICED: "weakref.WeakKeyDictionary[TranscriptStore, dict[tuple[Any, ...], _Priced]]" = \
-    weakref.WeakKeyDictionary()
+# the same recent and recalled turns turn after turn, so each store keeps them
+# (in its Stores): (session, turn id, tokenizer) -> (role, message, cost, exact).
 _PRICED_MAX = 16384
 # The tokenizer of the assembly in progress, as part of the memo's key: the
 # Tokenizer itself and its counter's id (a re-registered model counts anew).
@@ -237,18 +233,19 @@ def _tokenizer_key(model: "str | tok.Tokenizer") -> tuple[Any, ...]:
     return (t, id(t.counter))
 
 
-def _priced_memo(store: TranscriptStore) -> dict[tuple[Any, ...], _Priced]:
-    memo = _PRICED.get(store)
-    if memo is None:
-        memo = _PRICED.setdefault(store, {})
-    return memo
+def _priced_memo(stores: Stores) -> dict[tuple[Any, ...], _Priced]:
+    return stores.state("priced_turns", _new_memo)
 
 
-def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: str,
+def _new_memo(_: Stores) -> dict[tuple[Any, ...], _Priced]:
+    return {}
+
+
+def _priced_unit(stores: Stores, session_id: str, turn_id: int, kind: str,
                  **features: Any) -> Unit | None:
     """The unit of a stored plain turn from the memo, or None (read the turn)."""
     tkey = _TOKENIZER_KEY.get()
-    priced = None if tkey is None else _priced_memo(store).get((session_id, turn_id, tkey))
+    priced = None if tkey is None else _priced_memo(stores).get((session_id, turn_id, tkey))
     if priced is None:
         return None
     if _past_cap(priced.message):
@@ -261,12 +258,12 @@ def _priced_unit(store: TranscriptStore, session_id: str, turn_id: int, kind: st
     return unit
 
 
-def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: str,
+def _add_turn(units: dict[str, Unit], stores: Stores, turn: Turn, kind: str,
               scratch: Any, model: "str | tok.Tokenizer", **features: Any) -> Unit:
     """``_add`` of a stored turn's unit, through the memo of plain turns."""
     plain = turn.role != "tool" and not _tool_call_ids(turn)
     if plain:
-        unit = _priced_unit(store, turn.session_id, turn.turn_id, kind, **features)
+        unit = _priced_unit(stores, turn.session_id, turn.turn_id, kind, **features)
         if unit is not None:
             units[unit.id] = unit
             return unit
@@ -274,7 +271,7 @@ def _add_turn(units: dict[str, Unit], store: TranscriptStore, turn: Turn, kind: 
     tkey = _TOKENIZER_KEY.get()
     message = unit.variants["verbatim"]
     if plain and tkey is not None and not _past_cap(message):     # a count, not the bound
-        keep(_priced_memo(store), (turn.session_id, turn.turn_id, tkey),
+        keep(_priced_memo(stores), (turn.session_id, turn.turn_id, tkey),
              _Priced(turn.role, dict(message), unit.costs["verbatim"],
                      unit.variant_exact("verbatim")),
              _PRICED_MAX)
@@ -339,9 +336,10 @@ def boundary_text(first: int, last: int, count: int, tokens: int,
             f"before guessing about earlier content, {how}")
 
 
-def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
+def candidates(stores: Stores, warm_store: Any, session_id: str,
                message: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Gather the candidate units for one assembly, within the limits Prolog set.
+    """Gather the candidate units for one assembly from the store's parts, within
+    the limits Prolog set.
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
@@ -349,10 +347,14 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     min_recent_turns, tail_first (the first turn of the guaranteed tail),
     boundary (offer the cold-history boundary for turns before it),
     max_retrieved and retrieve_tokens (recalled turns are offered until
-    either is reached), retrieval, warm, system, threads, embedder, pending
+    either is reached), reference_turns (the latest turns and scratch
+    entries handed to the reference resolver), instruction_turns (system
+    turns among the session's first this many are offered as standing
+    instructions), retrieval, warm, system, threads, embedder, pending
     (the new messages before ``message``, not stored yet: offered as
     mandatory units in their order).
     """
+    store = stores.transcript
     model = str(options.get("model") or "cl100k_base")
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
@@ -383,31 +385,31 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     for unit in pending:
         _add(units, unit, counter)
 
-    window, window_start = _read_window(store, session_id, history_end, window_tokens, min_recent)
+    reference_turns = int(options["reference_turns"])
+    window, window_start = _read_window(stores, session_id, history_end, window_tokens,
+                                        min_recent, int(options["instruction_turns"]))
     if message is None and window:
         query_text = window[-1].content
-    by_id = {t.turn_id: t for t in window}
     call_owner: dict[str, int] = {}
     for turn in window:
         for cid in _tool_call_ids(turn):
             call_owner[cid] = turn.turn_id
-    from ctxrelay.bridge.stores import scratch_store_for
-    scratch = scratch_store_for(store)
+    scratch = stores.scratch_if_present()
     for turn in window:
         kind = "instructions" if turn.role == "system" else "turn"
-        _add_turn(units, store, turn, kind, scratch, counter)
+        _add_turn(units, stores, turn, kind, scratch, counter)
     _tool_groups(window, call_owner, groups)
     _pending_groups(pending, call_owner, groups)
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
     if options.get("threads", True) and (history_end > 0 or message is not None):
-        thread_info, dense = _thread_context(store, session_id, message, query_text, window,
+        thread_info, dense = _thread_context(stores, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
-        info["recall"] = _retrieve(store, session_id, query_text, window_start, history_end,
+        info["recall"] = _retrieve(stores, session_id, query_text, window_start, history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
                                    int(options.get("max_retrieved", 200)),
                                    units, groups, counter, scratch, dense, embedder,
@@ -436,10 +438,10 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
     preview = int(options.get("preview_chars", 2000))
     info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
                              "content": t.content[:preview]}
-                            for t in window[-_RECENT_FOR_REFERENCES:]]
-    info["scratch_recent"] = [] if scratch is None else [
+                            for t in window[-reference_turns:]] if reference_turns > 0 else []
+    info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
-        for e in scratch.latest(session_id, _RECENT_FOR_REFERENCES)]
+        for e in scratch.latest(session_id, reference_turns)]
     if any(u.kind == "scratch" for u in units.values()):
         _used("pointer")
     info["store_used"] = sorted(_STORE_USED.get())
@@ -449,8 +451,8 @@ def candidates(store: TranscriptStore, warm_store: Any, session_id: str,
             "groups": groups, "excludes": excludes, "priming": priming, "info": info}
 
 
-def _read_window(store: TranscriptStore, session_id: str, end: int, window_tokens: int,
-                 min_recent: int) -> tuple[list[Turn], int]:
+def _read_window(stores: Stores, session_id: str, end: int, window_tokens: int,
+                 min_recent: int, instruction_turns: int) -> tuple[list[Turn], int]:
     """Recent turns, newest backwards, until they hold more than the budget.
 
     Stored per-turn token counts decide when to stop, so the read is bounded
@@ -458,12 +460,13 @@ def _read_window(store: TranscriptStore, session_id: str, end: int, window_token
     call lies just before the window pulls that call in, so a pair is never
     split by the window edge.
     """
+    store = stores.transcript
     turns: list[Turn] = []
     used = 0
     hi = end
     while hi >= 1 and (used <= window_tokens or len(turns) < min_recent):
         lo = max(1, hi - _READ_CHUNK + 1)
-        chunk = _ring_chunk(store, session_id, lo, hi) if hi == end else None
+        chunk = _ring_chunk(stores, session_id, lo, hi) if hi == end else None
         if chunk is None:
             chunk = store.history(session_id, lo, hi)
         for turn in reversed(chunk):
@@ -476,9 +479,10 @@ def _read_window(store: TranscriptStore, session_id: str, end: int, window_token
     while turns and turns[0].role == "tool" and turns[0].turn_id > 1:
         turns.insert(0, store.turn(session_id, turns[0].turn_id - 1))
     start = turns[0].turn_id if turns else end + 1
-    # Stored system turns at the start of the conversation are instructions: keep them.
-    if turns and turns[0].turn_id > 1:
-        head = store.history(session_id, 1, min(3, turns[0].turn_id - 1))
+    # System turns among the first ``instruction_turns`` are standing instructions
+    # (ctxrelay_assembly:instruction_turns/1): read them whatever the window.
+    if turns and turns[0].turn_id > 1 and instruction_turns > 0:
+        head = store.history(session_id, 1, min(instruction_turns, turns[0].turn_id - 1))
         turns[:0] = [t for t in head if t.role == "system"]
     return turns, start
 
@@ -490,15 +494,15 @@ def _used(primitive: str) -> None:
         pass
 
 
-def _ring_chunk(store: TranscriptStore, session_id: str, lo: int, hi: int) -> list[Turn] | None:
+def _ring_chunk(stores: Stores, session_id: str, lo: int, hi: int) -> list[Turn] | None:
     """The newest turns ``lo..hi`` from the rolling log (pointer reads, no search),
     when ``hi`` is at the session's end (a managed turn has just stored its
     message after it); None when the ring cannot serve the range."""
-    from ctxrelay.retrieval.router import router_for
-    count = store.turn_count(session_id)
+    from ctxrelay.retrieval.router import Router
+    count = stores.transcript.turn_count(session_id)
     if hi < count - 1 or hi > count:
         return None
-    turns = router_for(store).recent(session_id, count - lo + 1)
+    turns = Router.of(stores).recent(session_id, count - lo + 1)
     chunk = [t for t in turns if lo <= t.turn_id <= hi]
     _used("log")
     return chunk
@@ -542,7 +546,7 @@ def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
             groups.append([f"t{call_owner[call_id]}", unit.id])
 
 
-def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start: int,
+def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
               history_end: int, retrieve_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: "str | tok.Tokenizer",
               scratch: Any = None, dense: Any = None, embedder: Any = None,
@@ -557,7 +561,8 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
         return {}
     import time
     t0 = time.perf_counter()
-    ranked, info = recall(store, session_id, query, upto=history_end, dense=dense,
+    store = stores.transcript
+    ranked, info = recall(stores, session_id, query, upto=history_end, dense=dense,
                           embedder=embedder)
     info["ms"] = round((time.perf_counter() - t0) * 1000, 3)
     _used("index")
@@ -575,7 +580,7 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
             continue
         score = scores[at]
         direct.add(uid)
-        unit = _priced_unit(store, session_id, turn_id, "retrieved", score=score)
+        unit = _priced_unit(stores, session_id, turn_id, "retrieved", score=score)
         if unit is not None:                        # a plain turn offered before: no read
             if unit.features["role"] != "system":
                 units[uid] = unit
@@ -592,12 +597,12 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
         turn = loaded[turn_id]
         if turn.role == "system":
             continue
-        added = _add_with_tool_family(store, session_id, turn, "retrieved", units, groups, model,
+        added = _add_with_tool_family(stores, session_id, turn, "retrieved", units, groups, model,
                                       scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
     if pair:
-        _pair_questions_and_answers(store, session_id, direct, window_start, history_end,
+        _pair_questions_and_answers(stores, session_id, direct, window_start, history_end,
                                     units, groups, model, scratch)
     # Turns offered for another reason (the window, a resumed thread, the tool
     # pair of a candidate) carry their place in the ranking as relevance.
@@ -612,7 +617,7 @@ def _retrieve(store: TranscriptStore, session_id: str, query: str, window_start:
     return info
 
 
-def _pair_questions_and_answers(store: TranscriptStore, session_id: str, recalled: set[str],
+def _pair_questions_and_answers(stores: Stores, session_id: str, recalled: set[str],
                                 window_start: int, history_end: int, units: dict[str, Unit],
                                 groups: list[list[str]], model: "str | tok.Tokenizer",
                                 scratch: Any) -> None:
@@ -631,7 +636,8 @@ def _pair_questions_and_answers(store: TranscriptStore, session_id: str, recalle
         wanted[uid] = partner
     missing = sorted({p for p in wanted.values()
                       if f"t{p}" not in units and p < window_start})
-    loaded = {t.turn_id: t for t in store.turns(session_id, missing)} if missing else {}
+    loaded = {t.turn_id: t for t in stores.transcript.turns(session_id, missing)} \
+        if missing else {}
     for uid, partner in wanted.items():
         pid = f"t{partner}"
         role = units[uid].features.get("role")
@@ -640,13 +646,13 @@ def _pair_questions_and_answers(store: TranscriptStore, session_id: str, recalle
             want = "user" if role == "assistant" else "assistant"
             if turn is None or turn.role != want or _tool_call_ids(turn):
                 continue
-            _add_turn(units, store, turn, "retrieved", scratch, model, score=0.0)
+            _add_turn(units, stores, turn, "retrieved", scratch, model, score=0.0)
         elif units[pid].features.get("role") != ("user" if role == "assistant" else "assistant"):
             continue
         groups.append(sorted([uid, pid], key=lambda u: int(u[1:])))
 
 
-def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, kind: str,
+def _add_with_tool_family(stores: Stores, session_id: str, turn: Turn, kind: str,
                           units: dict[str, Unit], groups: list[list[str]],
                           model: "str | tok.Tokenizer", scratch: Any,
                           **features: Any) -> list[Unit]:
@@ -657,12 +663,12 @@ def _add_with_tool_family(store: TranscriptStore, session_id: str, turn: Turn, k
     """
     added: list[Unit] = []
     ids = []
-    for member in _tool_family(store, session_id, turn):
+    for member in _tool_family(stores.transcript, session_id, turn):
         uid = f"t{member.turn_id}"
         if uid not in units:
             extra = features if member.turn_id == turn.turn_id else \
                 {k: 0.0 for k in features if k == "score"}
-            added.append(_add_turn(units, store, member, kind, scratch, model, **extra))
+            added.append(_add_turn(units, stores, member, kind, scratch, model, **extra))
         ids.append(uid)
     if len(ids) > 1:
         groups.append(ids)
@@ -690,21 +696,23 @@ def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Tu
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
                 units: dict[str, Unit], excludes: list[list[str]],
                 model: "str | tok.Tokenizer") -> None:
+    """The session's latest warm artifacts as candidates, with the counts their
+    relevance is made of: the query's index terms, and how many of them the
+    artifact holds.  Which are offered and what they are worth is Prolog's
+    (ctxrelay_utility: offered/2, warm_relevance/2)."""
     from ctxrelay.storage.lmdb.warm import variants as warm_variants
     q = _terms(query)
     for art in warm_store.latest(session_id):
-        if art.start > history_end:
-            continue
         # An artifact summarises user, assistant and tool text: it is rendered
         # as reference material (a named user message), never with system authority.
         forms = {v["variant"]: {"role": "user", "name": "artifact", "content": v["text"]}
                  for v in warm_variants(art)}
         text = " ".join([art.summary, *art.facts, *art.decisions, *art.entities])
         terms = _terms(text)
-        relevance = len(q & terms) / len(q) if q else 0.0
         unit = _add(units, Unit(id=f"w{art.start}_{art.end}", kind="warm",
                                 turn_ids=list(range(art.start, art.end + 1)), variants=forms,
-                                features={"relevance": relevance, "version": art.version,
+                                features={"query_terms": len(q), "shared_terms": len(q & terms),
+                                          "version": art.version,
                                           "start": art.start, "end": art.end}), model)
         for tid in range(art.start, min(art.end, history_end) + 1):
             if f"t{tid}" in units:
@@ -747,7 +755,7 @@ def render(cands: Candidates, plan: list[list[str]]) -> dict[str, Any]:
 
 
 # Scores that chose this pack: reported with the pack, not part of a unit's record.
-_PER_QUERY = frozenset({"relevance", "score"})
+_PER_QUERY = frozenset({"relevance", "score", "rank", "query_terms", "shared_terms"})
 
 
 def host_only_tokens(cands: Candidates, plan: list[list[str]],
@@ -768,7 +776,7 @@ def host_only_tokens(cands: Candidates, plan: list[list[str]],
     return total
 
 
-def _thread_context(store: TranscriptStore, session_id: str, message: Any, query_text: str,
+def _thread_context(stores: Stores, session_id: str, message: Any, query_text: str,
                     window: list[Turn], history_end: int, units: dict[str, Unit],
                     model: "str | tok.Tokenizer", options: dict[str, Any],
                     scratch: Any) -> tuple[dict[str, Any], Any]:
@@ -784,9 +792,8 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     import time
 
     from ctxrelay.text.embed import get_embedder
-    from ctxrelay.storage.lmdb.turnlog import turnlog_for
     embedder = get_embedder(options.get("embedder") or None)
-    log = turnlog_for(store)
+    store, log = stores.transcript, stores.turnlog
     t0 = time.perf_counter()
     if history_end > 0:                   # else the session is not stored yet
         log.sync(store, session_id, embedder)
@@ -822,7 +829,7 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
         for turn in store.turns(session_id, wanted):
             if turn.role == "tool" or _tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
-            _add_turn(units, store, turn, "thread", scratch, model)
+            _add_turn(units, stores, turn, "thread", scratch, model)
         full = log.thread(session_id, placed.thread_id, store)
         text = full.state.summary(full.label)
         _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
@@ -832,18 +839,17 @@ def _thread_context(store: TranscriptStore, session_id: str, message: Any, query
     return out, (log, vec)
 
 
-def add_turn_units(cands: Candidates, store: TranscriptStore, turn_ids: list[int],
+def add_turn_units(cands: Candidates, stores: Stores, turn_ids: list[int],
                    kind: str = "referenced") -> list[dict[str, Any]]:
     """Offer the turns a reference resolved to (and their tool pairs) as candidates."""
-    from ctxrelay.bridge.stores import scratch_store_for
-    scratch = scratch_store_for(store)
+    store, scratch = stores.transcript, stores.scratch_if_present()
     added: list[dict[str, Any]] = []
     for tid in sorted({int(t) for t in turn_ids}):
         if f"t{tid}" in cands.units or not 1 <= tid <= cands.info["history_end"]:
             continue
         turn = store.turn(cands.session_id, tid)
         added.extend(u.summary() for u in _add_with_tool_family(
-            store, cands.session_id, turn, kind, cands.units, cands.groups, cands.model, scratch))
+            stores, cands.session_id, turn, kind, cands.units, cands.groups, cands.model, scratch))
     return added
 
 
@@ -854,9 +860,9 @@ def knowledge_text(fact: dict[str, Any]) -> str:
     return f"[knowledge {fact['fact_id']} from {source}]\n{fact['content']}"
 
 
-def has_knowledge(store: TranscriptStore) -> bool:
+def has_knowledge(stores: Stores) -> bool:
     """Whether the store has a knowledge base (Tier P) to retrieve from at all."""
-    return (Path(store.path) / "ckf").is_dir()
+    return stores.has("facts")
 
 
 def add_router_fact_units(cands: Candidates, result: Any) -> dict[str, Any]:

@@ -32,14 +32,15 @@ def term_overlaps(texts: list[str]) -> dict[str, Any]:
     return {"has_terms": [bool(t) for t in terms], "jaccard": jaccard}
 
 
-def add_document_units(cands: Any, store: Any, options: dict[str, Any]) -> dict[str, Any]:
+def add_document_units(cands: Any, stores: Any, options: dict[str, Any]) -> dict[str, Any]:
     """Tier P per sub-query, novelty on, each fact offered once.
 
     ``options``: queries (the sub-queries, in order), per_query (facts each
     may bring), namespace.  Facts another session owns are never offered
-    (:func:`ctxrelay.knowledge.scope.visible_to`).  The best fact of every
-    sub-query scores 1.0, so that each sub-query is covered before any gets
-    a second fact, budget allowing.
+    (:func:`ctxrelay.knowledge.scope.visible_to`).  Each fact carries its
+    sub-query, its rank there and its score relative to that sub-query's
+    best; what that is worth (coverage of every sub-query first) is
+    ctxrelay_utility:fact_score/2.
     """
     from ctxrelay.retrieval.candidates import fact_unit, has_knowledge
 
@@ -47,10 +48,9 @@ def add_document_units(cands: Any, store: Any, options: dict[str, Any]) -> dict[
     per_query = int(options.get("per_query", 0))
     out: dict[str, Any] = {"units": [], "coverage": [], "store_used": [],
                            "retrieval_ms": 0.0, "facts": 0}
-    if per_query <= 0 or not queries or not has_knowledge(store):
+    if per_query <= 0 or not queries or not has_knowledge(stores):
         return out
-    from ctxrelay.bridge.stores import fact_store_for
-    facts = fact_store_for(store)
+    facts = stores.facts
     namespace = options.get("namespace") or None
     covered: list[str] = []
     t0 = time.perf_counter()
@@ -63,8 +63,8 @@ def add_document_units(cands: Any, store: Any, options: dict[str, Any]) -> dict[
         ids = []
         for rank, s in enumerate(scored):
             fact = s.fact.to_dict()
-            score = 1.0 if rank == 0 else max(0.0, min(0.95, s.score / top if top > 0 else 0.0))
-            unit = fact_unit(cands, fact, score, subquery=index, novelty=s.novelty)
+            score = max(0.0, s.score / top) if top > 0 else 0.0
+            unit = fact_unit(cands, fact, score, subquery=index, rank=rank, novelty=s.novelty)
             out["units"].append(unit.summary())
             covered.append(fact["content"])
             ids.append(s.fact_id)

@@ -222,11 +222,16 @@ class _SessionIndex:
 
 
 class RecallIndex:
-    """Per-process recall indexes of the sessions of one transcript store."""
+    """Per-process recall indexes of the sessions of one store (see :meth:`of`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stores: Any = None) -> None:
         self._sessions: OrderedDict[str, _SessionIndex] = OrderedDict()
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, stores: Any) -> "RecallIndex":
+        """The recall indexes of ``stores`` (kept in it, dropped when it closes)."""
+        return stores.state("recall", cls)
 
     def session(self, store: Any, session_id: str, upto: int) -> _SessionIndex:
         """The index of ``session_id`` covering turns up to ``upto`` (brought up to date)."""
@@ -251,15 +256,6 @@ class RecallIndex:
                     self._sessions[session_id] = fresh
                 idx = fresh
         return idx
-
-
-_INDEXES: dict[str, RecallIndex] = {}
-_INDEXES_LOCK = threading.Lock()
-
-
-def index_for(store: Any) -> RecallIndex:
-    with _INDEXES_LOCK:
-        return _INDEXES.setdefault(str(store.path), RecallIndex())
 
 
 class Scored(NamedTuple):
@@ -374,7 +370,7 @@ def score_turns(idx: _SessionIndex, query: str,
     return s + W_SITTING * sitting_score
 
 
-def recall(store: Any, session_id: str, query: str, *, upto: int,
+def recall(stores: Any, session_id: str, query: str, *, upto: int,
            dense: Any = None, embedder: Any = None) -> tuple[Ranking, dict[str, Any]]:
     """Turns ``1..upto`` of ``session_id`` ranked for ``query``, best first, with
     scores normalised to the best (1.0); turns older than the horizon come
@@ -384,8 +380,9 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
     a participant and ``embedder`` is given, the dense query is re-embedded
     without the names (names pull every turn of that speaker alike).
     """
+    store = stores.transcript
     query = derived_text(query)
-    idx = index_for(store).session(store, session_id, upto)
+    idx = RecallIndex.of(stores).session(store, session_id, upto)
     info: dict[str, Any] = {"horizon_turns": len(idx.ids)}
     sims: dict[int, float] | None = None
     names = participants_of(idx)
@@ -394,7 +391,7 @@ def recall(store: Any, session_id: str, query: str, *, upto: int,
         stripped = strip_names(query, names)
         if embedder is not None and stripped != query and stripped:
             vec = embedder.embed_batch([derived_text(stripped)])[0]
-        ids, matrix = log._matrix(session_id)
+        ids, matrix = log.dense_window(session_id)
         if len(ids):
             values = matrix @ np.asarray(vec, dtype=np.float32)
             sims = (ids, values)

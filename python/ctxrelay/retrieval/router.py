@@ -40,52 +40,51 @@ steps (the same fact by ANN and by BM25) adds up its ``1 / (60 + rank)``.
 
 Rolling log
 -----------
-Each transcript store has its rolling log at ``<store>/rolling``: one ring per
-session of the session's most recent turns, appended by the bridge after each
-transcript append (:meth:`Router.log_turn`).  The ring is derived data.  Every
+Each store has its rolling log (``stores.rolling``; embedded: ``<store>/rolling``):
+one ring per session of the session's most recent turns, appended by the
+bridge after each transcript append (:meth:`Router.log_turn`).  The ring is derived data.  Every
 read checks it against the transcript -- the ring's newest turn id must be the
 session's turn count and its turn ids contiguous -- and re-syncs it from the
 transcript tail when it lags (an import, a crash between the two writes, a
 ring made after the turns, an append that bypassed the bridge).  The check
 costs one LMDB read, and is skipped while the LMDB environment's last
 transaction id is the one seen at the last check (no write since).
+
+One router per store: :meth:`Router.of` makes it in the store's
+:class:`~ctxrelay.storage.stores.Stores` (``stores.state``), which closes it
+with the store.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import threading
 import time
 import warnings
-import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentError, StoreError
+from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentError
 from ctxrelay.storage.cache import InvalidEmbeddingError
-from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError, RingConfigMismatchError,
-                      RollingLog)
+from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError,
+                                      RingConfigMismatchError)
+from ctxrelay.storage.stores import RING_BYTES, RING_ENTRIES  # noqa: F401  (re-exported)
 from ctxrelay.knowledge.scope import visible_to
 from ctxrelay.types import RetrievalResult, Turn
 
 if TYPE_CHECKING:
-    from ctxrelay.storage.cache import HotCache
+    from ctxrelay.storage.interfaces.cache import HotCacheBackend
+    from ctxrelay.storage.stores import Stores
 
 # numpy (the hot cache) and the scratch store load on first use, not with the
 # bridge: appends and recent-turn reads need neither, and CLI start-up counts.
 
-__all__ = ["Router", "router_for", "OPS", "PRIMITIVES", "RRF_K", "RING_ENTRIES",
+__all__ = ["Router", "OPS", "PRIMITIVES", "RRF_K", "RING_ENTRIES",
            "RING_BYTES", "rrf"]
 
 PRIMITIVES = ("cache", "log", "index", "pointer", "graph")
 RRF_K = 60                       # Cormack et al.'s constant; ranks, not scores, are fused
-RING_ENTRIES = 128               # turns kept per session ring
-RING_BYTES = 256 << 10           # payload bytes per session ring (reserved on disk per session);
-                                 # a longer turn is kept as a pointer into the transcript
 TOUCH_GRANULARITY = 1.0         # seconds: scratch uses closer than this are not re-recorded
 # Facts past their TTL are marked STALE by a background sweep this often (the
 # first one a minute after the router is made, so a short-lived process that
@@ -110,27 +109,6 @@ def _shared_pool() -> ThreadPoolExecutor:
                 _pool = ThreadPoolExecutor(max_workers=POOL_WORKERS,
                                            thread_name_prefix="ctxrelay-router")
     return _pool
-
-
-# -- per-store routers ----------------------------------------------------------
-
-_routers_lock = threading.Lock()
-_routers: "weakref.WeakKeyDictionary[Any, Router]" = weakref.WeakKeyDictionary()
-
-
-def router_for(st: Any, **kw: Any) -> "Router":
-    """The router of a transcript store (one per store object, made on first use).
-
-    Keyword arguments (see :class:`Router`) apply when it is made.
-    """
-    router = _routers.get(st)
-    if router is None:
-        with _routers_lock:
-            router = _routers.get(st)
-            if router is None:
-                router = Router(st, **kw)
-                _routers[st] = router
-    return router
 
 
 # -- rolling log entries ------------------------------------------------------------
@@ -186,26 +164,20 @@ def _contiguous(entries: list[list[Any]]) -> bool:
 # -- the router -----------------------------------------------------------------------
 
 class Router:
-    """Rolling log, hot cache and the other primitives' handles of one transcript store."""
+    """Rolling-log sync, query memo and cache keys of one store (see the module doc).
 
-    def __init__(self, st: Any, *, ring_entries: int = RING_ENTRIES,
-                 ring_bytes: int = RING_BYTES, cache: HotCache | None = None,
+    Reach it with :meth:`Router.of`; the parts it uses are the store's
+    (``stores.rolling``, ``stores.cache``, ``stores.facts``, ``stores.scratch``).
+    """
+
+    def __init__(self, stores: "Stores", *,
                  expire_every: float = EXPIRE_EVERY_S) -> None:
-        # A weak reference: router_for's registry is keyed weakly by the store,
-        # and a strong one here would keep every closed store (and its rings) alive.
-        self._st_ref = weakref.ref(st)
-        self._dir = Path(st.path)
-        self.rolling = RollingLog(self._dir / "rolling", capacity_entries=ring_entries,
-                                  capacity_bytes=ring_bytes)
-        self._ring_entries = ring_entries
-        self._cache = cache
+        self._stores = stores
+        self._st = stores.transcript
+        self.rolling = stores.rolling
+        self._ring_entries = self.rolling.capacity_entries
         self._sync_lock = threading.RLock()
-        self._lock_fd = os.open(self._dir / "rolling" / "sync.lock",
-                                os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        weakref.finalize(self, _release, self.rolling, self._lock_fd)
         self._verified: dict[str, tuple[int, int]] = {}     # session -> (txn id, turns)
-        self._facts: Any = None
-        self._scratch: Any = None
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._memo_lock = threading.Lock()
         # namespace -> (CKF state hash, composite ETags used with it, CKF txn id)
@@ -216,42 +188,29 @@ class Router:
         self._next_expiry = time.monotonic() + min(self.expire_every, EXPIRE_FIRST_S)
         self.expiry_error: BaseException | None = None
 
-    @property
-    def _st(self) -> Any:
-        st = self._st_ref()
-        if st is None:
-            raise StoreError(f"the transcript store at {self._dir} was closed and released; "
-                             "open it again (Runtime(store_dir) or open_store(path))")
-        return st
+    @classmethod
+    def of(cls, stores: "Stores") -> "Router":
+        """The router of ``stores`` (one per store, made on first use)."""
+        return stores.state("router", cls)
+
+    def close(self) -> None:
+        """Wait for the deferred work that uses the store's parts (they close next)."""
+        self.drain()
 
     # -- handles ---------------------------------------------------------------------
 
     @property
-    def cache(self) -> "HotCache":
-        """The hot cache of this store's retrievals (made on first use)."""
-        if self._cache is None:
-            from ctxrelay.storage.cache import HotCache
-            self._cache = HotCache()
-        return self._cache
+    def cache(self) -> "HotCacheBackend":
+        """The store's hot cache (``stores.cache``)."""
+        return self._stores.cache
 
     def facts(self) -> Any:
-        """The CKF beside the transcript (``<store>/ckf``), kept open between calls."""
-        fs = self._facts
-        if fs is None or fs.closed:
-            from ctxrelay.knowledge.fabric import FactStore
-            fs = self._facts = FactStore.open(self._dir / "ckf")
-        return fs
+        """The store's CKF (``stores.facts``)."""
+        return self._stores.facts
 
     def scratch(self, *, create: bool = False) -> Any:
-        """The scratch buffer (``<store>/scratch``), or None when there is none yet."""
-        sc = self._scratch
-        if sc is None or sc.closed:
-            path = self._dir / "scratch"
-            if not create and not path.is_dir():
-                return None
-            from ctxrelay.storage.lmdb.scratch import open_scratch_store
-            sc = self._scratch = open_scratch_store(path)
-        return sc
+        """The store's scratch buffer, or None when there is none yet (unless ``create``)."""
+        return self._stores.scratch if create else self._stores.scratch_if_present()
 
     # -- rolling log: writes ------------------------------------------------------
 
@@ -279,7 +238,7 @@ class Router:
         ring left behind is re-synced by the next read.
         """
         try:
-            with self._sync_lock, _Flock(self._lock_fd):
+            with self._sync_lock, self.rolling.exclusive():
                 try:
                     last = self._last_logged(session_id)
                 except _RING_DAMAGE:
@@ -301,13 +260,13 @@ class Router:
         """Drop the session's ring (for an archived session: no appends can follow,
         so its footprint goes to zero); a later read rebuilds it from the
         transcript.  Returns False if it had none."""
-        with self._sync_lock, _Flock(self._lock_fd):
+        with self._sync_lock, self.rolling.exclusive():
             self._verified.pop(session_id, None)
             return self.rolling.drop(session_id)
 
     def sync(self, session_id: str, *, rebuild: bool = False) -> None:
         """Re-sync the session's ring from the transcript tail (rebuilding it if asked)."""
-        with self._sync_lock, _Flock(self._lock_fd):
+        with self._sync_lock, self.rolling.exclusive():
             self._resync(session_id, rebuild=rebuild)
 
     def _resync(self, session_id: str, *, rebuild: bool = False) -> None:
@@ -545,10 +504,10 @@ class Router:
             future.add_done_callback(self._pending.discard)
 
     def _expire(self) -> int:
-        if not (self._dir / "ckf").is_dir():
+        fs = self._stores.facts_if_present()
+        if fs is None:
             return 0
         try:
-            fs = self.facts()
             return sum(fs.expire(namespace=ns) for ns in fs.namespaces())
         except Exception as exc:   # a background sweep must not fail a later request
             self.expiry_error = exc
@@ -562,33 +521,13 @@ class Router:
     def _touch(self, item: tuple[str, str]) -> None:
         with self._memo_lock:
             self._touches.pop(item, None)
-        scratch = self._scratch
+        scratch = self._stores.scratch_if_present()
         if scratch is None or scratch.closed:
             return
         try:
             scratch.get(*item)
         except CtxRelayError:
             pass                     # evicted or closed since the read: nothing left to touch
-
-
-def _release(rolling: RollingLog, fd: int) -> None:
-    rolling.close()
-    os.close(fd)
-
-
-class _Flock:
-    """An exclusive flock across processes; the thread lock is taken first."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __enter__(self) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 # -- merging ------------------------------------------------------------------------------

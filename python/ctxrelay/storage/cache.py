@@ -46,11 +46,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.interfaces.cache import HotCacheBackend  # noqa: F401  (re-exported)
 
 __all__ = ["HotCache", "CacheKey", "CacheStats", "HotCacheBackend", "SignProjection",
            "InvalidEmbeddingError", "DEFAULT_MAX_ENTRIES", "DEFAULT_TTL_SECONDS",
@@ -109,25 +110,6 @@ class CacheStats:
     def hit_rate(self) -> float:
         lookups = self.hits + self.misses
         return self.hits / lookups if lookups else 0.0
-
-
-@runtime_checkable
-class HotCacheBackend(Protocol):
-    """What the router needs from a hot cache store (SPEC-038 §2.3).
-
-    Keys are computed by :meth:`HotCache.key` (CRP's logic); a shared store keys
-    its entries by :meth:`CacheKey.digest`.
-    """
-
-    def get(self, key: CacheKey, default: Any = None) -> Any: ...
-
-    def put(self, key: CacheKey, value: Any) -> None: ...
-
-    def invalidate(self, etag: str | None = None, *, scope: str | None = None) -> int: ...
-
-    def invalidate_all(self) -> int: ...
-
-    def stats(self) -> CacheStats: ...
 
 
 class SignProjection:

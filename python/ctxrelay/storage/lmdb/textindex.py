@@ -42,7 +42,7 @@ import re
 import struct
 import unicodedata
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,17 @@ def bm25_term(tf: int, doc_len: int, avgdl: float) -> float:
     """The tf part of one term's BM25 score in one document."""
     norm = 1.0 - B + B * (doc_len / avgdl if avgdl else 0.0)
     return tf * (K1 + 1.0) / (tf + K1 * norm)
+
+
+@dataclass
+class IndexRecords:
+    """Every record one namespace of an index holds (or should hold): postings as
+    (key, value) pairs, document lengths by key, and the packed totals (None:
+    no totals record).  Compared and rewritten by a store's derived-data check."""
+
+    postings: set[tuple[bytes, bytes]]
+    docs: dict[bytes, bytes]
+    totals: bytes | None
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,75 @@ class TextIndex:
         txn.delete(doc_key, db=self._docs)
         self._bump(txn, namespace, -1, -length)
         return True
+
+    # -- derived-data check and repair -----------------------------------------
+
+    @staticmethod
+    def expected(namespace: int, docs: Iterable[tuple[int, str]]) -> IndexRecords:
+        """The records :meth:`add` would write for ``docs`` ((doc_id, text) pairs)
+        added one by one to an empty namespace."""
+        postings: set[tuple[bytes, bytes]] = set()
+        lengths: dict[bytes, bytes] = {}
+        count = total = 0
+        for doc_id, text in docs:
+            length, plist = _postings(namespace, doc_id, text)
+            postings.update(plist)
+            lengths[_doc_key(namespace, doc_id)] = _U32.pack(length)
+            count, total = count + 1, total + length
+        return IndexRecords(postings, lengths, _NS_STATS.pack(count, total))
+
+    def records(self, txn: Any, namespace: int) -> IndexRecords:
+        """The records stored for ``namespace``."""
+        prefix = _U64.pack(namespace)
+        return IndexRecords(
+            postings=set(_prefixed(txn, self._post, prefix, dups=True)),
+            docs=dict(_prefixed(txn, self._docs, prefix)),
+            totals=txn.get(prefix, db=self._ns))
+
+    def replace_records(self, txn: Any, namespace: int, have: IndexRecords,
+                        want: IndexRecords) -> None:
+        """Rewrite ``namespace`` from ``have`` (what :meth:`records` read) to ``want``."""
+        for key in {k for k, _ in have.postings}:
+            txn.delete(key, db=self._post)            # every duplicate of the key
+        for key, value in sorted(want.postings):
+            txn.put(key, value, db=self._post, dupdata=True)
+        for key in have.docs:
+            txn.delete(key, db=self._docs)
+        for key, value in want.docs.items():
+            txn.put(key, value, db=self._docs)
+        prefix = _U64.pack(namespace)
+        if want.totals is None:
+            txn.delete(prefix, db=self._ns)
+        else:
+            txn.put(prefix, want.totals, db=self._ns)
+
+    @staticmethod
+    def differences(want: IndexRecords, have: IndexRecords, *, doc: str = "document"
+                    ) -> list[str]:
+        """Human-readable disagreements between two namespaces' records (``doc``
+        names what a document is to the caller, e.g. "turn")."""
+        problems: list[str] = []
+        missing = want.postings - have.postings
+        extra = have.postings - want.postings
+        if missing:
+            ids = {_U64.unpack(v[:8])[0] for _, v in missing}
+            problems.append(f"search index lacks {len(missing)} posting(s) of {doc}(s) "
+                            f"{sorted(ids)[:10]}")
+        if extra:
+            ids = {_U64.unpack(v[:8])[0] for _, v in extra}
+            problems.append(f"search index holds {len(extra)} posting(s) no stored {doc} "
+                            f"gives ({doc} ids {sorted(ids)[:10]})")
+        if want.docs != have.docs:
+            wrong = sorted(k for k in set(want.docs) | set(have.docs)
+                           if want.docs.get(k) != have.docs.get(k))
+            shown = ", ".join(str(_U64.unpack(k[8:16])[0]) for k in wrong[:10])
+            problems.append(f"search index document lengths disagree for {doc}(s) {shown}")
+        # No totals record reads as (0, 0) (see stats()): an empty namespace agrees.
+        shown, expected = _totals(have), _totals(want)
+        if shown != expected:
+            problems.append(f"search index totals are {shown} (documents, terms) but the "
+                            f"{doc}s give {expected}")
+        return problems
 
     def _bump(self, txn: Any, namespace: int, docs: int, length: int) -> None:
         stats = self.stats(txn, namespace)
@@ -251,6 +331,24 @@ class TextIndex:
         contrib = np.concatenate(idfs) * (tf * (K1 + 1.0) / (tf + K1 * norm))
         ids, inverse = np.unique(post["doc"].astype(np.int64), return_inverse=True)
         return ids, np.bincount(inverse, weights=contrib, minlength=len(ids))
+
+
+def _totals(records: IndexRecords) -> tuple[int, int]:
+    return (0, 0) if records.totals is None else _NS_STATS.unpack(records.totals)
+
+
+def _prefixed(txn: Any, db: Any, prefix: bytes, *, dups: bool = False) -> Iterable[tuple[bytes, bytes]]:
+    cursor = txn.cursor(db=db)
+    found = cursor.set_range(prefix)
+    while found and cursor.key().startswith(prefix):
+        key = cursor.key()
+        if dups:
+            for value in cursor.iternext_dup(keys=False):
+                yield key, value
+            found = cursor.next_nodup()
+        else:
+            yield key, cursor.value()
+            found = cursor.next()
 
 
 def _doc_key(namespace: int, doc_id: int) -> bytes:

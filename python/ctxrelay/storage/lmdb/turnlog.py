@@ -25,7 +25,6 @@ import json
 import re
 import struct
 import sys
-from pathlib import Path
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
@@ -352,6 +351,31 @@ class TurnLog(LmdbStore):
         order = top[np.argsort(-sims[top], kind="stable")]
         return [(int(cand[i]), float(sims[i])) for i in order]
 
+    def dense_window(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(turn ids, vectors)`` of the session's latest ``_DENSE_WINDOW`` derived
+        turns, one row per id, oldest first (kept in memory between calls and
+        grown with new turns).  The arrays are shared: do not modify them."""
+        return self._matrix(session_id)
+
+    def coverage(self, session_id: str) -> tuple[int, int, int]:
+        """``(derived_upto, derived records, vectors)`` of the session: the turns
+        its progress record says are derived, and how many records of each kind it
+        holds (a consistent log has ``derived_upto`` of both)."""
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> tuple[int, int, int]:
+            raw = txn.get(skey, db=self.dbs[b"progress"])
+            counts = []
+            for name in (b"derived", b"vectors"):
+                cursor = txn.cursor(db=self.dbs[name])
+                n, found = 0, cursor.set_range(skey)
+                while found and cursor.key().startswith(skey):
+                    n, found = n + 1, cursor.next()
+                counts.append(n)
+            upto = 0 if raw is None else int(json.loads(raw).get("derived_upto", 0))
+            return upto, counts[0], counts[1]
+        return self.read(read)
+
     def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
         prog = self._progress(session_id) or {}
         upto = int(prog.get("derived_upto", 0))
@@ -497,30 +521,27 @@ def _progress_bar(total: int, wanted: bool, desc: str) -> Any:
 
 
 # -- the functions library(ctxrelay) calls (plain values in and out) ----------------------
-
-def turnlog_for(store: Any) -> TurnLog:
-    """The turn log kept beside a transcript store (``<store>/turnlog``)."""
-    return TurnLog.open(Path(store.path) / "turnlog")
-
+# Each takes the store's Stores (ctxrelay.storage.stores) and reaches the turn log as
+# ``stores.turnlog`` and the transcript as ``stores.transcript``.
 
 def _embedder(name: Any) -> Any:
     from ctxrelay.text.embed import get_embedder
     return get_embedder(name or None)
 
 
-def api_derive(store: Any, session_id: str, embedder: str = "", recompute: bool = False,
+def api_derive(stores: Any, session_id: str, embedder: str = "", recompute: bool = False,
                progress: Any = None) -> dict[str, Any]:
     """Bring the session's derived fields up to date (or drop and re-derive them all)."""
     emb = _embedder(embedder)
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    log = turnlog_for(store)
+    log, store = stores.turnlog, stores.transcript
     n = log.recompute(store, session_id, emb, progress=show) if recompute else \
         log.sync(store, session_id, emb, progress=show)
     return {"derived": n, "embedder": emb.model_id}
 
 
-def api_derived(store: Any, session_id: str, turn_id: int) -> Any:
-    d = turnlog_for(store).derived(session_id, int(turn_id))
+def api_derived(stores: Any, session_id: str, turn_id: int) -> Any:
+    d = stores.turnlog.derived(session_id, int(turn_id))
     if d is None:
         return None
     return {"turn_id": d.turn_id, "thread_id": d.thread_id, "entities": list(d.entities),
@@ -528,17 +549,17 @@ def api_derived(store: Any, session_id: str, turn_id: int) -> Any:
             "model_id": d.model_id}
 
 
-def api_threads(store: Any, session_id: str) -> list[dict[str, Any]]:
-    store.session(session_id)                 # an unknown session is an error, not []
-    return [t.to_dict() for t in turnlog_for(store).threads(session_id, store)]
+def api_threads(stores: Any, session_id: str) -> list[dict[str, Any]]:
+    stores.transcript.session(session_id)     # an unknown session is an error, not []
+    return [t.to_dict() for t in stores.turnlog.threads(session_id, stores.transcript)]
 
 
-def api_thread(store: Any, session_id: str, thread_id: str) -> dict[str, Any]:
-    store.session(session_id)
-    return turnlog_for(store).thread(session_id, thread_id, store).to_dict()
+def api_thread(stores: Any, session_id: str, thread_id: str) -> dict[str, Any]:
+    stores.transcript.session(session_id)
+    return stores.turnlog.thread(session_id, thread_id, stores.transcript).to_dict()
 
 
-def api_set_thread_state(store: Any, session_id: str, thread_id: str,
+def api_set_thread_state(stores: Any, session_id: str, thread_id: str,
                          state: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(state) - {"established", "open_questions", "user_constraints"})
     if unknown:
@@ -548,13 +569,13 @@ def api_set_thread_state(store: Any, session_id: str, thread_id: str,
     for name, value in state.items():
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidArgumentError(f"{name} must be a list of strings, not {value!r}")
-    store.session(session_id)
-    log = turnlog_for(store)
+    stores.transcript.session(session_id)
+    log = stores.turnlog
     log.set_thread_state(session_id, thread_id, **state)
-    return log.thread(session_id, thread_id, store).to_dict()
+    return log.thread(session_id, thread_id, stores.transcript).to_dict()
 
 
-def api_session_embedder(store: Any, session_id: str) -> str:
+def api_session_embedder(stores: Any, session_id: str) -> str:
     """The registered name of the embedder the session's turn log was derived with,
     or "" (not derived yet, or derived with an embedder no longer registered).
 
@@ -562,7 +583,7 @@ def api_session_embedder(store: Any, session_id: str) -> str:
     (ctxrelay_assembly:request_policy/4), so a process whose default embedder
     differs never fails the session's turns."""
     from ctxrelay.text import embed
-    model_id = turnlog_for(store).model_id(session_id)
+    model_id = stores.turnlog.model_id(session_id)
     if model_id is None:
         return ""
     for name in embed.registered():
@@ -578,13 +599,13 @@ def api_session_embedder(store: Any, session_id: str) -> str:
     return ""
 
 
-def api_set_references(store: Any, session_id: str, turn_id: int, references: list,
+def api_set_references(stores: Any, session_id: str, turn_id: int, references: list,
                        embedder: str = "") -> bool:
     """Record the turns a message resolved its references to, deriving the turn log
     up to it first (a managed turn stores its message at commit, after assembly)."""
-    log = turnlog_for(store)
+    log = stores.turnlog
     if log.derived(session_id, int(turn_id)) is None:
-        log.sync(store, session_id, _embedder(embedder))
+        log.sync(stores.transcript, session_id, _embedder(embedder))
     if log.derived(session_id, int(turn_id)) is None:
         return False
     log.set_references(session_id, int(turn_id), [int(r) for r in references])

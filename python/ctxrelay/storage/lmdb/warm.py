@@ -41,13 +41,11 @@ import hashlib
 import json
 import os
 import re
-import threading
+import struct
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import lmdb
+from typing import Any
 
 from ctxrelay.errors import (
     ArtifactKeyConflictError,
@@ -55,29 +53,23 @@ from ctxrelay.errors import (
     InvalidArgumentError,
     InvalidArtifactError,
     InvalidRangeError,
-    StoreError,
-    StoreFullError,
     UnknownArtifactError,
     UnknownSessionError,
     UnknownTurnError,
 )
-from ctxrelay.storage.lmdb.transcript import (
-    _MAX_MAP_SIZE,
-    _MAX_READERS,
-    _U64,
-    _check_int,
-    _check_optional_str,
-    _check_session_id,
-    _check_utf8,
-    _disk_nearly_full,
-    _dumps,
-    _Gate,
-    _normalise_metadata,
-    _normalise_timestamp,
-    _prepare_dirs,
-    _registry_key,
-    _sha256,
-)
+from ctxrelay.storage.lmdb import base
+from ctxrelay.storage.interfaces.warm import TranscriptLike
+from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.storage.validation import check_int as _check_int
+from ctxrelay.storage.validation import check_optional_str as _check_optional_str
+from ctxrelay.storage.validation import check_session_id as _check_session_id
+from ctxrelay.storage.validation import check_utf8 as _check_utf8
+from ctxrelay.storage.validation import dumps as _dumps
+from ctxrelay.storage.validation import normalise_metadata as _normalise_metadata
+from ctxrelay.storage.validation import normalise_timestamp as _normalise_timestamp
+from ctxrelay.storage.validation import sha256 as _sha256
+
+_U64 = struct.Struct(">Q")
 
 __all__ = ["FORMAT", "WarmArtifact", "WarmStore", "TranscriptLike", "VARIANTS",
            "open_warm_store", "close_all", "variants", "content_hash"]
@@ -90,13 +82,6 @@ MAX_PRODUCER_CHARS = 200
 _MAX_TURN = 2**63 - 1
 _DB_NAMES = (b"meta", b"artifacts", b"latest", b"keys")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
-
-
-class TranscriptLike(Protocol):
-    """What publish needs of a transcript to validate a range."""
-
-    def has_session(self, session_id: str) -> bool: ...
-    def turn_count(self, session_id: str) -> int: ...
 
 
 # -- the artifact ------------------------------------------------------------
@@ -204,12 +189,7 @@ def _first_sentences(summary: str, limit: int) -> str:
     return " ".join(kept) if len(kept) <= limit else " ".join(kept[:limit]) + " \u2026"
 
 
-# -- the process-wide registry (one Environment per path per process) -------
-
-_registry_lock = threading.RLock()
-_registry: dict[str, "WarmStore"] = {}
-_UNSET: Any = object()
-
+# -- one shared store per path per process ---------------------------------------
 
 def open_warm_store(path: str | os.PathLike[str], **kw: Any) -> "WarmStore":
     """The one shared :class:`WarmStore` of ``path`` in this process.
@@ -217,30 +197,12 @@ def open_warm_store(path: str | os.PathLike[str], **kw: Any) -> "WarmStore":
     Keyword arguments apply when the store is first opened; a later call with a
     different ``readonly`` or ``transcript`` raises InvalidArgumentError.
     """
-    key = _registry_key(path)
-    with _registry_lock:
-        store = _registry.get(key)
-        if store is None:
-            return WarmStore(path, **kw)
-        for name in ("readonly", "transcript"):
-            wanted = kw.get(name, _UNSET)
-            current = getattr(store, "_" + name)
-            if wanted is not _UNSET and wanted is not current and wanted != current:
-                raise InvalidArgumentError(
-                    f"warm store {key} is already open in this process with a "
-                    f"different {name}; close it first (store.close()) to reopen "
-                    f"it"
-                    + (", or pass transcript= to publish()" if name == "transcript"
-                       else ""))
-        return store
+    return WarmStore.open(path, **kw)
 
 
 def close_all() -> None:
     """Close every warm store opened in this process."""
-    with _registry_lock:
-        stores = list(_registry.values())
-    for store in stores:
-        store.close()
+    base.close_all(WarmStore)
 
 
 # -- validation ----------------------------------------------------------------
@@ -368,7 +330,7 @@ def _parse_artifact(raw: bytes) -> WarmArtifact:
 
 # -- the store -----------------------------------------------------------------
 
-class WarmStore:
+class WarmStore(LmdbStore):
     """Versioned warm artifacts of every session (see the module doc).
 
     Use :func:`open_warm_store` to share one instance per path in a process; a
@@ -378,177 +340,39 @@ class WarmStore:
     session exists and the range ends within it.
     """
 
+    KIND = "warm store"
+    FORMAT = FORMAT
+    DB_NAMES = _DB_NAMES
+    OPEN_HINT = "ctxrelay.storage.lmdb.warm.open_warm_store(path)"
+    FULL_HINT = "move old sessions' artifacts to a new warm store"
+    FORMAT_HINT = ("point the warm store at its own directory (e.g. <store_dir>/warm), or "
+                   "open it with the ctxrelay version that wrote it")
+
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 28,
                  readonly: bool = False, transcript: TranscriptLike | None = None) -> None:
         _check_int(map_size, "map_size", minimum=1)
         if transcript is not None:
             _require_transcript_like(transcript)
-        self._path = os.fspath(path)
-        self._readonly = bool(readonly)
         self._transcript = transcript
-        self._gate = _Gate()
-        self._key = _registry_key(self._path)
-        with _registry_lock:
-            if self._key in _registry:
-                raise StoreError(
-                    f"warm store {self._key} is already open in this process (LMDB "
-                    "allows one environment per path per process); use "
-                    "ctxrelay.storage.lmdb.warm.open_warm_store(path) to share it")
-            self._env = _open_env(self._path, map_size=map_size, readonly=self._readonly)
-            try:
-                self._open_dbs()
-            except BaseException:
-                self._env.close()
-                raise
-            _registry[self._key] = self
-
-    # -- opening -------------------------------------------------------
-
-    def _open_dbs(self) -> None:
-        env = self._env
-        if self._readonly:
-            # Not inside an explicit read transaction: py-lmdb resets (rather
-            # than commits) a finished read transaction, which drops the handles
-            # opened in it.
-            dbs = self._named_dbs(txn=None, create=False)
-            with env.begin() as txn:
-                self._check_format(txn, dbs, create=False)
-        else:
-            while True:
-                try:
-                    with env.begin(write=True) as txn:
-                        dbs = self._named_dbs(txn=txn, create=True)
-                        self._check_format(txn, dbs, create=True)
-                    break
-                except lmdb.MapFullError:   # a tiny map_size: grow it and retry
-                    env.set_mapsize(env.info()["map_size"] * 2)
+        super().__init__(path, map_size=map_size, readonly=readonly)
+        dbs = self.dbs
         self._meta, self._artifacts = dbs[b"meta"], dbs[b"artifacts"]
         self._latest, self._keys = dbs[b"latest"], dbs[b"keys"]
 
-    def _named_dbs(self, *, txn: Any, create: bool) -> dict[bytes, Any]:
-        try:
-            return {n: self._env.open_db(n, txn=txn, create=create) for n in _DB_NAMES}
-        except lmdb.NotFoundError:
-            raise CorruptStoreError(
-                f"{self._path} is an LMDB environment without the ctxrelay warm "
-                "databases; open it writable once to create them, or point at the "
-                "right directory") from None
-
-    def _check_format(self, txn: Any, dbs: dict[bytes, Any], create: bool) -> None:
-        found = txn.get(b"format", db=dbs[b"meta"])
-        if found is None and create and self._is_new(txn):
-            txn.put(b"format", FORMAT, db=dbs[b"meta"])
-            return
-        if found != FORMAT:
-            shown = "no warm format record" if found is None else f"format {found!r}"
-            raise CorruptStoreError(
-                f"{self._path} holds {shown}, but this ctxrelay reads "
-                f"{FORMAT.decode()}; point the warm store at its own directory "
-                "(e.g. <store_dir>/warm), or open it with the ctxrelay version "
-                "that wrote it")
-
-    def _is_new(self, txn: Any) -> bool:
-        """True when nothing but our (just created, empty) databases exist."""
-        names = [key for key, _ in txn.cursor()]
-        if any(name not in _DB_NAMES for name in names):
-            return False
-        return all(txn.stat(self._env.open_db(name, txn=txn, create=False))["entries"] == 0
-                   for name in names)
-
-    # -- lifecycle ---------------------------------------------------
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def readonly(self) -> bool:
-        return self._readonly
-
-    @property
-    def closed(self) -> bool:
-        return self._env is None
+    def _reopen_conflict(self, kw: dict[str, Any]) -> str | None:
+        if "transcript" in kw and kw["transcript"] is not self._transcript \
+                and kw["transcript"] != self._transcript:
+            return "transcript (or pass transcript= to publish())"
+        return super()._reopen_conflict(kw)
 
     @property
     def transcript(self) -> TranscriptLike | None:
         return self._transcript
 
-    def close(self) -> None:
-        with _registry_lock:
-            if self._env is None:
-                return
-            with self._gate.exclusive():
-                self._env.close()
-                self._env = None
-            if _registry.get(self._key) is self:
-                del _registry[self._key]
-
-    def __enter__(self) -> "WarmStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self.closed else ("readonly" if self._readonly else "open")
-        return f"WarmStore({self._path!r}, {state})"
-
-    # -- transactions (as in TranscriptStore) ----------------------------
-
-    def _read(self, fn: Callable[[Any], Any]) -> Any:
-        while True:
-            env = self._live_env()
-            try:
-                with self._gate.shared(), env.begin() as txn:
-                    return fn(txn)
-            except lmdb.MapResizedError:
-                self._resize(0)
-
-    def _write(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(txn)`` in one write transaction, growing a full map."""
-        if self._readonly:
-            raise StoreError(
-                f"warm store {self._path} was opened with readonly=True; open it "
-                "with readonly=False to publish")
-        while True:
-            env = self._live_env()
-            size = env.info()["map_size"]
-            try:
-                with self._gate.shared(), env.begin(write=True) as txn:
-                    return fn(txn)
-            except lmdb.MapFullError:
-                self._grow(size)
-            except lmdb.MapResizedError:
-                self._resize(0)
-            except lmdb.Error as exc:
-                if isinstance(exc, lmdb.DiskError) or _disk_nearly_full(self._path):
-                    raise StoreFullError(
-                        f"the disk holding {self._path} is full ({exc}); nothing "
-                        "was written; free disk space and retry") from None
-                raise
-
-    def _grow(self, seen: int) -> None:
-        new_size = seen * 2
-        if new_size > _MAX_MAP_SIZE:
-            raise StoreFullError(
-                f"warm store {self._path} would need a map over {_MAX_MAP_SIZE} "
-                "bytes; nothing was written; move old sessions' artifacts to a new "
-                "warm store")
-        self._resize(new_size, only_if=seen)
-
-    def _resize(self, new_size: int, *, only_if: int | None = None) -> None:
-        with self._gate.exclusive():
-            env = self._live_env()
-            if only_if is None or env.info()["map_size"] == only_if:
-                env.set_mapsize(new_size)
-
-    def _live_env(self) -> Any:
-        env = self._env
-        if env is None:
-            raise StoreError(
-                f"warm store {self._path} is closed; reopen it with "
-                "open_warm_store(path)")
-        return env
+    # The transactions of the base class, under the names this module uses
+    # (aliases, not wrappers: a summary read is a few microseconds).
+    _read = LmdbStore.read
+    _write = LmdbStore.write
 
     # -- publishing ----------------------------------------------------
 
@@ -669,7 +493,7 @@ class WarmStore:
         range_key = _sha256(session_id) + _U64.pack(start) + _U64.pack(end)
         return self._read(lambda txn: [
             self._checked(raw, session_id)
-            for _, raw in _prefixed(txn, self._artifacts, range_key)])
+            for _, raw in base.prefixed(txn, self._artifacts, range_key)])
 
     def latest(self, session_id: str) -> list[WarmArtifact]:
         """The latest version of every range, ordered by start, then end."""
@@ -689,7 +513,7 @@ class WarmStore:
     def _latest_txn(self, txn: Any, session_id: str, turn_id: int | None) -> list[WarmArtifact]:
         prefix = _sha256(session_id)
         found = []
-        for range_key, raw_version in _prefixed(txn, self._latest, prefix):
+        for range_key, raw_version in base.prefixed(txn, self._latest, prefix):
             start, end = _U64.unpack(range_key[32:40])[0], _U64.unpack(range_key[40:48])[0]
             if turn_id is not None and start > turn_id:
                 break                        # keys are in start order
@@ -767,35 +591,3 @@ def _require_transcript_like(transcript: Any) -> None:
             f"transcript {type(transcript).__name__} has no {' or '.join(missing)} "
             "method; pass a ctxrelay.storage.lmdb.transcript.TranscriptStore (or an object with "
             "has_session(session_id) and turn_count(session_id)), or None")
-
-
-def _prefixed(txn: Any, db: Any, prefix: bytes) -> Iterable[tuple[bytes, bytes]]:
-    cursor = txn.cursor(db=db)
-    if not cursor.set_range(prefix):
-        return
-    for key, value in cursor:
-        if not key.startswith(prefix):
-            return
-        yield key, value
-
-
-def _open_env(path: str, *, map_size: int, readonly: bool) -> Any:
-    """Open the LMDB environment in ``path``, mapping failures to StoreError."""
-    _prepare_dirs(path, path, readonly=readonly)
-    try:
-        env = lmdb.open(path, map_size=map_size, subdir=True, readonly=readonly,
-                        create=not readonly, lock=True, sync=True, metasync=True,
-                        max_dbs=len(_DB_NAMES) + 4, max_readers=_MAX_READERS)
-    except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError,
-            lmdb.PanicError) as exc:
-        raise CorruptStoreError(
-            f"{path} is not a readable LMDB environment ({exc}); restore it from a "
-            "backup or move it away and open a new warm store") from None
-    except lmdb.Error as exc:
-        raise StoreError(
-            f"cannot open the warm store at {path} ({exc}); check that the "
-            "directory is writable, not on a full or read-only disk, and not "
-            "another store's LMDB directory (use <store_dir>/warm)") from None
-    if not readonly:
-        env.reader_check()
-    return env

@@ -1,0 +1,77 @@
+"""The freshness gate (SPEC-029 §4, §8): a stale reading is never shown as current.
+
+Back-end neutral: it looks at an entry and a time, nothing stored.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.lmdb.scratch.checks import check_policy, seconds
+from ctxrelay.storage.lmdb.scratch.records import Rendered, ScratchEntry
+
+__all__ = ["gate", "freshness_header", "render"]
+
+
+def gate(entry: ScratchEntry, now: float | datetime | None = None, *,
+         policy: str | None = None, can_reinvoke: bool = True) -> str:
+    """``fresh``, or what to do with a stale entry: never inject it as current.
+
+    Fresh while ``age <= freshness_ttl`` (STATIC never goes stale).  A stale
+    entry gets ``policy`` (the Safety Policy's ``tool-output-stale``) if given,
+    else the class default: ``reinvoke`` for REALTIME, ``warn`` otherwise.
+    ``reinvoke`` becomes ``warn`` when the dispatch strategy cannot repeat the
+    call (``can_reinvoke=False``).  A pinned entry is gated like any other.
+    """
+    if not isinstance(entry, ScratchEntry):
+        raise InvalidArgumentError(
+            f"gate() takes a ScratchEntry, not {type(entry).__name__}")
+    policy = check_policy(policy)
+    age = seconds(now) - entry.created
+    if entry.freshness_ttl is None or age <= entry.freshness_ttl:
+        return "fresh"
+    action = policy or ("reinvoke" if entry.freshness == "REALTIME" else "warn")
+    if action == "reinvoke" and not can_reinvoke:
+        action = "warn"
+    return action
+
+
+def freshness_header(entry: ScratchEntry, now: float | datetime | None = None) -> str:
+    """The ``CRP-Context-Scratch-Freshness`` value: ``fresh`` or
+    ``stale; age=240s; class=VOLATILE``."""
+    age = seconds(now) - entry.created
+    if entry.freshness_ttl is None or age <= entry.freshness_ttl:
+        return "fresh"
+    return f"stale; age={int(age)}s; class={entry.freshness}"
+
+
+def render(entry: ScratchEntry, now: float | datetime | None = None, *,
+           policy: str | None = None, can_reinvoke: bool = True) -> Rendered:
+    """The gate's action plus the text to inject: the summary when fresh, the
+    summary under a ``NOTE: This result is from … ago and may be outdated:``
+    line on ``warn``, nothing on ``reinvoke``/``exclude``."""
+    moment = seconds(now)
+    action = gate(entry, moment, policy=policy, can_reinvoke=can_reinvoke)
+    age = moment - entry.created
+    if action == "fresh":
+        text: str | None = entry.summary
+    elif action == "warn":
+        text = (f"NOTE: This result is from {_age_words(age)} ago and may be outdated "
+                f"(class {entry.freshness}, fresh for {_age_words(entry.freshness_ttl or 0)}):"
+                f"\n{entry.summary}")
+    else:
+        text = None
+    return Rendered(action=action, text=text, header=freshness_header(entry, moment), age=age)
+
+
+def _age_words(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 90:
+        value, unit = round(seconds), "second"
+    elif seconds < 90 * 60:
+        value, unit = round(seconds / 60), "minute"
+    elif seconds < 36 * 3600:
+        value, unit = round(seconds / 3600), "hour"
+    else:
+        value, unit = round(seconds / 86400), "day"
+    return f"{value} {unit}{'' if value == 1 else 's'}"

@@ -1,0 +1,643 @@
+"""The scratch store itself (see the package doc for the two clocks, the layout and
+durability)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import marshal
+import os
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
+from ctxrelay.storage.lmdb import base
+from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.storage.lmdb.scratch.blobs import BlobDir
+from ctxrelay.storage.lmdb.scratch.checks import (FRESHNESS_TTL, NEVER_PROMOTED, RETAIN_POLICIES,
+                                                  canonical_args, check_duration,
+                                                  check_freshness, check_policy,
+                                                  check_scratch_id, check_tool_name, micros,
+                                                  new_scratch_id, provenance, raw_bytes,
+                                                  seconds, session_digest)
+from ctxrelay.storage.lmdb.scratch.errors import (NotPromotableError, ScratchBlobError,
+                                                  ScratchFullError)
+from ctxrelay.storage.lmdb.scratch.freshness import gate, render
+from ctxrelay.storage.lmdb.scratch.table import EntryTable
+from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
+                                                   Promotion, Rendered, ScratchEntry,
+                                                   ScratchStats, entry_of, plain_entry,
+                                                   unknown)
+from ctxrelay.storage.validation import check_session_id
+from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
+from ctxrelay.text.tokens import count
+
+__all__ = ["ScratchStore", "open_scratch_store", "close_all", "FORMAT", "ENV_DIRNAME",
+           "BLOB_DIRNAME", "DEFAULT_DISK_BUDGET", "DEFAULT_TTL", "DEFAULT_FRESHNESS",
+           "AUTO_PIN_REFERENCES", "RAW_TOKEN_LIMIT"]
+
+FORMAT = b"ctxrelay.storage.lmdb.scratch/1"
+ENV_DIRNAME = "scratch.lmdb"
+BLOB_DIRNAME = "blobs"
+DEFAULT_DISK_BUDGET = 256 << 20
+DEFAULT_TTL = 3600.0
+DEFAULT_FRESHNESS = "VOLATILE"
+AUTO_PIN_REFERENCES = 2
+RAW_TOKEN_LIMIT = 4 << 20        # larger text outputs get an estimated raw_tokens
+_DB_NAMES = (b"meta", b"entries", b"order", b"lru", b"expiry")
+_UNSET: Any = object()
+_DICT_CACHE_ENTRIES = 512          # entries whose read dict is kept (a few kB each)
+
+
+# -- one shared store per path per process -----------------------------------------
+
+def open_scratch_store(path: str | os.PathLike[str], **kw: Any) -> "ScratchStore":
+    """The one shared :class:`ScratchStore` of ``path`` in this process.
+
+    Keyword arguments apply when the store is first opened and are ignored
+    afterwards (the open store keeps its settings).
+    """
+    return ScratchStore.open(path, **kw)
+
+
+def close_all() -> None:
+    """Close every scratch store opened in this process."""
+    base.close_all(ScratchStore)
+
+
+# -- the store -----------------------------------------------------------------
+
+class ScratchStore(LmdbStore):
+    """The scratch buffer of every session, in one directory (see the module doc).
+
+    Options: ``disk_budget_bytes`` (blob bytes kept, default 256 MiB),
+    ``default_ttl`` (retention seconds, default 3600, None: no TTL eviction),
+    ``summary_max_tokens`` (default 256) and ``model`` (tokenizer for it,
+    default cl100k_base), ``tool_freshness`` (tool name -> class, the tool
+    registry; unlisted tools are VOLATILE), ``stale_policy`` (default
+    ``tool-output-stale`` for :meth:`gate`/:meth:`render`), ``retain``
+    (``evaporate``; ``audit`` pins every output; ``all`` never evicts),
+    ``auto_pin_after`` (distinct referencing turns that pin an entry, default
+    2, None: never) and ``map_size`` (initial LMDB map; it grows by itself).
+    """
+
+    KIND = "scratch store"
+    FORMAT = FORMAT
+    DB_NAMES = _DB_NAMES
+    ENV_DIRNAME = ENV_DIRNAME
+    OPEN_HINT = "ctxrelay.storage.lmdb.scratch.open_scratch_store(path)"
+    FULL_HINT = "evict or delete entries"
+    FORMAT_HINT = "point the scratch store at its own directory, or move this one away"
+
+    def __init__(self, path: str | os.PathLike[str], *,
+                 disk_budget_bytes: int = DEFAULT_DISK_BUDGET,
+                 default_ttl: float | None = DEFAULT_TTL,
+                 summary_max_tokens: int = DEFAULT_MAX_TOKENS,
+                 model: str = "cl100k_base",
+                 tool_freshness: Mapping[str, str] | None = None,
+                 stale_policy: str | None = None,
+                 retain: str = "evaporate",
+                 auto_pin_after: int | None = AUTO_PIN_REFERENCES,
+                 map_size: int = 1 << 28) -> None:
+        if isinstance(disk_budget_bytes, bool) or not isinstance(disk_budget_bytes, int) \
+                or disk_budget_bytes < 1:
+            raise InvalidArgumentError(
+                f"disk_budget_bytes must be an int >= 1, not {disk_budget_bytes!r}; "
+                "pass the number of blob bytes the store may keep")
+        if isinstance(summary_max_tokens, bool) or not isinstance(summary_max_tokens, int) \
+                or summary_max_tokens < MIN_MAX_TOKENS:
+            raise InvalidArgumentError(
+                f"summary_max_tokens must be an int >= {MIN_MAX_TOKENS}, not "
+                f"{summary_max_tokens!r}")
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidArgumentError(f"model must be a tokenizer name, not {model!r}")
+        if retain not in RETAIN_POLICIES:
+            raise InvalidArgumentError(
+                f"retain {retain!r} is not one of {', '.join(RETAIN_POLICIES)} "
+                "(CRP-Safety-Policy tool-output-retain)")
+        if auto_pin_after is not None and (isinstance(auto_pin_after, bool) or not
+                                           isinstance(auto_pin_after, int)
+                                           or auto_pin_after < 1):
+            raise InvalidArgumentError(
+                f"auto_pin_after must be None or an int >= 1, not {auto_pin_after!r}")
+        if isinstance(map_size, bool) or not isinstance(map_size, int) or map_size < 1 << 16:
+            raise InvalidArgumentError(f"map_size must be an int >= 65536, not {map_size!r}")
+        self._budget = disk_budget_bytes
+        self._default_ttl = check_duration(default_ttl, "default_ttl")
+        self._summary_max_tokens = summary_max_tokens
+        self._model = model
+        self._tool_freshness = {
+            check_tool_name(name): check_freshness(klass)
+            for name, klass in (tool_freshness or {}).items()}
+        self._stale_policy = check_policy(stale_policy, "stale_policy")
+        self._retain = retain
+        self._auto_pin_after = auto_pin_after
+        # LMDB key -> (stored record bytes, marshal bytes of its entry_dict()).
+        self._dicts: dict[bytes, tuple[bytes, bytes]] = {}
+        self._dicts_lock = threading.Lock()
+        super().__init__(path, map_size=map_size)
+        try:
+            self._blobs = BlobDir(os.path.join(self._path, BLOB_DIRNAME))
+        except BaseException:
+            self.close()
+            raise
+        self._table = EntryTable(self.dbs, f"scratch store {self._path}")
+
+    # -- opening and closing -------------------------------------------
+
+    def _initialise(self, txn: Any, dbs: dict[bytes, Any]) -> None:
+        EntryTable(dbs, self._path).initialise(txn)
+
+    def _on_close(self) -> None:
+        self._dicts.clear()
+
+    @property
+    def disk_budget_bytes(self) -> int:
+        return self._budget
+
+    def location(self) -> str:
+        """Where the blobs live (SPEC-038 §4 ``scratch.location()``)."""
+        return self._blobs.location()
+
+    # The transactions of the base class, under the names this module uses
+    # (aliases, not wrappers: a summary read is a few microseconds).
+    _read = LmdbStore.read
+    _write = LmdbStore.write
+
+    # -- keys, records, usage ---------------------------------------------
+
+    @staticmethod
+    def _session_key(session_id: str) -> bytes:
+        return session_digest(session_id)
+
+    @staticmethod
+    def _entry_key(session_id: str, scratch_id: str) -> bytes:
+        """The entries key of a checked session id and scratch id."""
+        if not isinstance(session_id, str):
+            check_session_id(session_id)              # raises, saying what to pass
+        return session_digest(session_id) + check_scratch_id(scratch_id).encode("ascii")
+
+    def _require(self, txn: Any, session_id: str, scratch_id: str
+                 ) -> tuple[bytes, dict[str, Any]]:
+        key = self._session_key(session_id) + scratch_id.encode("ascii")
+        record = self._table.load(txn, key)
+        if record is None:
+            raise unknown(session_id, scratch_id)
+        return key, record
+
+    # -- put ------------------------------------------------------------------
+
+    def put(self, session_id: str, tool_name: str, args: Mapping[str, Any],
+            raw: str | bytes, *, freshness: str | None = None,
+            freshness_ttl: float | None = _UNSET, ttl: float | None = _UNSET,
+            pinned: bool = False, now: float | datetime | None = None) -> ScratchEntry:
+        """Store one tool output; return its entry (summary included).
+
+        ``freshness`` is the volatility class (default: the store's
+        ``tool_freshness`` for the tool, else VOLATILE); ``freshness_ttl`` and
+        ``ttl`` override the class's freshness and the store's retention.  The
+        blob is durable before the entry becomes visible.  Eviction runs in
+        the same transaction, so when ``put`` returns the blob bytes are
+        within the budget (or only pinned bytes exceed it).
+        @raises ScratchFullError if an unpinned output cannot fit the budget.
+        """
+        session_id = check_session_id(session_id)
+        tool_name = check_tool_name(tool_name)
+        plain_args, args_bytes = canonical_args(args)
+        data, raw_type = raw_bytes(raw)
+        klass = (check_freshness(freshness) if freshness is not None
+                 else self._tool_freshness.get(tool_name, DEFAULT_FRESHNESS))
+        fresh_for = (FRESHNESS_TTL[klass] if freshness_ttl is _UNSET
+                     else check_duration(freshness_ttl, "freshness_ttl"))
+        keep_for = self._default_ttl if ttl is _UNSET else check_duration(ttl, "ttl")
+        if not isinstance(pinned, bool):
+            raise InvalidArgumentError(f"pinned must be True or False, not {pinned!r}")
+        pin_reason = "user" if pinned else ("audit" if self._retain == "audit" else None)
+        moment = seconds(now)
+        if pin_reason is None and self._retain != "all":
+            self._read(lambda txn: self._check_room(self._table.usage(txn), len(data)))
+
+        scratch_id = new_scratch_id()
+        summary = summarize(raw, tool_name=tool_name, scratch_id=scratch_id,
+                            max_tokens=self._summary_max_tokens, model=self._model)
+        raw_tokens, raw_exact = self._raw_tokens(raw, data, summary.kind)
+        session_key = self._session_key(session_id)
+        record = {
+            "scratch_id": scratch_id, "session_id": session_id, "tool_name": tool_name,
+            "args": plain_args, "size": len(data),
+            "sha256": provenance(tool_name, args_bytes, data),
+            "content_sha256": hashlib.sha256(data).hexdigest(), "raw_type": raw_type,
+            "created": moment, "freshness": klass, "freshness_ttl": fresh_for,
+            "ttl": keep_for, "pinned": pin_reason is not None, "pin_reason": pin_reason,
+            "summary": summary.text, "summary_tokens": summary.tokens,
+            "summary_exact": summary.exact, "kind": summary.kind,
+            "structured": summary.structured, "raw_tokens": raw_tokens,
+            "raw_tokens_exact": raw_exact, "last_access": moment,
+            "access_us": micros(moment), "referenced_by": [], "seq": 0}
+        self._blobs.write(session_key, scratch_id, data)
+        try:
+            record, victims = self._write(
+                lambda txn: self._insert_txn(txn, session_key, record))
+        except BaseException:
+            self._blobs.remove(session_key, scratch_id)
+            raise
+        self._remove_blobs(victims)
+        return entry_of(record)
+
+    def _check_room(self, usage: list[int], size: int) -> None:
+        pinned_bytes = usage[3]
+        if size + pinned_bytes <= self._budget:
+            return
+        if size > self._budget:
+            raise ScratchFullError(
+                f"the tool output has {size} bytes, more than the whole scratch disk "
+                f"budget of {self._budget} bytes; nothing was stored; raise "
+                "disk_budget_bytes, pin it (pinned=True) to keep it over budget, or "
+                "have the tool return less")
+        raise ScratchFullError(
+            f"the tool output has {size} bytes but only {self._budget - pinned_bytes} "
+            f"of the {self._budget}-byte scratch budget are not pinned "
+            "(CRP-Context-Scratch-Full); nothing was stored; unpin entries or raise "
+            "disk_budget_bytes")
+
+    def _raw_tokens(self, raw: str | bytes, data: bytes, kind: str) -> tuple[int | None, bool]:
+        if kind == "binary":
+            return None, False
+        if len(data) > RAW_TOKEN_LIMIT:
+            return -(-len(data) // 4), False
+        text = raw if isinstance(raw, str) else data.decode("utf-8")
+        counted = count(text, self._model)
+        return counted.n, counted.exact
+
+    def _insert_txn(self, txn: Any, session_key: bytes, record: dict[str, Any]
+                    ) -> tuple[dict[str, Any], list[Evicted]]:
+        usage = self._table.usage(txn)
+        if not record["pinned"] and self._retain != "all":
+            self._check_room(usage, record["size"])
+        key, record = self._table.insert(txn, session_key, record, usage)
+        victims = ([] if self._retain == "all"
+                   else self._table.evict(txn, record["created"], self._budget, protect=key))
+        return record, victims
+
+    def _remove_blobs(self, victims: list[Evicted]) -> None:
+        for victim in victims:
+            # A failure leaves an orphan blob, which check() removes.
+            self._blobs.remove(self._session_key(victim.session_id), victim.scratch_id)
+
+    # -- eviction ----------------------------------------------------------
+
+    def evict(self, now: float | datetime | None = None) -> EvictionReport:
+        """Drop expired unpinned entries, then the least recently used unpinned
+        ones until the blob bytes fit the budget.  Never touches pinned
+        entries; with ``retain='all'`` nothing is evicted."""
+        moment = seconds(now)
+
+        def run(txn: Any) -> tuple[list[Evicted], list[int]]:
+            victims = [] if self._retain == "all" else self._table.evict(txn, moment, self._budget)
+            return victims, self._table.usage(txn)
+        victims, usage = self._write(run)
+        self._remove_blobs(victims)
+        return EvictionReport(evicted=tuple(victims),
+                              freed_bytes=sum(v.size for v in victims),
+                              bytes=usage[1], pinned_bytes=usage[3],
+                              over_budget=usage[1] > self._budget)
+
+    # -- reading ------------------------------------------------------------
+
+    def get(self, session_id: str, scratch_id: str, *,
+            now: float | datetime | None = None, touch: bool = True) -> ScratchEntry:
+        """The entry ``scratch_id`` of ``session_id``; counts as a use for LRU
+        unless ``touch=False``.
+        @raises UnknownScratchError if the session holds no such entry.
+        """
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        if not touch:
+            return self._read(lambda txn: entry_of(self._require(txn, session_id,
+                                                               scratch_id)[1]))
+        moment = seconds(now)
+
+        def run(txn: Any) -> ScratchEntry:
+            key, record = self._require(txn, session_id, scratch_id)
+            return entry_of(self._table.touch(txn, key, record, moment))
+        return self._write(run)
+
+    def entry_dict(self, session_id: str, scratch_id: str) -> dict[str, Any]:
+        """``get(session_id, scratch_id, touch=False).to_dict()``, made for the
+        hot read path (a summary read through janus); no use is counted.
+
+        Each stored version of an entry is turned into its dict once and kept
+        as marshal bytes; every call returns a new deep copy of it
+        (``marshal.loads``, a few times cheaper than decoding the JSON
+        record), so no caller can change what the next call reads.  The copy
+        is used only while the stored record is byte for byte the one it was
+        made from, so a pin, touch, reference or another process's write is
+        seen by the very next read.
+        @raises UnknownScratchError if the session holds no such entry.
+        """
+        key = self._entry_key(session_id, scratch_id)
+        stored = self._read(lambda txn: txn.get(key, db=self._table.entries))
+        if stored is None:
+            raise unknown(session_id, scratch_id)
+        cached = self._dicts.get(key)
+        if cached is not None and cached[0] == stored:
+            return marshal.loads(cached[1])
+        record = json.loads(stored)
+        # Just decoded, so every object in it is new: the caller may own them.
+        out = plain_entry(record, record["args"], record["structured"])
+        frozen = marshal.dumps(out)
+        with self._dicts_lock:
+            if len(self._dicts) >= _DICT_CACHE_ENTRIES and key not in self._dicts:
+                del self._dicts[next(iter(self._dicts))]
+            self._dicts[key] = (stored, frozen)
+        return out
+
+    def raw(self, session_id: str, scratch_id: str, *,
+            now: float | datetime | None = None) -> str | bytes:
+        """The full tool output, read from its blob (``str`` if it was put as str).
+        @raises ScratchBlobError if the blob is missing or altered.
+        """
+        entry = self.get(session_id, scratch_id, now=now)
+        session_key = self._session_key(entry.session_id)
+        path = self._blobs.path_of(session_key, entry.scratch_id)
+        try:
+            data = self._blobs.read(session_key, entry.scratch_id)
+        except FileNotFoundError:
+            self.get(session_id, scratch_id, touch=False)   # evicted meanwhile?
+            raise ScratchBlobError(
+                f"the blob of scratch entry {scratch_id} ({path}) is missing; run "
+                "check() to drop the entry, and re-run the tool for its output") from None
+        except OSError as exc:
+            raise ScratchBlobError(
+                f"cannot read the blob of scratch entry {scratch_id} ({exc.strerror}); "
+                "check the store directory's permissions") from None
+        if hashlib.sha256(data).hexdigest() != entry.content_sha256:
+            raise ScratchBlobError(
+                f"the blob of scratch entry {scratch_id} ({path}) does not match its "
+                "sha256: it was changed on disk; delete the entry and re-run the tool")
+        return data.decode("utf-8") if entry.raw_type == "str" else data
+
+    def list(self, session_id: str) -> list[ScratchEntry]:
+        """The session's entries in the order they were put (empty if none)."""
+        session_id = check_session_id(session_id)
+        session_key = self._session_key(session_id)
+
+        def read(txn: Any) -> list[ScratchEntry]:
+            out = []
+            cursor = txn.cursor(db=self._table.order)
+            if not cursor.set_range(session_key):
+                return out
+            for order_key, scratch_id in cursor:
+                if not order_key.startswith(session_key):
+                    break
+                record = self._table.load(txn, session_key + scratch_id)
+                if record is None:
+                    raise CorruptStoreError(
+                        f"the order index of {self._path} names an entry that is not "
+                        "stored; move the store away and open a new one")
+                out.append(entry_of(record))
+            return out
+        return self._read(read)
+
+    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        """The session's ``n`` newest entries, oldest first: a backwards read of
+        the order index (bounded work, whatever the number of entries)."""
+        session_id = check_session_id(session_id)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+        session_key = self._session_key(session_id)
+
+        def read(txn: Any) -> list[ScratchEntry]:
+            out: list[ScratchEntry] = []
+            cursor = txn.cursor(db=self._table.order)
+            if cursor.set_range(session_key + b"\xff" * 8):
+                positioned = cursor.prev()
+            else:
+                positioned = cursor.last()
+            while positioned and len(out) < n and cursor.key().startswith(session_key):
+                record = self._table.load(txn, session_key + cursor.value())
+                if record is not None:
+                    out.append(entry_of(record))
+                positioned = cursor.prev()
+            out.reverse()
+            return out
+        return self._read(read)
+
+    def most_recent(self, session_id: str, tool_type: str | None = None, *,
+                    kind: str | None = None) -> ScratchEntry | None:
+        """The newest entry of the session whose ``tool_name`` is ``tool_type``
+        and whose summary ``kind`` is ``kind`` (either filter optional), or None.
+
+        Reference resolution (SPEC-029 §7): "the query result" is
+        ``most_recent(s, kind="table")``, "the error" ``kind="error"``.
+        """
+        session_id = check_session_id(session_id)
+        if tool_type is not None and not isinstance(tool_type, str):
+            raise InvalidArgumentError(
+                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
+        if kind is not None and not isinstance(kind, str):
+            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
+                                       f"not {kind!r}")
+        session_key = self._session_key(session_id)
+
+        def read(txn: Any) -> ScratchEntry | None:
+            cursor = txn.cursor(db=self._table.order)
+            if cursor.set_range(session_key + b"\xff" * 8):
+                positioned = cursor.prev()
+            else:
+                positioned = cursor.last()
+            while positioned and cursor.key().startswith(session_key):
+                record = self._table.load(txn, session_key + cursor.value())
+                if record is not None and (tool_type is None or
+                                           record["tool_name"] == tool_type) \
+                        and (kind is None or record["kind"] == kind):
+                    return entry_of(record)
+                positioned = cursor.prev()
+            return None
+        return self._read(read)
+
+    # -- pinning, references, deletion -----------------------------------------
+
+    def pin(self, session_id: str, scratch_id: str) -> ScratchEntry:
+        """Keep the entry regardless of TTL and budget (SPEC-029 §5.2)."""
+        return self._set_pin(session_id, scratch_id, "user")
+
+    def unpin(self, session_id: str, scratch_id: str) -> ScratchEntry:
+        """Make the entry evictable again (by the next put or evict())."""
+        return self._set_pin(session_id, scratch_id, None)
+
+    def _set_pin(self, session_id: str, scratch_id: str, reason: str | None) -> ScratchEntry:
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+
+        def run(txn: Any) -> ScratchEntry:
+            key, record = self._require(txn, session_id, scratch_id)
+            return entry_of(self._table.pin(txn, key, record, reason))
+        return self._write(run)
+
+    def reference(self, session_id: str, scratch_id: str, turn_id: int, *,
+                  now: float | datetime | None = None) -> ScratchEntry:
+        """Record that turn ``turn_id`` used the entry (a use for LRU too); the
+        entry is pinned (reason ``auto``) once ``auto_pin_after`` distinct
+        turns referenced it (SPEC-029 §5.3)."""
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        if isinstance(turn_id, bool) or not isinstance(turn_id, int) or turn_id < 1:
+            raise InvalidArgumentError(
+                f"turn_id must be an int >= 1 (a transcript turn id), not {turn_id!r}")
+        moment = seconds(now)
+
+        def run(txn: Any) -> ScratchEntry:
+            key, record = self._require(txn, session_id, scratch_id)
+            record = self._table.touch(txn, key, record, moment)
+            if turn_id not in record["referenced_by"]:
+                record = {**record,
+                          "referenced_by": sorted([*record["referenced_by"], turn_id])}
+                self._table.save(txn, key, record)
+            if (not record["pinned"] and self._auto_pin_after is not None
+                    and len(record["referenced_by"]) >= self._auto_pin_after):
+                record = self._table.pin(txn, key, record, "auto")
+            return entry_of(record)
+        return self._write(run)
+
+    def delete(self, session_id: str, scratch_id: str) -> None:
+        """Remove the entry and its blob, pinned or not."""
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+
+        def run(txn: Any) -> Evicted:
+            key, _ = self._require(txn, session_id, scratch_id)
+            return self._table.delete(txn, key, "deleted")
+        self._remove_blobs([self._write(run)])
+
+    # -- freshness and promotion -------------------------------------------------
+
+    def gate(self, entry: ScratchEntry, now: float | datetime | None = None, *,
+             policy: str | None = None, can_reinvoke: bool = True) -> str:
+        """:func:`gate` with the store's ``stale_policy`` as the default policy."""
+        return gate(entry, now, policy=policy or self._stale_policy,
+                    can_reinvoke=can_reinvoke)
+
+    def render(self, entry: ScratchEntry, now: float | datetime | None = None, *,
+               policy: str | None = None, can_reinvoke: bool = True) -> Rendered:
+        """:func:`render` with the store's ``stale_policy`` as the default policy."""
+        return render(entry, now, policy=policy or self._stale_policy,
+                      can_reinvoke=can_reinvoke)
+
+    def promote(self, session_id: str, scratch_id: str) -> Promotion:
+        """The entry as a tool-derived fact for the CKF (SPEC-029 §5.4).
+
+        Only pinned entries of class STABLE or STATIC qualify: volatile
+        readings have no durable truth value.  Nothing is written here; the
+        caller hands the result to the CKF with its provenance hash.
+        @raises NotPromotableError otherwise.
+        """
+        entry = self.get(session_id, scratch_id, touch=False)
+        if not entry.pinned:
+            raise NotPromotableError(
+                f"scratch entry {scratch_id} is not pinned; only results the user "
+                "chose to keep are promoted: pin() it first")
+        if entry.freshness in NEVER_PROMOTED:
+            raise NotPromotableError(
+                f"scratch entry {scratch_id} is a {entry.freshness} reading; volatile "
+                "readings are never promoted to the CKF (CRP-SPEC-029 §5.4); store a "
+                "durable result with freshness='STABLE' or 'STATIC'")
+        return Promotion(scratch_id=entry.scratch_id, session_id=entry.session_id,
+                         tool_name=entry.tool_name, args=entry.args,
+                         provenance_hash=entry.sha256, created=entry.created,
+                         kind=entry.kind, summary=entry.summary,
+                         structured=entry.structured, referenced_by=entry.referenced_by)
+
+    # -- stats and check ---------------------------------------------------------
+
+    def stats(self, session_id: str | None = None) -> ScratchStats:
+        """Totals over the store, or over one session."""
+        prefix = None if session_id is None else self._session_key(
+            check_session_id(session_id))
+
+        def read(txn: Any) -> ScratchStats:
+            entries = pinned = size = pinned_size = raw_tokens = summary_tokens = 0
+            sessions: set[bytes] = set()
+            by_kind: dict[str, int] = {}
+            cursor = txn.cursor(db=self._table.entries)
+            found = cursor.set_range(prefix) if prefix is not None else cursor.first()
+            while found:
+                key = cursor.key()
+                if prefix is not None and not key.startswith(prefix):
+                    break
+                record = json.loads(cursor.value())
+                entries += 1
+                size += record["size"]
+                sessions.add(key[:32])
+                by_kind[record["kind"]] = by_kind.get(record["kind"], 0) + 1
+                if record["pinned"]:
+                    pinned += 1
+                    pinned_size += record["size"]
+                if record["raw_tokens"] is not None:
+                    raw_tokens += record["raw_tokens"]
+                    summary_tokens += record["summary_tokens"]
+                found = cursor.next()
+            return ScratchStats(entries=entries, pinned=pinned, bytes=size,
+                                pinned_bytes=pinned_size, disk_budget_bytes=self._budget,
+                                over_budget=size > self._budget, sessions=len(sessions),
+                                by_kind=dict(sorted(by_kind.items())),
+                                raw_tokens=raw_tokens, summary_tokens=summary_tokens)
+        return self._read(read)
+
+    def check(self, *, grace_seconds: float = 60.0, verify: bool = False) -> CheckReport:
+        """Reconcile blobs and metadata after a crash.
+
+        Deletes temporary files and blobs that no entry names (a crash between
+        blob and metadata) once their mtime is ``grace_seconds`` old, so a put
+        in flight in another thread or process keeps its blob; drops entries
+        whose blob is gone; with ``verify=True`` also re-hashes every blob and
+        reports (keeps) the ones that changed.  Files that are not ours are
+        listed, never deleted.
+        """
+        grace = check_duration(grace_seconds, "grace_seconds") or 0.0
+        known: set[tuple[str, str]] = set()
+
+        def scan(txn: Any) -> list[tuple[bytes, dict[str, Any]]]:
+            out = []
+            for key, value in txn.cursor(db=self._table.entries):
+                record = json.loads(value)
+                known.add((key[:32].hex(), record["scratch_id"]))
+                out.append((key, record))
+            return out
+        records = self._read(scan)
+        swept = self._blobs.sweep(grace=grace, known=known, named=self._named)
+        dangling, corrupt = [], []
+        for key, record in records:
+            session_key, scratch_id = key[:32], record["scratch_id"]
+            if not self._blobs.exists(session_key, scratch_id):
+                if self._write(lambda txn, key=key: self._drop_dangling(txn, key)):
+                    dangling.append((record["session_id"], scratch_id))
+            elif verify and self._blobs.sha256(session_key, scratch_id) \
+                    != record["content_sha256"]:
+                corrupt.append((record["session_id"], scratch_id))
+        return CheckReport(orphan_blobs=tuple(swept.orphans), temp_files=tuple(swept.temps),
+                           dangling=tuple(dangling), corrupt=tuple(corrupt),
+                           unknown_files=tuple(swept.unknown))
+
+    def verify(self, *, repair: bool = False) -> tuple[str, ...]:
+        """Compare the derived records (usage totals, the order, lru and expiry
+        indexes) with the entries; with ``repair=True`` rewrite the ones that
+        disagree from the entries, in one write transaction.
+
+        Complements :meth:`check`, which reconciles blobs with entries: this
+        one never touches a file.  Returns the problems found.
+        """
+        return self._write(lambda txn: self._table.verify(txn, repair=True)) if repair \
+            else self._read(lambda txn: self._table.verify(txn, repair=False))
+    def _named(self, session_key: bytes, scratch_id: str) -> bool:
+        """Whether an entry names this blob now (a put may have committed)."""
+        key = session_key + scratch_id.encode("ascii")
+        return self._read(lambda txn: txn.get(key, db=self._table.entries) is not None)
+
+    def _drop_dangling(self, txn: Any, key: bytes) -> bool:
+        record = self._table.load(txn, key)
+        if record is None or self._blobs.exists(key[:32], record["scratch_id"]):
+            return False
+        self._table.delete(txn, key, "dangling")
+        return True

@@ -1,0 +1,144 @@
+"""Conformance: the TurnLogStore contract (ctxrelay.storage.interfaces.turnlog)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError
+from ctxrelay.storage.interfaces.transcript import Transcript
+from ctxrelay.storage.interfaces.turnlog import TurnLogStore
+from ctxrelay.text.embed import get_embedder
+from protocol_view import through
+
+STORE = "turnlog"
+
+CHAT = [("user", "How do I rotate the etcd client certificates?"),
+        ("assistant", "Rotate the etcd certificates one member at a time."),
+        ("user", "What is the restic retention for the backups?"),
+        ("assistant", "Restic keeps 48 hourly and 30 daily snapshots."),
+        ("user", "Back to the etcd certificates: which CA signs them?"),
+        ("assistant", "The etcd certificates are signed by the internal CA.")]
+
+
+@pytest.fixture
+def parts(backend):
+    stores = backend.open()
+    transcript = through(Transcript, stores.transcript)
+    transcript.create_session("s")
+    for role, text in CHAT:
+        transcript.append("s", role, text)
+    return transcript, through(TurnLogStore, stores.turnlog)
+
+
+@pytest.fixture
+def embedder():
+    return get_embedder("hashing")
+
+
+def test_sync_derives_new_turns_once(parts, embedder):
+    transcript, log = parts
+    assert log.model_id("s") is None and log.coverage("s") == (0, 0, 0)
+    assert log.sync(transcript, "s", embedder) == 6
+    assert log.sync(transcript, "s", embedder) == 0                 # idempotent
+    assert log.coverage("s") == (6, 6, 6) and log.model_id("s") == embedder.model_id
+    transcript.append("s", "user", "And the restic snapshots, how many weekly?")
+    assert log.sync(transcript, "s", embedder) == 1 and log.coverage("s") == (7, 7, 7)
+    with pytest.raises(UnknownSessionError):
+        log.sync(transcript, "nobody", embedder)
+
+
+def test_per_turn_records(parts, embedder):
+    transcript, log = parts
+    log.sync(transcript, "s", embedder)
+    first = log.derived("s", 1)
+    assert first.turn_id == 1 and first.thread_id.startswith("T") and first.model_id == embedder.model_id
+    assert log.derived("s", 99) is None
+    vectors = log.vectors("s", [1, 2, 99])
+    assert sorted(vectors) == [1, 2] and vectors[1].shape == (embedder.dim,)
+    ids, matrix = log.dense_window("s")
+    assert list(ids) == list(range(1, 7)) and matrix.shape == (6, embedder.dim)
+    query = embedder.embed_batch(["etcd certificate authority"])[0]
+    near = log.nearest("s", query, k=3, before=6)
+    assert len(near) == 3 and all(t < 6 for t, _ in near)
+    assert [s for _, s in near] == sorted((s for _, s in near), reverse=True)
+    assert near[0][0] in (1, 2, 5)
+    log.set_references("s", 5, [1, 2, 1])
+    assert log.derived("s", 5).references == [1, 2]
+    transcript.append("s", "user", "not derived yet")
+    with pytest.raises(InvalidArgumentError):
+        log.set_references("s", 7, [1])
+
+
+def test_threads(parts, embedder):
+    transcript, log = parts
+    log.sync(transcript, "s", embedder)
+    threads = log.threads("s")
+    ids = [t.thread_id for t in threads]
+    assert ids == [f"T{n}" for n in range(1, len(ids) + 1)]
+    members = sorted(t for info in threads for t in info.turn_ids)
+    assert members == list(range(1, 7))                           # every turn in one thread
+    assert all(info.turn_ids == sorted(info.turn_ids) for info in threads)
+    assert log.active_thread("s") == log.derived("s", 5).thread_id
+    assert [t.thread_id for t in log.recent_threads("s", 2)] == ids[::-1][:2]
+    tid = log.derived("s", 1).thread_id
+    log.set_thread_state("s", tid, established=["internal CA"], open_questions=[])
+    assert log.thread("s", tid, transcript).state.established == ["internal CA"]
+    with pytest.raises(InvalidArgumentError):
+        log.thread("s", "T999")
+    with pytest.raises(InvalidArgumentError):
+        log.set_thread_state("s", "T999", established=[])
+
+
+def test_another_embedder_needs_a_recompute(parts, embedder):
+    transcript, log = parts
+    log.sync(transcript, "s", embedder)
+
+    class Other:
+        model_id, dim = "other-embedder", embedder.dim
+        thresholds = embedder.thresholds
+
+        def embed_batch(self, texts):
+            return np.ones((len(texts), embedder.dim), dtype=np.float32) / np.sqrt(embedder.dim)
+    with pytest.raises(InvalidArgumentError, match="recompute"):
+        log.sync(transcript, "s", Other())
+    assert log.recompute(transcript, "s", Other(), progress=False) == 6
+    assert log.model_id("s") == "other-embedder" and log.coverage("s") == (6, 6, 6)
+
+
+def test_reopen_keeps_the_derived_records(backend, parts, embedder):
+    transcript, log = parts
+    log.sync(transcript, "s", embedder)
+    threads = [t.thread_id for t in log.threads("s")]
+    stores = backend.reopen()
+    again = through(TurnLogStore, stores.turnlog)
+    assert again.coverage("s") == (6, 6, 6)
+    assert [t.thread_id for t in again.threads("s")] == threads
+    assert again.sync(through(Transcript, stores.transcript), "s", embedder) == 0
+
+
+def test_a_closed_turn_log_raises(parts, embedder):
+    transcript, log = parts
+    log.close()
+    assert log.closed
+    with pytest.raises(StoreError):
+        log.sync(transcript, "s", embedder)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=st.lists(st.integers(0, 5), min_size=1, max_size=5))
+def test_syncs_in_any_chunks_cover_every_turn_once(parts, embedder, chunks):
+    transcript, log = parts
+    log.sync(transcript, "s", embedder)
+    for n in chunks:
+        for i in range(n):
+            transcript.append("s", "user" if i % 2 == 0 else "assistant",
+                              f"etcd note {i} of {n} about member health")
+        log.sync(transcript, "s", embedder)
+        count = transcript.turn_count("s")
+        assert log.coverage("s") == (count, count, count)
+    members = sorted(t for info in log.threads("s") for t in info.turn_ids[-256:])
+    assert set(members) <= set(range(1, transcript.turn_count("s") + 1))
+    assert all(log.derived("s", t) is not None for t in range(1, transcript.turn_count("s") + 1))
