@@ -43,7 +43,7 @@ test(bare_return_resumes_the_thread_before, R == resume-"T1"-return_cue_earlier)
 test(return_in_other_words_goes_to_the_nearest_earlier_thread, R == resume-"T1"-return_cue_similar) :-
     backup(B), cand("T1", 0.05, 0.2, ["loaf"], L),
     decision("Back to the bread - my loaf comes out flat.", "T2", [B, L], 3, R).
-test(roll_back_is_not_a_return, R \== resume-"T1"-return_cue) :-
+test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
     backup(B), cand("T1", 0.05, 0.3, ["version"], V),
     decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).
 test(clarification_stays, R == continue-"T1"-clarify) :-
@@ -76,6 +76,23 @@ test(shared_words_of_an_old_topic, R == join-"T2"-shared_words) :-
 test(strong_current_thread_survives_a_shift_marker, R == continue-"T1"-similar) :-
     cand("T1", 0.5, 0.8, ["etcd"], E),
     decision("By the way, for etcd, should I enable auto-compaction?", "T1", [E], 3, R).
+test(one_more_thing_about_x_resumes_x, Rs == [resume-"T1"-return_cue, resume-"T1"-return_cue]) :-
+    backup(B), cand("T1", 0.05, 0.3, ["lisbon"], L),
+    findall(R, ( member(T, ["One more thing about Lisbon: do I need cash there?",
+                            "One more on Lisbon: is the tram worth it?"]),
+                 decision(T, "T2", [B, L], 3, R) ), Rs).
+test(a_shift_marker_outweighs_similarity_alone, R == new-""-new) :-
+    cand("T1", 0.6, 0.17, ["running"], M),
+    decision("By the way, how often should I replace running shoes?", "T1", [M], 3, R).
+test(picking_up_the_last_answer_is_no_new_question, R == continue-"T1"-continuity) :-
+    cand("T1", 0.06, 0.09, ["members"], C0), C = C0.put(recent, 1),
+    decision("How many members can fail before we lose quorum?", "T1", [C], 4, R).
+test(without_it_the_same_question_stands_alone, R == new-""-new) :-
+    cand("T1", 0.06, 0.09, ["members"], C0), C = C0.put(recent, 0),
+    decision("How many members can fail before we lose quorum?", "T1", [C], 4, R).
+test(an_old_topics_words_outweigh_continuity, R == join-"T1"-shared_words) :-
+    cand("T2", 0.05, 0.0, [], Compost), cand("T1", 0.05, 0.3, ["tomato"], Tomato),
+    decision("Should I prune the tomato suckers?", "T2", [Compost, Tomato], 3, R).
 test(flags_are_read_at_call_time, [setup(current_prolog_flag(ctxrelay_thread_standalone_terms, Old)),
                                    cleanup(set_prolog_flag(ctxrelay_thread_standalone_terms, Old)),
                                    R == continue-"T1"-continuity]) :-

@@ -135,7 +135,7 @@ thread_decision(Text, Context, Decision) :-
 %   (recall still finds the ones that match).
 restore(resume, _, _, _, _, true) :- !.
 restore(join, _, Thread, Cands, Join, true) :-
-    memberchk(c(Thread, Sim, _, _), Cands),
+    memberchk(c(Thread, Sim, _, _, _), Cands),
     Sim >= Join,
     !.
 restore(_, _, _, _, _, false).
@@ -149,8 +149,8 @@ context_value(Key, Dict, Value) :-
 no_value(@(none)).
 no_value(none).
 
-%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared))
-candidate(D, c(Thread, Sim, Overlap, Shared)) :-
+%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared, Recent))
+candidate(D, c(Thread, Sim, Overlap, Shared, Recent)) :-
     must_be(dict, D),
     context_value(thread, D, T0),
     text_to_string(T0, Thread),
@@ -159,7 +159,8 @@ candidate(D, c(Thread, Sim, Overlap, Shared)) :-
     context_value(overlap, D, Overlap),
     must_be(number, Overlap),
     (   get_dict(shared, D, S0) -> must_be(list, S0) ; S0 = [] ),
-    maplist(shared_atom, S0, Shared).
+    maplist(shared_atom, S0, Shared),
+    (   get_dict(recent, D, Recent), integer(Recent) -> true ; Recent = 0 ).
 
 shared_atom(S, A) :-
     (   atom(S) -> A = S ; atom_string(A, S) ).
@@ -175,14 +176,14 @@ decide(Tokens, _, Previous, Cands, _, Action, Thread, return_cue) :-
     action(Previous, Thread, resume, Action).
 decide(Tokens, _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
     return_target(Tokens, [_|_]),              % names a topic in words no thread used:
-    findall(E-T, ( member(c(T, Sim, O, _), Cands), T \== Previous,   % the earlier thread
+    findall(E-T, ( member(c(T, Sim, O, _, _), Cands), T \== Previous,   % the earlier thread
                    ( O > 0 ; Sim >= Same ),                            % the message is most
                    evidence(T, Cands, Join, E) ), Earlier),             % about
     max_member(_-Thread, Earlier),
     !.
 decide(Tokens, _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
     return_target(Tokens, []),
-    member(c(Thread, _, _, _), Cands),
+    member(c(Thread, _, _, _, _), Cands),
     Thread \== Previous,
     !.
 decide(Tokens, _, Previous, _, _, continue, Previous, clarify) :-
@@ -208,22 +209,20 @@ decide(Tokens, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     ),
     current_prolog_flag(ctxrelay_thread_continuity, Bonus),
     evidence(Previous, Cands, Join, EP),
-    findall(E-T, ( member(c(T, _, _, _), Cands), T \== Previous,
+    findall(E-T, ( member(c(T, _, _, _, _), Cands), T \== Previous,
                    evidence(T, Cands, Join, E) ), Others),
     (   Shift == false -> Stay is EP + Bonus ; Stay = EP ),
     (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay
     ->  Thread = TO, Rule = similar                      % clearly about an earlier thread
+    ;   Shift == false,
+        back_in_old_words(Previous, Cands, TN)
+    ->  Thread = TN, Rule = shared_words                 % a new question in an old topic's words
     ;   Previous \== none, Shift == false,
         \+ standalone(Terms, Previous, Cands, Same)
     ->  Thread = Previous, Rule = continuity            % nothing says the topic changed
-    ;   Previous \== none, EP >= 1.0
+    ;   Previous \== none, EP >= 1.0,
+        stays_after_shift(Shift, Previous, Cands)
     ->  Thread = Previous, Rule = similar
-    ;   Shift == false,
-        memberchk(c(Previous, _, OP, _), Cands), OP =:= 0,
-        current_prolog_flag(ctxrelay_thread_overlap_same, OS),
-        findall(O-T, ( member(c(T, _, O, _), Cands), T \== Previous, O >= OS ), Named),
-        max_member(_-TN, Named)
-    ->  Thread = TN, Rule = shared_words                 % a new question in an old topic's words
     ),
     !,
     action(Previous, Thread, join, Action).
@@ -242,11 +241,38 @@ action(_, _, Earlier, Earlier).
 evidence(none, _, _, 0) :-
     !.
 evidence(Thread, Cands, Join, E) :-
-    memberchk(c(Thread, Sim, Overlap, _), Cands),
+    memberchk(c(Thread, Sim, Overlap, _, _), Cands),
     !,
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
     E is max(Sim / max(Join, 0.01), Overlap / max(OJ, 0.01)).
 evidence(_, _, _, 0).
+
+%   back_in_old_words(+Previous, +Cands, -Thread)
+%
+%   The message uses none of the current thread's words (and none of its
+%   latest exchange) but at least flag ctxrelay_thread_overlap_same of an
+%   earlier thread's: "should I prune the tomato suckers?" while talking
+%   compost goes back to the tomatoes.
+back_in_old_words(Previous, Cands, Thread) :-
+    memberchk(c(Previous, _, OP, _, 0), Cands),
+    OP =:= 0,
+    current_prolog_flag(ctxrelay_thread_overlap_same, OS),
+    findall(O-T, ( member(c(T, _, O, _, _), Cands), T \== Previous, O >= OS ), Named),
+    max_member(_-Thread, Named).
+
+%   stays_after_shift(+Shift, +Previous, +Cands)
+%
+%   After a topic-shift marker ("by the way", "unrelated") the user says
+%   the subject changes: the current thread keeps the turn only if the
+%   message uses its words (overlap at flag ctxrelay_thread_overlap_join),
+%   not on embedding similarity alone ("by the way, how often should I
+%   replace running shoes?" is near a marathon thread, yet not about it).
+stays_after_shift(false, _, _) :-
+    !.
+stays_after_shift(true, Previous, Cands) :-
+    memberchk(c(Previous, _, Overlap, _, _), Cands),
+    current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
+    Overlap >= OJ.
 
 %   standalone(+Terms, +Previous, +Cands, +Same)
 %
@@ -255,20 +281,28 @@ evidence(_, _, _, 0).
 %   neither a question mark nor a request_opener/1: "the walls are dark
 %   red" answers the last turn) with at least
 %   flag ctxrelay_thread_standalone_terms content words, (almost) none
-%   of which the current thread used, and no similarity to it.  After a
+%   of which the current thread used, none of its latest exchange (the
+%   candidate's `recent`: "how many members can fail?" after an answer
+%   about each member follows it up), and no similarity to it.  After a
 %   topic opener ("Actually, ...", "Also, ...") one content word is
-%   enough.
+%   enough and the latest exchange does not count.
 standalone(Terms0, Previous, Cands, Same) :-
     (   Terms0 = opener(Terms)
-    ->  Min = 1                              % "Actually, what's a good backup?"
+    ->  Min = 1,                             % "Actually, what's a good backup?"
+        Opener = true
     ;   Terms = Terms0,
-        current_prolog_flag(ctxrelay_thread_standalone_terms, Min)
+        current_prolog_flag(ctxrelay_thread_standalone_terms, Min),
+        Opener = false
     ),
     integer(Terms),
     Terms >= Min,
-    memberchk(c(Previous, Sim, Overlap, _), Cands),
+    memberchk(c(Previous, Sim, Overlap, _, Recent), Cands),
     current_prolog_flag(ctxrelay_thread_standalone_overlap, OS),
     Overlap < OS,
+    (   Opener == true
+    ->  true
+    ;   Recent =:= 0                         % "how many members can fail?" after an
+    ),                                       % answer about each member follows it up
     current_prolog_flag(ctxrelay_thread_standalone_similarity, K),
     Sim < K * Same.
 
@@ -280,7 +314,7 @@ standalone(Terms0, Previous, Cands, Same) :-
 %   more recently active.
 best_named(Target, Previous, Cands, Thread) :-
     findall(k(N, Earlier, Overlap, I)-T,
-            ( nth0(I0, Cands, c(T, _, Overlap, Shared)),
+            ( nth0(I0, Cands, c(T, _, Overlap, Shared, _)),
               I is -I0,
               aggregate_all(count, ( member(W, Target), target_word_shared(W, Shared) ), N),
               N > 0,
@@ -308,10 +342,10 @@ target_word_shared(W, Shared) :-
 %   The message uses words of another candidate thread (at least half
 %   of its content words by weight) and none the current thread used.
 names_another_thread(Previous, Cands) :-
-    memberchk(c(Previous, _, OP, _), Cands),
+    memberchk(c(Previous, _, OP, _, _), Cands),
     OP =:= 0,
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
-    member(c(T, _, Overlap, _), Cands),
+    member(c(T, _, Overlap, _, _), Cands),
     T \== Previous,
     Overlap >= OJ,
     !.
@@ -406,7 +440,7 @@ follow_up(Tokens, Terms, Previous, Cands) :-
     opening_pronoun(Tokens),
     (   integer(Terms), Terms =< 2
     ->  true
-    ;   memberchk(c(Previous, _, Overlap, _), Cands),  % "is it possible to run X" is
+    ;   memberchk(c(Previous, _, Overlap, _, _), Cands),  % "is it possible to run X" is
         Overlap > 0                                     % about X, not about "it"
     ),
     !.
@@ -468,6 +502,14 @@ return_cue(['^', as, for], []).
 return_cue(['^', regarding], []).
 return_cue(['^', re], []).
 return_cue([where, were, we], []).
+return_cue([one, more, thing, about], []).     % "one more thing about Lisbon: ..."
+return_cue([one, more, thing, on], []).
+return_cue([one, more, about], []).            % "one more about the database: ..."
+return_cue([one, more, on], []).
+return_cue([last, thing, about], []).
+return_cue([last, thing, on], []).
+return_cue([last, question, about], []).
+return_cue([more, questions, about], []).
 return_cue([where, we, left, off], []).
 return_cue([as, i, was, saying], []).
 
@@ -546,6 +588,12 @@ topic_opener(['^', another, thing]).
 topic_opener(['^', quick, question]).
 topic_opener(['^', random, question]).
 topic_opener(['^', while, 'i\'m', at, it]).
+topic_opener(['^', i, also, want]).            % "I also want to start composting."
+topic_opener(['^', i, also, need]).
+topic_opener(['^', we, also, want]).
+topic_opener(['^', we, also, need]).
+topic_opener(['^', separately]).
+topic_opener(['^', on, another, subject]).
 
 %!  request_opener(?Words) is nondet.
 %

@@ -264,8 +264,9 @@ class ThreadBook:
     # -- the numbers
     def features(self, text: str, vec: np.ndarray) -> list[dict[str, Any]]:
         """One dict per candidate thread: thread, rank (0 = most recently
-        active), sim, overlap (0..1) and shared (the message's words the
-        thread used)."""
+        active), sim, overlap (0..1), shared (the message's words the
+        thread used) and recent (how many of them its latest exchange, the
+        last user turn and what followed it, used)."""
         if not self.order:
             return []
         msg_words = content_words(text)
@@ -291,8 +292,10 @@ class ThreadBook:
             overlap = sum(idf[s] * min(1.0, 0.25 + 0.25 * profile[s]) for s in hit) / total \
                 if total else 0.0
             shared = [w for w in msg_words if stems[w] in profile]
+            exchange = set(entry.record.get("exchange_terms") or ())
             out.append({"thread": tid, "rank": rank, "sim": round(sim, 4),
                         "overlap": round(overlap, 4), "shared": shared,
+                        "recent": sum(1 for s in unique if s in exchange),
                         "turns": int(entry.record.get("turn_count", 0))})
         return out
 
@@ -338,6 +341,14 @@ class ThreadBook:
         entry.vectors.append(vec.astype(np.float32))
         del entry.vectors[:-NEIGHBOURS]
         info["terms"] = add_terms(info.get("terms") or {}, turn.content)
+        # The latest exchange (a user turn and the answers after it): a question
+        # that picks up one of its words follows it up.
+        stems = content_stems(turn.content)
+        if turn.role == "user":
+            info["exchange_terms"] = stems[:PROFILE_TERMS]
+        else:
+            info["exchange_terms"] = list(dict.fromkeys(
+                (info.get("exchange_terms") or []) + stems))[:PROFILE_TERMS]
         info["last_active_turn"] = turn.turn_id
         self.touch(thread_id)
         if turn.role == "user":
