@@ -98,3 +98,55 @@ def test_a_resumed_thread_brings_back_its_dormant_turns_and_state(tmp_path: Path
         state = rt.thread("s", r.status["thread"]["id"])["state"]
         assert state["open_questions"] == ["Which CA signs?"]
         assert state["user_constraints"] == ["We must not restart all members at once."]
+
+
+ETCD_THEN_BACKUP = [
+    ("user", "How do I configure etcd for a three node cluster?"),
+    ("assistant", "Give each member a unique --name and list the peer URLs in --initial-cluster."),
+    ("user", "How many members can fail before we lose quorum?"),
+    ("assistant", "With three members the cluster tolerates one failure."),
+    ("user", "Actually, what's a good backup strategy for our Postgres database?"),
+    ("assistant", "Nightly base backups with pg_basebackup and continuous WAL archiving."),
+]
+
+
+@pytest.mark.parametrize("cue", ["Back to etcd - what about TLS between the peers?",
+                                 "Returning to etcd: how do I add a fourth member?",
+                                 "About etcd again, which port do the peers use?",
+                                 "As for etcd, should the peers use TLS?",
+                                 "One more thing about etcd: how do I take a snapshot?"])
+def test_return_cues_resolve_to_the_thread_by_its_words(tmp_path: Path, cue: str):
+    """Issue 18 §1: an explicit return names the topic; the thread that used its words
+    is resumed (same id), whatever the embedder says."""
+    with Runtime(tmp_path / "store") as rt:
+        rt.create_session("s")
+        for role, text in ETCD_THEN_BACKUP:
+            rt.append("s", role, text)
+        r = rt.managed_turn("s", cue, embedder="hashing")
+        first = rt.derived("s", 1)["thread_id"]
+        assert rt.derived("s", 3)["thread_id"] == first          # the follow-up stayed
+        assert rt.derived("s", 5)["thread_id"] != first          # the backup digression did not
+        assert r.status["thread"]["id"] == first and r.status["thread"]["resumed"] is True
+
+
+def test_state_and_labels_are_deterministic_and_stable(tmp_path: Path):
+    """Issue 18 §2-3: the same turns give the same threads, labels and state; a label
+    does not change as its thread grows."""
+    def replay(root: Path) -> tuple[list[dict], list[str]]:
+        with Runtime(root) as rt:
+            rt.create_session("s")
+            labels = []
+            for role, text in ETCD_THEN_BACKUP + [
+                    ("user", "Back to etcd - we must not restart all members at once."),
+                    ("assistant", "Then roll the restart: one member at a time, port 2380 stays up.")]:
+                rt.append("s", role, text)
+                rt.derive("s", embedder="hashing")
+                labels.append(rt.threads("s")[0]["label"])
+            return rt.threads("s"), labels
+    first, labels = replay(tmp_path / "a")
+    again, _ = replay(tmp_path / "b")
+    assert first == again
+    assert set(labels) == {"etcd-config"}
+    etcd = first[0]["state"]
+    assert etcd["user_constraints"] == ["Back to etcd - we must not restart all members at once."]
+    assert etcd["sources"]["user_constraints"] == [[7]]

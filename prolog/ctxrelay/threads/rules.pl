@@ -48,14 +48,18 @@ first match wins:
      turn without a content word ("thanks!") -- unless the message names
      another thread the current one never used, or announces a new
      topic (ctxrelay_intent:topic_shift_marker/1).
-  6. `similar`: the most similar thread joins the turn if its
-     similarity reaches the embedder's `join` threshold or its overlap
-     reaches flag ctxrelay_thread_overlap_join; the current thread
-     needs only the `same` threshold or flag
-     ctxrelay_thread_overlap_same and gets flag
-     ctxrelay_thread_continuity as a bonus (conversations stay on
-     topic more often than they jump), neither after a topic-shift
-     marker.
+  6. `similar`: an earlier thread joins the turn if its similarity
+     reaches the embedder's `join` threshold or its overlap reaches flag
+     ctxrelay_thread_overlap_join, and beats the current thread, which
+     gets flag ctxrelay_thread_continuity as a bonus (conversations
+     stay on topic more often than they jump) except after a
+     topic-shift marker.  `shared_words`: a message that uses none of
+     the current thread's words but an earlier thread's goes back to
+     it.  `continuity`: without a topic-shift marker the current thread
+     keeps the turn unless it is a stand-alone question on another
+     subject (standalone/4).  The current thread also keeps a turn its
+     evidence reaches the bar for; after a topic-shift marker only on
+     its words, not on similarity alone.
   7. `new`: otherwise a new thread.
 
 The cue and marker phrases are facts users extend, in the syntax of
@@ -86,8 +90,9 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 %     - previous: the thread of the turn before (text; "" for none)
 %     - candidates: a list of dicts, most recently active first, each
 %       with thread (text), sim, overlap (numbers), shared (list of
-%       text: the message's words the thread used) and optionally rank
-%       and turns
+%       text: the message's words the thread used) and optionally
+%       recent (integer: how many of them the thread's latest exchange
+%       used; 0 when absent), rank and turns
 %     - join, same: the embedder's thread_join and topic_same
 %       similarity thresholds (numbers)
 %     - terms: the number of content words of Text (optional)
