@@ -12,7 +12,9 @@ each stored turn) and reports, per split and embedder:
 - label quality: the share of predicted threads whose label uses a word the
   annotation accepts for the gold thread most of its turns belong to; labels
   unique per session; labels unchanged from the turn a thread starts to the end;
-- the number of gold and predicted threads, and the time per derived turn.
+- the number of gold and predicted threads, and the time per derived turn;
+- the intent classifier's accuracy on ``bench/data/intents.jsonl`` (as
+  ``bench/intent_bench.py`` measures it), which reads the thread decision.
 
     .venv/bin/python bench/threads_bench.py                       # both splits, every embedder
     .venv/bin/python bench/threads_bench.py --split dev --embedder hashing   # tuning
@@ -202,8 +204,28 @@ def main() -> None:
                   f"{res['labels']['unique_per_session']}, stable {res['labels']['stable_share']:.3f}; "
                   f"threads {res['predicted_threads']}/{res['gold_threads']}; "
                   f"{res['ms_per_turn_derived']:.2f} ms/turn")
+    if not args.split or args.split == list(SPLITS):
+        out["intent_accuracy"] = intent_accuracy()
+        print("intent accuracy (bench/data/intents.jsonl, as bench/intent_bench.py):",
+              out["intent_accuracy"])
     if not args.no_write:
         print("wrote", write("threads", out))
+
+
+def intent_accuracy() -> dict[str, float]:
+    """The intent classifier's accuracy on the existing labelled set, per split, so
+    the thread rules' effect on it (they feed its last step) is read beside them."""
+    import janus_swi as janus
+    import intent_bench
+    janus.consult("intent_bench", data=intent_bench._TIMING)
+    embedder = get_embedder("hashing")
+    threshold = float(embedder.thresholds["topic_same"])
+    items = intent_bench.load(intent_bench.DATA)
+    out = {}
+    for split in ("dev", "heldout", "all"):
+        chosen = [i for i in items if split == "all" or i["split"] == split]
+        out[split] = intent_bench.evaluate(chosen, embedder, threshold, 1)["accuracy"]
+    return out
 
 
 def trace(cid: str, name: str) -> None:
