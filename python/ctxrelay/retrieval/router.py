@@ -521,13 +521,15 @@ class Router:
     def _touch(self, item: tuple[str, str]) -> None:
         with self._memo_lock:
             self._touches.pop(item, None)
-        scratch = self._stores.scratch_if_present()
-        if scratch is None or scratch.closed:
-            return
         try:
+            if self._stores.closed:
+                return
+            scratch = self._stores.scratch_if_present()
+            if scratch is None or scratch.closed:
+                return
             scratch.get(*item)
         except CtxRelayError:
-            pass                     # evicted or closed since the read: nothing left to touch
+            pass     # evicted, or the store closed since the read: nothing left to touch
 
 
 # -- merging ------------------------------------------------------------------------------
