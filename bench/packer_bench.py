@@ -365,7 +365,8 @@ def compare_user(args: argparse.Namespace) -> int:
         "timing": "pack_best/5 timed inside Prolog in each worker process (wall and thread "
                   "CPU, after garbage_collect/0); instances alternate between the two "
                   "workers: this checkout's packer (ours) and the baseline checkout's "
-                  "(today's); ratios are ours / today's over the same instances",
+                  "(today's), each with and without the user constraints; ratios are "
+                  "ours / today's over the same instances",
         "rows": [],
     }
     try:
@@ -373,14 +374,13 @@ def compare_user(args: argparse.Namespace) -> int:
             seeds = [args.seed * 100_000 + n * 100 + k for k in range(args.user_instances)]
             for m in (mine, base):
                 m.pack(n, args.seed * 100_000 + n * 100 + 99, False, args.user_limit)
-                m.pack(n, args.seed * 100_000 + n * 100 + 99, True, args.user_limit) \
-                    if m is mine else None
+                m.pack(n, args.seed * 100_000 + n * 100 + 99, True, args.user_limit)
             rows: dict[str, list[dict[str, Any]]] = {"ours_plain": [], "today_plain": [],
-                                                     "ours_user": []}
+                                                     "ours_user": [], "today_user": []}
             binding: dict[str, int] = {}
             for k, seed in enumerate(progress(seeds, desc=f"user constraints n={n}")):
                 order = [("today_plain", base, False), ("ours_plain", mine, False),
-                         ("ours_user", mine, True)]
+                         ("ours_user", mine, True), ("today_user", base, True)]
                 if k % 2:
                     order = order[1:] + order[:1]      # alternate who goes first
                 for key, w, user in order:
@@ -399,6 +399,11 @@ def compare_user(args: argparse.Namespace) -> int:
                 "ours_user": {**stats("ours_user", "Ms"),
                               "cpu": stats("ours_user", "CpuMs"),
                               "proven_optimal": sum(r["Optimal"] for r in rows["ours_user"])},
+                "today_user": {**stats("today_user", "Ms"),
+                               "cpu": stats("today_user", "CpuMs"),
+                               "proven_optimal": sum(r["Optimal"] for r in rows["today_user"])},
+                "same_optimum_user": sum(a["Util"] == b["Util"] for a, b in
+                                         zip(rows["ours_user"], rows["today_user"])),
                 "ours_plain": {**stats("ours_plain", "Ms"), "cpu": stats("ours_plain", "CpuMs")},
                 "today_plain": {**stats("today_plain", "Ms"),
                                 "cpu": stats("today_plain", "CpuMs")},
@@ -410,6 +415,8 @@ def compare_user(args: argparse.Namespace) -> int:
                     row["ours_plain"][what] / row["today_plain"][what], 3)
                 row[f"ratio_user_vs_today_plain_{what[:3]}"] = round(
                     row["ours_user"][what] / row["today_plain"][what], 3)
+                row[f"cpu_ratio_user_{what[:3]}"] = round(
+                    row["ours_user"]["cpu"][what] / row["today_user"]["cpu"][what], 3)
                 row[f"cpu_ratio_plain_{what[:3]}"] = round(
                     row["ours_plain"]["cpu"][what] / row["today_plain"]["cpu"][what], 3)
             result["rows"].append(row)

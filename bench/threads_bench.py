@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent / "python"))
 sys.path.insert(0, str(HERE))
 
 import ctxrelay  # noqa: E402,F401  (embeds Prolog, puts library(ctxrelay) on the path)
-from ctxrelay.retrieval.threads import stem  # noqa: E402
+from ctxrelay.text.threads import stem  # noqa: E402
 from ctxrelay.storage.lmdb.transcript import TranscriptStore  # noqa: E402
 from ctxrelay.storage.lmdb.turnlog import TurnLog  # noqa: E402
 from ctxrelay.text.embed import get_embedder, registered  # noqa: E402

@@ -102,7 +102,8 @@ def test_demo(tmp_path: Path) -> None:
 
 
 def test_pack_install_provides_the_library(tmp_path: Path) -> None:
-    """pack_install/2 from a local directory, then library(ctxrelay) from the pack alone.
+    """pack_install/2 from a local directory, then library(ctxrelay) from the pack alone
+    (the procedure docs/prolog_pack.md shows, under tmp_path).
 
     The source directory links pack.pl, prolog/ and python/ of the checkout:
     the checkout's root Makefile would make pack_install run it as a

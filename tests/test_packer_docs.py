@@ -1,4 +1,4 @@
-"""The examples in docs/packer.md and docs/readme_packer_section.md run as shown.
+"""The examples in docs/packer.md and README.md ("Packs under your own rules") run as shown.
 
 A block preceded by ``<!-- doc-test: prolog -->`` holds ``?-`` queries; the
 last one binds ``P`` and the ``P = ...`` lines after it are its answers, in
@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, run_swipl
 
-DOCS = [ROOT / "docs" / "packer.md", ROOT / "docs" / "readme_packer_section.md"]
+DOCS = [ROOT / "docs" / "packer.md", ROOT / "README.md"]
 BLOCK = re.compile(r"<!-- doc-test: (prolog|python) -->\n```\w+\n(.*?)```", re.S)
 
 

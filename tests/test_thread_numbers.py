@@ -1,11 +1,11 @@
-"""The numbers the thread rules decide on (ctxrelay.retrieval.threads)."""
+"""The numbers the thread rules decide on (ctxrelay.text.threads)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ctxrelay.retrieval import threads as th
-from ctxrelay.retrieval.threads import (ThreadBook, ThreadEntry, ThreadState, add_terms,
+from ctxrelay.text import threads as th
+from ctxrelay.text.threads import (ThreadBook, ThreadEntry, ThreadState, add_terms,
                                         content_words, label_words, make_label, with_override)
 from ctxrelay.types import Turn
 

@@ -93,7 +93,7 @@ def test_prolog_predicates(tmp_path):
 
 
 def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypatch):
-    import ctxrelay.retrieval.threads as threads
+    import ctxrelay.text.threads as threads
     monkeypatch.setattr(threads, "RECENT_THREADS", 3)
     topics = ["Which zebra migration patterns cross the savanna parks?",
               "Unrelated: how do quantum error correction codes protect qubits?",

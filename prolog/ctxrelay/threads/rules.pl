@@ -21,7 +21,7 @@
 
 One home for the decision: the turn log calls thread_decision/3 for every
 stored user turn it derives, and an assembly for the new message, with
-the numbers Python computed (ctxrelay.retrieval.threads): for each
+the numbers Python computed (ctxrelay.text.threads): for each
 candidate thread (the most recently active ones, most recent first) its
 similarity to the message (`sim`, the largest cosine against its latest
 turns), the share of the message's content words it used (`overlap`,

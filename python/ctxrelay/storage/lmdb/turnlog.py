@@ -7,7 +7,7 @@ whole session (e.g. after changing the embedder):
 - embedding (float32, the embedder's ``model_id`` recorded),
 - topic thread: the thread rules (Prolog, ``ctxrelay_thread_rules``) place
   each user turn among the most recently active threads, through the same
-  :class:`ctxrelay.retrieval.threads.ThreadBook` an assembly uses for the
+  :class:`ctxrelay.text.threads.ThreadBook` an assembly uses for the
   new message; assistant and tool turns stay in the thread of the turn they
   answer; a new thread gets a readable label, unique in the session,
 - references (turn ids; set by the Prolog resolver), entities, tool_calls,
@@ -34,8 +34,8 @@ import numpy as np
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.memo import keep
-from ctxrelay.retrieval import threads as thread_numbers
-from ctxrelay.retrieval.threads import (STATE_TURNS, ThreadBook, ThreadEntry, ThreadState,
+from ctxrelay.text import threads as thread_numbers
+from ctxrelay.text.threads import (STATE_TURNS, ThreadBook, ThreadEntry, ThreadState,
                                         derive_state, make_label, with_override)
 from ctxrelay.types import Turn
 from ctxrelay.text.bounds import derived_text

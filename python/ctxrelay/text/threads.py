@@ -34,6 +34,25 @@ import snowballstemmer
 
 from ctxrelay.types import Turn
 
+# The Prolog rules are reached through the embedded engine, which sets this hook when
+# it loads (ctxrelay.bridge.engine imports this module); text sits below bridge in the
+# layers, so it does not import the engine itself.
+_PROLOG_ONCE: Callable[..., dict[str, Any]] | None = None
+
+
+def use_prolog(once: Callable[..., dict[str, Any]]) -> None:
+    """Called by ctxrelay.bridge.engine: how this module runs a Prolog goal."""
+    global _PROLOG_ONCE
+    _PROLOG_ONCE = once
+
+
+def _prolog_once() -> Callable[..., dict[str, Any]]:
+    if _PROLOG_ONCE is None:                  # importing any ctxrelay module loads the engine
+        import importlib
+        importlib.import_module("ctxrelay")
+    assert _PROLOG_ONCE is not None, "ctxrelay.bridge.engine did not register itself"
+    return _PROLOG_ONCE
+
 #: The threads a turn may join: the most recently active ones.  Stated once;
 #: the turn log and the assembly both read it.
 RECENT_THREADS = 32
@@ -301,13 +320,12 @@ class ThreadBook:
 
     def place(self, text: str, vec: np.ndarray) -> Placement:
         """Ask the thread rules where a user turn with ``text`` goes."""
-        from ctxrelay.bridge import engine
         cands = self.features(text, vec)
         context = {"previous": self.previous or "", "candidates": cands,
                    "join": float(self.thresholds["thread_join"]),
                    "same": float(self.thresholds["topic_same"]),
                    "terms": len(content_stems(text))}
-        d = engine.once("ctxrelay_thread_rules:thread_decision(T, C, D)",
+        d = _prolog_once()("ctxrelay_thread_rules:thread_decision(T, C, D)",
                         {"T": text, "C": context})["D"]
         tid = str(d["thread"])
         sim = next((c["sim"] for c in cands if c["thread"] == tid), None)
@@ -392,17 +410,15 @@ class ThreadState:
 
     def summary(self, label: str) -> str:
         """The Active Thread Summary (SPEC-028 §6.1), rendered by the state rules."""
-        from ctxrelay.bridge import engine
         state = {f: list(getattr(self, f)) for f in STATE_FIELDS}
-        return str(engine.once("ctxrelay_thread_state:thread_summary(L, S, X)",
+        return str(_prolog_once()("ctxrelay_thread_state:thread_summary(L, S, X)",
                                {"L": label, "S": state})["X"])
 
 
 def derive_state(thread_id: str, turns: Sequence[Turn]) -> ThreadState:
     """ThreadState from a thread's turns (oldest first), by the state rules."""
-    from ctxrelay.bridge import engine
     plain = [{"turn_id": t.turn_id, "role": t.role, "content": t.content} for t in turns]
-    s = engine.once("ctxrelay_thread_state:thread_state(Ts, S)", {"Ts": plain})["S"]
+    s = _prolog_once()("ctxrelay_thread_state:thread_state(Ts, S)", {"Ts": plain})["S"]
     values: dict[str, list[str]] = {}
     sources: dict[str, list[list[int]]] = {}
     for name in STATE_FIELDS:
