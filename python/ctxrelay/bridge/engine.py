@@ -157,10 +157,3 @@ def solutions(goal: str, bindings: dict[str, Any] | None = None):
     finally:
         q.close()
 
-
-
-# The thread numbers (text/threads.py, a layer below) ask the thread rules through
-# this engine: it hands them its once/2 here rather than text importing bridge.
-from ctxrelay.text import threads as _thread_numbers  # noqa: E402
-
-_thread_numbers.use_prolog(once)

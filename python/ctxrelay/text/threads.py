@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 import threading
 import unicodedata
 from dataclasses import asdict, dataclass, field
@@ -34,24 +35,14 @@ import snowballstemmer
 
 from ctxrelay.types import Turn
 
-# The Prolog rules are reached through the embedded engine, which sets this hook when
-# it loads (ctxrelay.bridge.engine imports this module); text sits below bridge in the
-# layers, so it does not import the engine itself.
-_PROLOG_ONCE: Callable[..., dict[str, Any]] | None = None
-
-
-def use_prolog(once: Callable[..., dict[str, Any]]) -> None:
-    """Called by ctxrelay.bridge.engine: how this module runs a Prolog goal."""
-    global _PROLOG_ONCE
-    _PROLOG_ONCE = once
-
-
+# The Prolog rules are reached through the embedded engine.  text sits below bridge in
+# the layers, so it does not import the engine: it takes the one importing any ctxrelay
+# module has loaded (ctxrelay/__init__ loads it first), and costs --help nothing.
 def _prolog_once() -> Callable[..., dict[str, Any]]:
-    if _PROLOG_ONCE is None:                  # importing any ctxrelay module loads the engine
-        import importlib
-        importlib.import_module("ctxrelay")
-    assert _PROLOG_ONCE is not None, "ctxrelay.bridge.engine did not register itself"
-    return _PROLOG_ONCE
+    engine = sys.modules.get("ctxrelay.bridge.engine")
+    if engine is None:
+        raise RuntimeError("the thread rules need the embedded Prolog: import ctxrelay first")
+    return engine.once
 
 #: The threads a turn may join: the most recently active ones.  Stated once;
 #: the turn log and the assembly both read it.
