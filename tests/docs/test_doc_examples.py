@@ -94,6 +94,13 @@ ELSEWHERE = {
     "chat, run managed turns": "tests/docs/test_doc_examples.py",
     "docs/server.md: pip install -e '.[server]'": "tests/docs/test_doc_examples.py",
     "docs/server.md: from openai import OpenAI": "tests/docs/test_doc_examples.py",
+    # The relay as a service: one script runs these blocks in order (the serve line in
+    # the background, until its /readyz answers), then stops the relay.
+    "docs/deploy.md: ctxrelay keys create acme --keys relay-keys.json --name ci "
+    "--requests-per-minute 600 | head -1 > acme.key": "tests/server/test_relay_docs.py",
+    "docs/deploy.md: ctxrelay serve --store store --host 0.0.0.0 --port 8000 --upstream echo "
+    "--workers 2 --keys relay-keys.json": "tests/server/test_relay_docs.py",
+    "docs/deploy.md: curl -fsS http://127.0.0.1:8000/readyz": "tests/server/test_relay_docs.py",
 }
 
 #: the allow-list: blocks no test runs, and why

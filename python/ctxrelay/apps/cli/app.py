@@ -7,15 +7,15 @@ import os
 import sys
 from typing import Any, NoReturn, Sequence
 
-from ctxrelay.apps.cli import (check, derive, doctor, knowledge, packs, scratch, search, serve,
-                               sessions, transfer, turns)
+from ctxrelay.apps.cli import (check, derive, doctor, keys, knowledge, packs, scratch, search,
+                               serve, sessions, transfer, turns)
 from ctxrelay.apps.cli.common import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CLIError
 from ctxrelay.apps.cli.output import emit_error, emit_json
 from ctxrelay.apps.cli.parser import (JSON_HELP, STORE_HELP, Commands, Formatter, Parser,
                                       UsageError, examples)
 
 # The command groups, in the order ``ctxrelay --help`` lists their commands.
-GROUPS = (sessions, turns, search, packs, knowledge, scratch, transfer, derive, check, serve,
+GROUPS = (sessions, turns, search, packs, knowledge, scratch, transfer, derive, check, serve, keys,
           doctor)
 
 # Commands that take options the CLI does not know and pass them on.

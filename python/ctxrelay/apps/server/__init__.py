@@ -10,20 +10,38 @@ upstream's answer with the ``CRP-*`` headers of the pack::
     python -m ctxrelay.apps.server --store store --port 8000 \\
         --upstream http://127.0.0.1:8080/v1 --model qwen2.5 --max-context-tokens 8192
 
-Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``.
-See docs/server.md for the request rules, the headers and the errors.
+Routes: ``POST /v1/chat/completions``, ``GET /v1/models``,
+``GET /v1/sessions/{id}/turns``, ``GET /health``, ``/healthz``, ``/readyz``,
+``/metrics``.  See docs/server.md for the request rules, the headers and the
+errors, and docs/deploy.md for workers, keys and a process manager.
 
 Modules: ``config`` (what a relay serves), ``request`` (parsing and checking a
 request whole), ``turn`` (the managed turn around the upstream call),
 ``upstream``, ``responses`` (headers, bodies, server-sent events), ``errors``,
-``app`` (the shared state, routes, the ASGI app) and ``cli``.
+``gate`` (one turn at a time per session, across workers), ``tenants`` (API
+keys), ``limits`` (per-key limits), ``observe`` (metrics, JSON logs), ``app``
+(the shared state, routes, the ASGI app) and ``cli``.
+
+The names below load on first use, so ``ctxrelay keys`` (which needs only
+``tenants``) does not import the web stack.
 """
 from __future__ import annotations
 
-from .app import Relay, create_app
-from .cli import _parser, config_from_args, main
-from .config import IDEMPOTENCY_HEADER, POLICY_FLAGS, SESSION_HEADER, ServerConfig
-from .errors import ApiError
+import importlib
+from typing import Any
+
+_NAMES = {"Relay": "app", "create_app": "app", "_parser": "cli", "config_from_args": "cli",
+          "main": "cli", "IDEMPOTENCY_HEADER": "config", "POLICY_FLAGS": "config",
+          "SESSION_HEADER": "config", "ServerConfig": "config", "ApiError": "errors"}
 
 __all__ = ["ServerConfig", "Relay", "ApiError", "create_app", "main", "SESSION_HEADER",
            "IDEMPOTENCY_HEADER", "POLICY_FLAGS", "config_from_args", "_parser"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -13,6 +13,9 @@ SESSION_HEADER = "CRP-Session-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 POLICY_FLAGS = ("max_context_tokens", "output_reserve", "safety_margin", "min_recent_turns")
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_THREADS = 2
+DEFAULT_SESSION_QUEUE = 8
+DEFAULT_SESSION_WAIT = 120.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,15 @@ class ServerConfig:
     alternation: str = "strict"
     #: Rounds of the cold-history tool loop per turn (0: the tools are not offered).
     history_rounds: int = 3
+    #: The keys file (see tenants.py); None and no $CTXRELAY_RELAY_KEYS: no tenants.
+    keys_file: Path | None = None
+    #: Prolog threads of this worker process: a long turn leaves the others free.
+    threads: int = DEFAULT_THREADS
+    #: Requests that may wait for one busy session in a worker, and for how long.
+    session_queue: int = DEFAULT_SESSION_QUEUE
+    session_wait: float = DEFAULT_SESSION_WAIT
+    #: Lock sessions across processes (the workers of one relay share the store).
+    cross_process_locks: bool = True
 
     @property
     def max_body_bytes(self) -> int:
@@ -59,6 +71,13 @@ class ServerConfig:
         if self.alternation not in ("strict", "free"):
             raise InvalidArgumentError(
                 f"alternation must be 'strict' or 'free', got {self.alternation!r}")
+        for name in ("threads", "session_queue"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+        if not (isinstance(self.session_wait, (int, float)) and self.session_wait > 0):
+            raise InvalidArgumentError(
+                f"session_wait must be a positive number of seconds, got {self.session_wait!r}")
         unknown = sorted(set(self.policy) - set(POLICY_FLAGS))
         if unknown:
             raise InvalidArgumentError(
@@ -68,6 +87,15 @@ class ServerConfig:
     @property
     def is_echo(self) -> bool:
         return self.upstream == "echo"
+
+    @property
+    def lock_file(self) -> Path:
+        """The byte-range lock file of the sessions (beside the store directory)."""
+        return Path(self.store).parent / f".{Path(self.store).name}.relay.locks"
+
+    @property
+    def limits_file(self) -> Path:
+        return Path(self.store).parent / f".{Path(self.store).name}.relay-limits.sqlite"
 
     @property
     def upstream_label(self) -> str:

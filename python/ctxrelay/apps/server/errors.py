@@ -20,6 +20,7 @@ from ctxrelay.errors import (
     TurnTooLargeError,
 )
 
+from . import observe
 from .config import IDEMPOTENCY_HEADER
 
 log = logging.getLogger("ctxrelay.apps.server")
@@ -38,6 +39,10 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = dict(headers or {})
+        if type == "upstream_error":
+            # The label is bounded: an upstream's own codes are counted together.
+            label = code if code and code.startswith("upstream_") else "upstream_coded"
+            observe.UPSTREAM_ERRORS.labels(label).inc()
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
@@ -47,6 +52,13 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
+def scrubbed(error: ApiError, stored: str, shown: str) -> ApiError:
+    """The error with the stored session id replaced by the client's (no tenant prefix)."""
+    if stored != shown and stored in error.message:
+        error.message = error.message.replace(stored, shown)
+    return error
+
+
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
@@ -54,6 +66,7 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 def from_ctxrelay(exc: CtxRelayError) -> ApiError:
     """The HTTP answer for an error raised by the Runtime."""
     if isinstance(exc, ContextOverflowError):
+        observe.OVERFLOWS.inc()
         return ApiError(400, str(exc), param="messages", code="context_length_exceeded")
     if isinstance(exc, InvalidSessionIdError):
         return ApiError(400, str(exc), param="session_id", code="invalid_session_id")

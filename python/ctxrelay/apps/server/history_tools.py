@@ -72,10 +72,12 @@ def request_tokens(rt: Runtime, messages: list[dict[str, Any]], model: str | Non
 
 
 def run_calls(rt: Runtime, session_id: str, calls: list[dict[str, Any]],
-              max_tokens: int) -> list[dict[str, Any]]:
+              max_tokens: int, shown_id: str | None = None) -> list[dict[str, Any]]:
     """Execute the model's history calls through context/3, their results within
     about ``max_tokens`` together (the turns' text gets 3/4 of each call's share,
-    the JSON around it the rest); returns the tool messages."""
+    the JSON around it the rest); returns the tool messages.  ``session_id`` is
+    the stored id; an error text names ``shown_id`` (the client's) instead, so a
+    tenant's prefix never reaches the model or the client."""
     share = max(0, (max_tokens * 3 // 4) // max(1, len(calls)))
     out = []
     for call in calls:
@@ -88,7 +90,10 @@ def run_calls(rt: Runtime, session_id: str, calls: list[dict[str, Any]],
                 {"error": "no room is left in the context window for more history; answer "
                           "with what you have"}
         except (ValueError, TypeError, CtxRelayError) as exc:
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            text = f"{type(exc).__name__}: {exc}"
+            if shown_id is not None and shown_id != session_id:
+                text = text.replace(session_id, shown_id)
+            result = {"error": text}
         out.append({"role": "tool", "tool_call_id": str(call.get("id", "")),
                     "content": json.dumps(_compact(result), ensure_ascii=False,
                                           separators=(",", ":"))})

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import Request
 
 from .config import IDEMPOTENCY_HEADER, SESSION_HEADER, ServerConfig
 from .errors import ApiError, bad_request
+from .tenants import MAX_CLIENT_SESSION_CHARS, RESERVED_PREFIX, Tenant
 
 #: Body fields the relay consumes; every other field is forwarded to the upstream untouched.
 RELAY_FIELDS = frozenset({"messages", "stream", "model", "session_id"})
@@ -50,6 +51,10 @@ class ChatRequest:
     forward: dict[str, Any]          # the body fields passed on to the upstream
     key: str | None                  # Idempotency-Key: the turn's key (ctxrelay_runtime derives
                                      # the keys of its parts, the same for every entry point)
+    # Where the turn is stored: the client's session id under its tenant's prefix, and the
+    # tenant's CKF namespace (see tenants.py).  Never sent back to the client.
+    store_session: str = ""
+    namespace: str | None = None
 
 
 def _text_content(content: Any, where: str) -> str:
@@ -102,6 +107,10 @@ def _session_id(body: Mapping[str, Any], headers: Mapping[str, str]) -> str:
         if not isinstance(value, str) or not value.strip():
             raise bad_request(f"the session id in {source} must be a non-empty string",
                                param=param, code="invalid_session_id")
+        if value.strip().startswith(RESERVED_PREFIX):
+            raise bad_request(f"the session id in {source} starts with {RESERVED_PREFIX!r}, "
+                              "which the relay reserves; choose another id", param=param,
+                              code="invalid_session_id")
         return value.strip()
     raise bad_request(
         f"no session id: send the header {SESSION_HEADER}, or the field session_id (or user) "
@@ -189,7 +198,8 @@ def parse_chat(body: Any, headers: Mapping[str, str], config: ServerConfig) -> C
                                "characters", param=IDEMPOTENCY_HEADER)
 
     forward = {k: v for k, v in body.items() if k not in RELAY_FIELDS}
-    return ChatRequest(session_id=session_id, message=turns[-1].content,
+    return ChatRequest(session_id=session_id, store_session=session_id,
+                       message=turns[-1].content,
                        earlier=tuple(turns[:-1]), system="\n\n".join(system) or None,
                        model=model, stream=stream, include_usage=include_usage,
                        output_reserve=reserve, reserve_param=reserve_param, forward=forward,
@@ -208,7 +218,21 @@ def policy_for(config: ServerConfig, chat: ChatRequest) -> dict[str, Any]:
         policy["model"] = chat.model          # tokenizer and framing follow the upstream model
     if chat.system is not None:
         policy["system"] = chat.system
+    if chat.namespace is not None:
+        policy["namespace"] = chat.namespace  # the tenant's facts, and promotion into them
     return policy
+
+
+def scoped(chat: ChatRequest, tenant: Tenant | None) -> ChatRequest:
+    """The request with its storage session and namespace: the tenant's own."""
+    if tenant is None:
+        return chat
+    if len(chat.session_id) > MAX_CLIENT_SESSION_CHARS:
+        raise bad_request(f"the session id has {len(chat.session_id)} characters, more than "
+                          f"{MAX_CLIENT_SESSION_CHARS}; use a shorter id (e.g. a UUID)",
+                          param="session_id", code="invalid_session_id")
+    return replace(chat, store_session=tenant.storage_session(chat.session_id),
+                   namespace=tenant.namespace)
 
 
 

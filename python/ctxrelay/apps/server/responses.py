@@ -1,7 +1,6 @@
 """What the relay answers: CRP headers, chat.completion bodies, server-sent events."""
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -90,10 +89,12 @@ def synthetic_stream(content: str, model: str, *, completion_id: str | None = No
 
 
 class TurnGuard:
-    """Holds a session's turn lock until the turn is over; releases it exactly once."""
+    """Holds a session until the turn is over; releases it exactly once.
 
-    def __init__(self, lock: asyncio.Lock) -> None:
-        self._lock: asyncio.Lock | None = lock
+    ``lock`` is anything with ``release()``: the relay's :class:`~.gate.Held`."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock: Any = lock
         self.handed_over = False        # a TurnStream releases it when the stream ends
 
     def release(self) -> None:

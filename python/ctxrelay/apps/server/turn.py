@@ -12,6 +12,7 @@ stores nothing.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.runtime import Runtime
 from ctxrelay.types import PreparedTurn, TurnResult
 
-from . import history_tools
+from . import history_tools, observe
 from .errors import ApiError
 from .request import ChatRequest, policy_for, turn_messages
 from .responses import (TurnGuard, TurnStream, completion_body, crp_headers,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 # -- worker jobs: each runs on a Prolog worker with the Runtime as first argument --------
 
 def prepare(rt: Runtime, chat: ChatRequest, policy: dict[str, Any]) -> PreparedTurn:
-    return rt.prepare_turn(chat.session_id, turn_messages(chat), key=chat.key,
+    return rt.prepare_turn(chat.store_session, turn_messages(chat), key=chat.key,
                            create_session=True, **policy)
 
 
@@ -58,16 +59,19 @@ def echo_reply(_rt: Runtime, messages: list[dict[str, Any]], model: str | None) 
 
 async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Response:
     policy = policy_for(relay.config, chat)
+    started = time.perf_counter()
     try:
         prepared = await relay.call(prepare, chat, policy)
     except InvalidArgumentError as e:
         if chat.reserve_param is None:
             raise
+        observe.OVERFLOWS.inc()
         # The client's max_tokens became the output reserve and left no input budget.
         raise ApiError(400, f"{chat.reserve_param}={chat.output_reserve} does not fit the "
                        f"relay's context window: it is reserved for the reply, and no room is "
                        f"left for the input ({e}); lower {chat.reserve_param}",
                        param=chat.reserve_param, code="context_length_exceeded") from None
+    observe.observe_stage("prepare", started)
     model = chat.model or "echo"
 
     def streamed(body: AsyncIterator[str], headers: dict[str, str]) -> Response:
@@ -75,7 +79,7 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
         return TurnStream(body, guard=guard, headers=headers)
 
     if prepared.replay:
-        meta = await relay.call(stored_metadata, chat.session_id, prepared.assistant_turn)
+        meta = await relay.call(stored_metadata, chat.store_session, prepared.assistant_turn)
         relayed = meta.get("relay") or {}
         headers = {**relayed.get("headers", {}),
                    **crp_headers(None, chat, prepared.user_turn, prepared.assistant_turn),
@@ -87,6 +91,7 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
         return JSONResponse(completion_body(prepared.reply or "", model,
                                             completion_id=relayed.get("id")), headers=headers)
 
+    observe.observe_pack(prepared.result.ledger.total, prepared.result.ledger.input_budget)
     headers = crp_headers(prepared.result, chat, None)
     if relay.config.is_echo:
         reply = await relay.call(echo_reply, prepared.result.messages, chat.model)
@@ -96,18 +101,21 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
         if chat.stream:
             return streamed(_echo_stream(relay, chat, prepared, reply["content"], model, cid,
                                          meta, usage), headers)
-        result = await relay.call(commit, prepared, reply["content"], meta)
+        result = await relay.commit(chat, prepared, reply["content"], meta)
         return JSONResponse(completion_body(reply["content"], model, completion_id=cid,
                                             usage=usage),
                             headers={**headers, **_turn_headers(result)})
 
     upstream = Upstream(relay, chat, headers)
     extra = _history_tools(relay, chat, prepared)
+    started = time.perf_counter()
     if chat.stream and not extra:
         response = await upstream.open_stream(prepared.result.messages)
+        observe.observe_stage("upstream", started)
         return streamed(_relay_stream(relay, chat, prepared, upstream, response, headers),
                         headers)
     data, rounds = await _with_history_tools(relay, chat, prepared, upstream, extra)
+    observe.observe_stage("upstream", started)
     content, tool_meta = reply_of(data, upstream)
     meta = relay_metadata(tool_meta, completion_id=data.get("id"), model=data.get("model"),
                           headers=headers)
@@ -118,7 +126,7 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
         return streamed(_echo_stream(relay, chat, prepared, content, data.get("model") or model,
                                      data.get("id") or new_completion_id(), meta,
                                      data.get("usage")), headers)
-    result = await relay.call(commit, prepared, content, meta)
+    result = await relay.commit(chat, prepared, content, meta)
     return JSONResponse(data, headers={**headers, **_turn_headers(result)})
 
 
@@ -151,7 +159,8 @@ async def _with_history_tools(relay: Relay, chat: ChatRequest, prepared: Prepare
         used = await relay.call(history_tools.request_tokens, messages + [asked], chat.model)
         room = budget - used - history_tools.ROUND_MARGIN
         for _ in range(4):            # results too big for the room: ask for less
-            results = await relay.call(history_tools.run_calls, chat.session_id, ours, room)
+            results = await relay.call(history_tools.run_calls, chat.store_session, ours, room,
+                                       chat.session_id)
             grown = messages + [asked, *results]
             size = await relay.call(history_tools.request_tokens, grown, chat.model)
             if size <= budget:
@@ -187,7 +196,7 @@ async def _echo_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, 
     for event in synthetic_stream(content, model, completion_id=cid,
                                   usage=usage if chat.include_usage else None):
         yield event
-    result = await relay.call(commit, prepared, content, meta)
+    result = await relay.commit(chat, prepared, content, meta)
     yield turn_ids_event(result.user_turn, result.assistant_turn)
     yield "data: [DONE]\n\n"
 
@@ -210,7 +219,7 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
         nonlocal stored
         stored = True
         meta = relay_metadata(None, completion_id=completion_id, model=model, headers=headers)
-        result = await relay.call(commit, prepared, "".join(parts), meta)
+        result = await relay.commit(chat, prepared, "".join(parts), meta)
         return turn_ids_event(result.user_turn, result.assistant_turn)
 
     try:
