@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY    := .venv/bin/python
 
-.PHONY: setup demo test bench clean install check
+.PHONY: setup services services-stop demo test bench clean install check
 
 setup:
 	@bash scripts/setup.sh
@@ -10,8 +10,17 @@ setup:
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup
-	$(PY) -m pytest -q
+# PostgreSQL(+pgvector) and Redis on private loopback ports, for the postgresql:// and
+# redis:// back ends (scripts/services.sh; idempotent; installs as root on Debian 12).
+services:
+	@bash scripts/services.sh start
+
+services-stop:
+	@bash scripts/services.sh stop
+
+# The back-end suites need the servers: here they fail, not skip, when absent.
+test: setup services
+	CTXRELAY_REQUIRE_SERVICES=1 $(PY) -m pytest -q
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from assembly_bench import TOPICS, synthetic_jsonl  # noqa: E402
-from e2e_bench import POLICY, QUESTIONS, facts  # noqa: E402
+from e2e_bench import QUESTIONS  # noqa: E402
+from e2e_worker import POLICY, facts  # noqa: E402
 
 import janus_swi as janus  # noqa: E402
 

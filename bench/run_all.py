@@ -7,7 +7,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = ["packer_bench.py", "primitives_bench.py", "storage_bench.py", "ckf_bench.py", "intent_bench.py",
-           "assembly_bench.py", "e2e_bench.py", "locomo.py", "soak_bench.py"]
+           "assembly_bench.py", "e2e_bench.py", "turn_cost.py", "startup_bench.py", "locomo.py",
+           "soak_bench.py"]
 
 
 def main() -> int:

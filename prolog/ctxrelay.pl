@@ -38,8 +38,11 @@ See docs/architecture.md.
 */
 
 % Running from a source checkout: make the Python package importable even
-% when it is not installed in the active environment.
-:- prolog_load_context(directory, Dir),
+% when it is not installed in the active environment.  The module's own file,
+% not prolog_load_context/2: loaded from its .qlf inside another file's load,
+% the load context is that other file's directory.
+:- module_property(ctxrelay, file(File)),
+   file_directory_name(File, Dir),
    directory_file_path(Dir, '../python', PyDir0),
    absolute_file_name(PyDir0, PyDir),
    (   exists_directory(PyDir)

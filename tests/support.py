@@ -62,3 +62,20 @@ def watchdog(proc: subprocess.Popen, seconds: float) -> threading.Timer:
 
 __all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl", "spawn_transcript_worker",
            "watchdog"]
+
+
+def fenced_blocks(doc: Path) -> list[tuple[str, list[str]]]:
+    """Each fenced block of a Markdown page as (language, its non-blank lines that
+    are not comments); language '' for an unlabelled block."""
+    found: list[tuple[str, list[str]]] = []
+    current: list[str] | None = None
+    for line in doc.read_text().splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = []
+                found.append((line[3:].strip(), current))
+            else:
+                current = None
+        elif current is not None and line.strip() and not line.startswith("#"):
+            current.append(line)
+    return found

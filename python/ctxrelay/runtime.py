@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -113,25 +114,67 @@ def _result(r: dict[str, Any]) -> TurnResult:
 def _check_encodable(value: Any, where: str = "argument") -> None:
     """Refuse text UTF-8 cannot hold before it reaches janus: a lone surrogate
     makes janus fail with a pending UnicodeEncodeError that breaks the next
-    call too."""
-    if isinstance(value, str):
-        from ctxrelay.errors import InvalidContentError
-        from ctxrelay.storage.validation import check_utf8
-        check_utf8(value, where, InvalidContentError)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_encodable(k, where)
-            _check_encodable(v, f"{where} {k!r}" if isinstance(k, str) else where)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _check_encodable(v, where)
+    call too.  Iterative and depth-bounded: janus converts recursively, so a
+    deeper value would raise RecursionError (or worse) on the way in or out."""
+    if where == "argument" and _all_text_encodable(value):
+        return                      # the common case, in C: no walk needed
+    from ctxrelay.errors import InvalidArgumentError, InvalidContentError
+    from ctxrelay.storage.validation import MAX_JSON_DEPTH, check_utf8
+    stack = [(value, where, 0)]
+    while stack:
+        item, place, depth = stack.pop()
+        if isinstance(item, str):
+            check_utf8(item, place, InvalidContentError)
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 63:
+            # Every int parameter fits 64 bits; a larger one fails deep in the
+            # bridge (a 5,000-digit int cannot even be printed in a message).
+            raise InvalidArgumentError(
+                f"{place} is an int of {item.bit_length()} bits; pass a value in the "
+                "signed 64-bit range")
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH + 4:      # + the argument's own wrappers
+                raise InvalidArgumentError(
+                    f"{place} is nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    stack.append((k, place, depth + 1))
+                    stack.append((v, f"{place} {k!r}" if isinstance(k, str) else place,
+                                  depth + 1))
+            else:
+                stack.extend((v, place, depth + 1) for v in item)
+
+
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def _opaque(_: Any) -> None:
+    return None                      # not data the walk checks either
+
+
+def _all_text_encodable(value: Any) -> bool:
+    """Whether every string in ``value`` is valid UTF-8, checked in one C pass.
+
+    The pass reaches what :func:`_check_encodable` walks (str, dict, list, tuple)
+    and, like the walk, passes over other objects (a store handle); False when
+    a key is not JSON-able (the walk then finds what is wrong, if anything).  A
+    prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
+    strings: walking them in Python cost more than storing the turn."""
+    import json
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=_opaque)
+        text.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        return False
+    # A run of 19 digits may be an int beyond 64 bits (or only text): the walk
+    # tells which.  Depth needs no test here: what json.dumps nests, janus does.
+    return _LONG_DIGITS.search(text) is None
 
 
 def _json_metadata(metadata: Any) -> Any:
     """Metadata crosses janus as JSON text: as a dict its keys would become
     Prolog atoms, which cut a NUL and mangle Latin-1 characters."""
-    if not isinstance(metadata, dict):
-        return metadata               # str (JSON) or a wrong type the store refuses
+    if metadata is None or isinstance(metadata, str):
+        return metadata               # JSON text: the store parses and checks it
     import json
     from ctxrelay.storage.validation import normalise_metadata
     return json.dumps(normalise_metadata(metadata), ensure_ascii=False)
@@ -288,17 +331,18 @@ class Runtime:
 
     # -- sessions --------------------------------------------------------
     def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
-        opts = [] if metadata is None else [("metadata", metadata)]
+        opts = [] if metadata is None else [("metadata", _json_metadata(metadata))]
         self._call("ctxrelay:session_create(St, S, _Opts)", S=session_id,
                    opts=opts)
         return self.session(session_id)
 
+    # Like turn() below: straight to the store session_info/3 reads, since a
+    # Prolog dict cannot carry every metadata key back (Latin-1, NUL).
     def session(self, session_id: str) -> SessionInfo:
-        info = self._call("ctxrelay:session_info(St, S, I)", S=session_id)["I"]
-        return SessionInfo(**_plain(info))
+        return self._live_store().transcript.session(session_id)
 
     def sessions(self) -> list[SessionInfo]:
-        return [SessionInfo(**_plain(s)) for s in self._call("ctxrelay:sessions(St, L)")["L"]]
+        return self._live_store().transcript.sessions()
 
     def archive_session(self, session_id: str) -> None:
         self._call("ctxrelay:session_archive(St, S)", S=session_id)
@@ -362,9 +406,8 @@ class Runtime:
         text = self._call("ctxrelay:transcript_export(St, S, X)", S=session_id)["X"]
         if dest is None:
             return text
-        tmp = Path(f"{os.fspath(dest)}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, dest)
+        from ctxrelay.storage.lmdb.transcript.jsonl import write_text
+        write_text(dest, text)      # atomic; a bad dest is InvalidPathError, no .tmp left
         return None
 
     def import_jsonl(self, source: str | os.PathLike[str] | Iterable[str], *,
@@ -376,7 +419,14 @@ class Runtime:
         elif isinstance(source, str):
             src, binding = "T", {"T": source}
         else:
-            src, binding = "T", {"T": "".join(source)}
+            lines = list(source) if isinstance(source, Iterable) \
+                and not isinstance(source, (bytes, bytearray)) else None
+            if lines is None or not all(isinstance(line, str) for line in lines):
+                from ctxrelay.errors import ImportFormatError
+                raise ImportFormatError(
+                    f"source must be a path, JSON Lines text or an iterable of str lines, "
+                    f"not {type(source).__name__}; decode bytes first (data.decode('utf-8'))")
+            src, binding = "T", {"T": "".join(lines)}
         opts = [] if session_id is None else [("session", session_id)]
         return self._call(f"ctxrelay:transcript_import(St, {src}, Id, _Opts)",
                           opts=opts, **binding)["Id"]
@@ -479,6 +529,10 @@ class Runtime:
         Example: ``rt.context("s", "slice(10, 3)")``.  Search returns every hit
         as one bounded result (``as(list)``).
         """
+        if not isinstance(operation, str):
+            raise InvalidArgumentError(
+                f"operation must be Prolog text such as \"slice(10, 3)\", not "
+                f"{type(operation).__name__}")
         opts = list(options.items())
         if operation.lstrip().startswith("search("):
             opts.append(("as", "list"))
@@ -543,12 +597,21 @@ class Runtime:
         opts = [("decisions", list(decisions)), ("facts", list(facts)),
                 ("unresolved", list(unresolved)), ("entities", list(entities)),
                 ("producer", producer)]
-        opts += [(k, v) for k, v in (("key", key), ("metadata", metadata)) if v is not None]
-        return self._call("ctxrelay:warm_publish(St, S, B-E, Sum, A, _Opts)", opts=opts,
-                          S=session_id, B=start, E=end, Sum=summary)["A"]
+        opts += [(k, v) for k, v in (("key", key), ("metadata", _json_metadata(metadata)))
+                 if v is not None]
+        self._call("ctxrelay:warm_publish(St, S, B-E, Sum, _A, _Opts)", opts=opts,
+                   S=session_id, B=start, E=end, Sum=summary)
+        # The artifact is read back from the store, not through a Prolog dict,
+        # whose atom keys cannot carry every metadata key (Latin-1, NUL).
+        warm = self._live_store().warm
+        found = [a for a in warm.versions(session_id, start, end) if a.key == key] \
+            if key is not None else []
+        return (found[-1] if found else warm.get(session_id, start, end)).to_dict()
 
     def artifacts(self, session_id: str) -> list[dict[str, Any]]:
-        return self._call("ctxrelay:warm_artifacts(St, S, L)", S=session_id)["L"]
+        self._call("ctxrelay:warm_artifacts(St, S, _L)", S=session_id)   # checks the session
+        warm = self._live_store().warm_if_present()
+        return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
 
     # -- tool outputs (scratch buffer) ---------------------------------------
     def record_tool_output(self, session_id: str, tool_name: str, args: dict[str, Any] | None,
@@ -565,12 +628,9 @@ class Runtime:
         if args is not None and not isinstance(args, dict):
             raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
                                        f"{type(args).__name__}")
-        import json
-        try:
-            args_json = json.dumps(args or {}, ensure_ascii=False, sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"args must be JSON-serialisable ({exc}); pass plain "
-                                       "dicts, lists, strings and numbers") from None
+        from ctxrelay.storage.validation import MAX_ARGS_BYTES, check_json
+        _, args_json = check_json(args or {}, "args", InvalidArgumentError,
+                                  max_bytes=MAX_ARGS_BYTES)
         return self._call("ctxrelay:tool_output_record(St, S, T, A, R, X, _Opts)", opts=opts,
                           S=session_id, T=tool_name, A=args_json, R=raw)["X"]["scratch_id"]
 
@@ -595,9 +655,12 @@ class Runtime:
                  importance: float | None = None, ttl: str | None = None,
                  namespace: str | None = None, metadata: dict[str, Any] | None = None) -> str:
         """Store a fact in the knowledge fabric; returns its id."""
+        if not isinstance(content, str):    # janus would turn bytes into text
+            from ctxrelay.storage.validation import check_content
+            check_content(content)
         opts = [(k, v) for k, v in (("key", key), ("source", source), ("importance", importance),
                                     ("ttl", ttl), ("namespace", namespace),
-                                    ("metadata", metadata)) if v is not None]
+                                    ("metadata", _json_metadata(metadata))) if v is not None]
         return self._call("ctxrelay:fact_add(St, C, Id, _Opts)", opts=opts, C=content)["Id"]
 
     def facts(self, query: str, *, k: int = 10, namespace: str | None = None) -> list[dict[str, Any]]:

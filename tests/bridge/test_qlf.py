@@ -132,3 +132,20 @@ def test_the_prolog_first_launcher_never_loads_a_stale_qlf(copy):
     assert r.stdout.strip() == "[5]"
     assert (copy / "prolog" / ".qlf-stamp").read_text().strip() == \
         digest_by_shell(copy / "prolog")                       # rebuilt for the next start
+
+
+def test_a_file_that_loads_the_library_from_its_qlf_can_call_the_python_package(copy):
+    """Loaded from ctxrelay.qlf inside another file's load, the library still puts
+    the checkout's python/ first on the embedded sys.path (no PYTHONPATH, and the
+    venv's editable install is not read by janus): the plunit suites load it so."""
+    python(copy, "import ctxrelay")                       # builds the .qlf files
+    assert (copy / "prolog" / "ctxrelay.qlf").is_file()
+    agent = copy / "agent.pl"
+    agent.write_text(":- use_module(library(ctxrelay)).\n"
+                     "where(F) :- py_call(ctxrelay:'__file__', F).\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(copy / "bin" / "ctxrelay-swipl"), "-g", "where(F), print(F), nl",
+                        "-t", "halt", str(agent)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().strip("'") == str(copy / "python" / "ctxrelay" / "__init__.py")

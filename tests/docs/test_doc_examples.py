@@ -79,6 +79,12 @@ ELSEWHERE = {
     "--output-reserve 512 --explain": "tests/apps/cli/test_cli_docs.py",
     "docs/embedders.md: from ctxrelay.text import embed": "tests/test_embed.py",
     "docs/storage.md: import tempfile": "tests/storage/test_storage_doc.py",
+    # the PostgreSQL section: needs the servers of `make services` (and a schema per run)
+    "docs/storage.md: bash scripts/services.sh status && cat .services.env":
+        "tests/storage/test_storage_doc_postgres.py",
+    "docs/storage.md: import os": "tests/storage/test_storage_doc_postgres.py",
+    "docs/storage.md: ctxrelay init": "tests/storage/test_storage_doc_postgres.py",
+    "docs/cli.md: ctxrelay init #2": "tests/apps/cli/test_cli_docs.py",
     "docs/packer.md: ?- use_module(library(ctxrelay)), use_module(library(clpfd)).":
         "tests/test_packer_docs.py",
     "docs/packer.md: import ctxrelay": "tests/test_packer_docs.py",

@@ -22,24 +22,14 @@ import httpx
 import pytest
 
 from relay_support import CLEAN_EXIT, ROOT, free_port
+from support import fenced_blocks
 
 SCRIPT = ROOT / ".venv" / "bin" / "ctxrelay"
 
 
 def blocks(doc: Path, language: str) -> list[list[str]]:
-    found: list[tuple[str, list[str]]] = []
-    current: list[str] | None = None
-    for line in doc.read_text().splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current = []
-                found.append((line[3:].strip(), current))
-            else:
-                current = None
-        elif current is not None and line.strip() and not line.startswith("#"):
-            current.append(line)
     out = []
-    for lang, lines in found:
+    for lang, lines in fenced_blocks(doc):
         if lang != language:
             continue
         joined: list[str] = []

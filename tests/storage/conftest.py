@@ -19,12 +19,12 @@ from support import LAUNCHER, ROOT, mounted_tmpfs, run_swipl  # noqa: F401  (re-
 
 #: store -> the back ends its conformance suite runs on
 BACKENDS: dict[str, list[str]] = {
-    "transcript": ["lmdb"],
-    "turnlog": ["lmdb"],
-    "warm": ["lmdb"],
-    "scratch": ["lmdb"],
+    "transcript": ["lmdb", "postgres"],
+    "turnlog": ["lmdb", "postgres"],
+    "warm": ["lmdb", "postgres"],
+    "scratch": ["lmdb", "postgres"],
     "rolling": ["mmap", "memory"],
-    "cache": ["memory"],
+    "cache": ["memory", "redis"],
 }
 
 
@@ -58,6 +58,48 @@ class StoresHarness:
             self.stores = None
 
 
+class PostgresHarness(StoresHarness):
+    """A store in a schema of its own on the test server (``tests/services.py``),
+    dropped after the test; skips (or, under ``make test``/CI, fails) without one."""
+
+    def __init__(self, **options: Any) -> None:
+        from services import fresh_schema_url
+        spec, self.schema = fresh_schema_url()
+        super().__init__(spec, **options)
+
+    def reopen(self) -> Any:
+        StoresHarness.close(self)             # the stores only: the schema stays
+        return self.open()
+
+    def close(self) -> None:
+        from services import drop_schema
+        super().close()
+        drop_schema(self.schema)
+
+
+class RedisHarness(StoresHarness):
+    """A store whose hot tier is the test Redis, under a key prefix of its own
+    (its keys are deleted after the test)."""
+
+    def __init__(self, spec: str) -> None:
+        import uuid
+
+        from services import redis_url
+        self.redis = redis_url()
+        self.prefix = f"t{uuid.uuid4().hex[:16]}"
+        sep = "&" if "?" in self.redis else "?"
+        super().__init__(spec, cache=f"{self.redis}{sep}prefix={self.prefix}")
+
+    def close(self) -> None:
+        import redis
+        super().close()
+        client = redis.Redis.from_url(self.redis)
+        doomed = list(client.scan_iter(match=f"{self.prefix}:*"))
+        if doomed:
+            client.delete(*doomed)
+        client.close()
+
+
 class MemoryRollingHarness:
     """The ``memory`` rolling log: the same contract, nothing kept across opens."""
 
@@ -84,9 +126,14 @@ class _Parts:
 HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
     **{(store, "lmdb"): (lambda tmp: StoresHarness(str(tmp / "store")))
        for store in ("transcript", "turnlog", "warm", "scratch")},
+    ("transcript", "postgres"): lambda tmp: PostgresHarness(),
+    ("turnlog", "postgres"): lambda tmp: PostgresHarness(),
+    ("warm", "postgres"): lambda tmp: PostgresHarness(),
+    ("scratch", "postgres"): lambda tmp: PostgresHarness(),
     ("rolling", "mmap"): lambda tmp: StoresHarness(str(tmp / "store")),
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),
+    ("cache", "redis"): lambda tmp: RedisHarness(str(tmp / "store")),
 }
 
 

@@ -25,7 +25,7 @@ def test_a_directory_and_its_lmdb_url_are_one_store(tmp_path):
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("postgresql://db/ctx", r"no store back end for postgresql://.*supported: lmdb://"),
+    ("mysql://db/ctx", r"no store back end for mysql://.*supported: lmdb://, postgres://"),
     ("redis://localhost", r"no store back end for redis://"),
     ("lmdb://relative/dir", r"absolute path .* lmdb:///abs/dir"),
     ("", "the store spec is empty"),
@@ -44,8 +44,9 @@ def test_bad_specs_raise_before_anything_is_created(tmp_path, monkeypatch, spec,
 def test_cache_specs(tmp_path):
     with open_stores(tmp_path / "s", cache="memory://") as stores:
         assert stores.cache_spec.scheme == "memory"
-        with pytest.raises(InvalidArgumentError, match=r"no cache back end for redis://.*memory://"):
-            open_stores(tmp_path / "t", cache="redis://localhost")
+        with pytest.raises(InvalidArgumentError,
+                           match=r"no cache back end for memcached://.*memory://, redis://"):
+            open_stores(tmp_path / "t", cache="memcached://localhost")
         with open_stores(tmp_path / "s") as again:          # None: whatever it is open with
             assert again is stores
 

@@ -37,7 +37,10 @@ def _shown(value: Any) -> str:
         return "None"
     if isinstance(value, str) and value.startswith("@(") and value.endswith(")"):
         return {"@(none)": "None", "@(true)": "True", "@(false)": "False"}.get(value, value)
-    return repr(value)
+    if isinstance(value, int) and value.bit_length() > 256:   # repr may refuse (4,300 digits)
+        return f"an int of {value.bit_length()} bits"
+    shown = repr(value)
+    return shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown):,} characters)"
 
 
 def _argument(culprit: Any, arguments: dict[str, tuple[str, Any]] | None) -> str | None:

@@ -37,6 +37,31 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     hnswlib = None
 
 
+DIGEST_SUFFIX = ".xxh3"       # the index file's checksum (storage.lmdb.framing)
+
+
+def _write_digest(data_path: str, digest_path: str) -> None:
+    from ctxrelay.storage.lmdb.framing import file_digest
+    tmp = f"{digest_path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as out:
+        out.write(file_digest(data_path))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, digest_path)
+
+
+def _check_digest(path: str) -> None:
+    """ValueError if ``path`` does not match its checksum (no checksum: an older file)."""
+    from ctxrelay.storage.lmdb.framing import file_digest
+    try:
+        with open(path + DIGEST_SUFFIX, "rb") as handle:
+            want = handle.read()
+    except FileNotFoundError:
+        return
+    if file_digest(path) != want:
+        raise ValueError("the file does not match its checksum (damaged on disk)")
+
+
 def _require_hnswlib() -> Any:
     if hnswlib is None:
         raise InvalidArgumentError(
@@ -88,6 +113,7 @@ class VectorIndex:
         self._hidden = set()
         self._index = lib.Index(space="cosine", dim=self.dim)
         try:
+            _check_digest(path)     # hnswlib may crash (SIGSEGV) on a damaged file
             stored = _stored_dim(path)
             if stored != self.dim:
                 raise ValueError(f"the file holds vectors of dimension {stored}")
@@ -253,6 +279,9 @@ class VectorIndex:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            # The checksum beside the file: a crash between the two renames leaves
+            # a mismatch, which only makes the next load rebuild the index.
+            _write_digest(tmp, path + DIGEST_SUFFIX)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

@@ -120,17 +120,10 @@ def check_source_type(value: Any) -> str:
 
 
 def check_metadata(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise InvalidMetadataError(
-            f"metadata must be a dict with str keys, not {type(value).__name__}")
-    try:
-        return json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidMetadataError(
-            f"metadata must be JSON-serialisable ({exc}); convert values to str, numbers, "
-            "lists or dicts") from None
+    # The one JSON check every stored value passes (depth, size, types); a str
+    # holding a JSON object is how the Runtime carries metadata across janus.
+    from ctxrelay.storage.validation import normalise_metadata
+    return normalise_metadata(dict(value) if isinstance(value, Mapping) else value)
 
 
 def check_count(name: str, value: Any, lo: int, hi: int | None = None) -> int:

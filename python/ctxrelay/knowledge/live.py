@@ -75,7 +75,14 @@ class LiveIndex:
             if idx is None:
                 return []
             labels, sims = idx.index.search(vector, k)
-            return list(zip(self.walks.ids_of(view, ns, labels[0]), sims[0].tolist()))
+            ids = self.walks.ids_of(view, ns, labels[0])
+            if None in ids:     # the index holds a fact the storage cannot find
+                from ctxrelay.errors import CorruptStoreError
+                raise CorruptStoreError(
+                    f"the vector index of namespace {ns!r} names a fact the store cannot "
+                    "find (a damaged record key); run 'ctxrelay check' and re-ingest the "
+                    "facts or restore a backup")
+            return list(zip(ids, sims[0].tolist()))
         with self._lock:
             return self.storage.snapshot(fn)
 

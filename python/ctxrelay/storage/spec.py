@@ -74,9 +74,12 @@ class CacheSpec:
 _lock = threading.Lock()
 _backends: dict[str, Callable[..., Any] | str] = {
     "lmdb": "ctxrelay.storage.lmdb.backend:LmdbBackend",
+    "postgresql": "ctxrelay.storage.postgres.backend:PostgresBackend",
+    "postgres": "ctxrelay.storage.postgres.backend:PostgresBackend",
 }
 _caches: dict[str, Callable[..., Any] | str] = {
     "memory": "ctxrelay.storage.memory:MemoryCache",
+    "redis": "ctxrelay.storage.redis.hotcache:RedisCache",
 }
 
 

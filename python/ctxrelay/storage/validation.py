@@ -23,6 +23,7 @@ from ctxrelay.types import ROLES
 
 __all__ = ["MAX_SESSION_ID_CHARS", "check_session_id", "check_utf8", "check_role",
            "check_content", "check_optional_str", "check_int", "normalise_metadata",
+           "check_json", "MAX_JSON_DEPTH", "MAX_METADATA_BYTES", "MAX_ARGS_BYTES",
            "normalise_timestamp", "dumps", "sha256"]
 
 MAX_SESSION_ID_CHARS = 256
@@ -94,45 +95,88 @@ def check_int(value: Any, what: str, *, minimum: int, maximum: int = 2**63 - 1) 
     return value
 
 
-def _check_str_keys(value: Any, where: str) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidMetadataError(
-                    f"{where} has a non-string key {k!r}; JSON object keys must "
-                    "be strings, convert it with str()")
-            _check_str_keys(v, f"{where}[{k!r}]")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_str_keys(v, f"{where}[{i}]")
+MAX_JSON_DEPTH = 64              # nesting levels of a metadata / args value
+MAX_METADATA_BYTES = 1 << 20     # UTF-8 JSON bytes of one metadata object
+MAX_ARGS_BYTES = 16 << 20        # UTF-8 JSON bytes of one tool call's arguments
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
-def normalise_metadata(metadata: Any) -> dict[str, Any]:
+def check_json(value: Any, what: str, error: type[Exception], *,
+               max_bytes: int = MAX_METADATA_BYTES) -> tuple[Any, str]:
+    """The one check of a JSON value a caller gives us to store (metadata, tool args).
+
+    Returns ``(plain copy, compact JSON text)`` or raises ``error`` naming the
+    place and the fix.  The walk is iterative and bounded by
+    :data:`MAX_JSON_DEPTH`, so a 100,000-deep value costs a few steps and no
+    ``RecursionError``; a value that passes can be encoded, decoded and carried
+    to Prolog and back (janus converts recursively) by every later read, which
+    is why a deep value is refused before anything is written.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, what, 1)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                raise error(
+                    f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (at "
+                    f"{where if len(where) <= 80 else where[:80] + '...'}); "
+                    "flatten it, e.g. store the deep part as a JSON string")
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if not isinstance(k, str):
+                        raise error(
+                            f"{where} has a non-string key {k!r}; JSON object keys must "
+                            "be strings, convert it with str()")
+                    check_utf8(k, f"the key {k!r} of {where}", error)
+                    stack.append((v, f"{where}[{k!r}]", depth + 1))
+            else:
+                stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
+        elif isinstance(item, str):
+            check_utf8(item, where, error)
+        elif isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                raise error(f"{where} is {item!r}, which JSON cannot hold; use only finite "
+                            "numbers or None")
+        elif not isinstance(item, _SCALARS):
+            raise error(
+                f"{where} is a {type(item).__name__}, which is not JSON; use only dicts, "
+                "lists, str, int, finite float, bool and None")
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError as exc:    # e.g. an int over Python's 4,300-digit str limit
+        raise error(f"{what} cannot be written as JSON ({exc}); pass smaller numbers "
+                    "or strings") from None
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise error(f"{what} is {size:,} bytes of JSON, more than {max_bytes:,}; keep "
+                    "large data in a turn or a tool output and refer to it")
+    return json.loads(text), text
+
+
+def normalise_metadata(metadata: Any, what: str = "metadata") -> dict[str, Any]:
     """A JSON object as a plain dict (a str holding a JSON object is parsed)."""
     if metadata is None:
         return {}
     if isinstance(metadata, str):
+        if len(metadata) > MAX_METADATA_BYTES:
+            raise InvalidMetadataError(
+                f"{what} text has {len(metadata):,} characters, more than "
+                f"{MAX_METADATA_BYTES:,}; keep large data in a turn")
         try:
             metadata = json.loads(metadata)
+        except RecursionError:
+            raise InvalidMetadataError(
+                f"{what} is nested more than {MAX_JSON_DEPTH} levels deep; flatten it") from None
         except ValueError as exc:
             raise InvalidMetadataError(
-                f"metadata string is not valid JSON ({exc}); pass a dict or a "
+                f"{what} string is not valid JSON ({exc}); pass a dict or a "
                 "JSON object text") from None
     if not isinstance(metadata, dict):
         raise InvalidMetadataError(
-            f"metadata must be a JSON object (dict), not {type(metadata).__name__}; "
+            f"{what} must be a JSON object (dict), not {type(metadata).__name__}; "
             "wrap the value, e.g. {'value': ...}")
-    try:
-        _check_str_keys(metadata, "metadata")
-        text = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-    except RecursionError:
-        raise InvalidMetadataError("metadata is nested too deeply; flatten it") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidMetadataError(
-            f"metadata is not JSON-serialisable ({exc}); use only dicts, lists, "
-            "str, int, finite float, bool and None") from None
-    return json.loads(text)
+    return check_json(metadata, what, InvalidMetadataError)[0]
 
 
 def normalise_timestamp(value: Any) -> str:

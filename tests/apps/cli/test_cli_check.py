@@ -77,7 +77,7 @@ def test_check_finds_an_unparsable_turn(tmp_path):
     r = run_script(store, "--json", "check")
     assert r.returncode == 1, r.stdout + r.stderr
     problems = "\n".join(as_json(r.stdout)["sessions"][0]["problems"])
-    assert "turn 2 does not parse" in problems
+    assert "turn 2 is damaged" in problems and "fails its checksum" in problems
 
 
 def test_check_unknown_session(ops):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import ROOT, SCRIPT, chat, script_env, start_relay, stop_relay
+from support import fenced_blocks
 
 from ctxrelay.apps import cli
 
@@ -17,18 +18,7 @@ DOC = ROOT / "docs" / "cli.md"
 
 def blocks(language: str) -> list[list[str]]:
     """The lines of each fenced block of ``language`` ('' for unlabelled blocks)."""
-    found: list[tuple[str, list[str]]] = []
-    current: list[str] | None = None
-    for line in DOC.read_text().splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current = []
-                found.append((line[3:].strip(), current))
-            else:
-                current = None
-        elif current is not None and line.strip() and not line.startswith("#"):
-            current.append(line)
-    return [lines for lang, lines in found if lang == language]
+    return [lines for lang, lines in fenced_blocks(DOC) if lang == language]
 
 
 def shell_env() -> dict[str, str]:

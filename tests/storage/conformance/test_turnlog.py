@@ -142,3 +142,15 @@ def test_syncs_in_any_chunks_cover_every_turn_once(parts, embedder, chunks):
     members = sorted(t for info in log.threads("s") for t in info.turn_ids[-256:])
     assert set(members) <= set(range(1, transcript.turn_count("s") + 1))
     assert all(log.derived("s", t) is not None for t in range(1, transcript.turn_count("s") + 1))
+
+
+def test_the_write_generation_moves_with_every_write(parts, embedder):
+    transcript, log = parts
+    before = log.write_generation()
+    assert log.write_generation() == before                         # no write, no move
+    log.sync(transcript, "s", embedder)
+    synced = log.write_generation()
+    assert synced != before
+    thread_id = log.derived("s", 1).thread_id
+    log.set_thread_state("s", thread_id, established=["etcd certificates rotate per member"])
+    assert log.write_generation() not in (before, synced)

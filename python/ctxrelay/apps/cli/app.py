@@ -7,7 +7,8 @@ import os
 import sys
 from typing import Any, NoReturn, Sequence
 
-from ctxrelay.apps.cli import (check, derive, doctor, keys, knowledge, packs, scratch, search,
+from ctxrelay.apps.cli import (check, derive, doctor, keys, knowledge, migrate, packs, scratch,
+                               search,
                                serve, sessions, transfer, turns)
 from ctxrelay.apps.cli.common import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, CLIError
 from ctxrelay.apps.cli.output import emit_error, emit_json
@@ -15,8 +16,8 @@ from ctxrelay.apps.cli.parser import (JSON_HELP, STORE_HELP, Commands, Formatter
                                       UsageError, examples)
 
 # The command groups, in the order ``ctxrelay --help`` lists their commands.
-GROUPS = (sessions, turns, search, packs, knowledge, scratch, transfer, derive, check, serve, keys,
-          doctor)
+GROUPS = (sessions, turns, search, packs, knowledge, scratch, transfer, migrate, derive, check,
+          serve, keys, doctor)
 
 # Commands that take options the CLI does not know and pass them on.
 PASS_THROUGH = frozenset({"serve"})

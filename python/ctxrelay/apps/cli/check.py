@@ -3,8 +3,14 @@
 For each session: contiguous turn ids, readable turns, the search index
 answering for the newest turn's own words, the counters, every derived record
 (the transcript store's ``check_derived``), the turn log; then the warm and
-scratch stores.  ``--repair`` rewrites derived records from intact turns (the
-turns themselves are never changed).  What it prints is bounded: a 50 MB turn
+scratch stores; first of all, every record's checksum in every store, and
+every scratch blob's sha256.  ``--repair`` copies each damaged record to
+``<store>/quarantine/<time>/`` (JSON: store, database, key, bytes), drops the
+damaged derived ones and rebuilds derived records from intact primaries (a
+damaged primary -- a turn, a session, an artifact, a scratch entry, a fact --
+is never rewritten: it stays reported until restored from a backup).  A store
+written before record checksums is reported as such, and ``--repair`` on a
+store that checks clean seals its records.  What it prints is bounded: a 50 MB turn
 does not make a 50 MB line (the JSON report holds each problem whole).
 """
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ctxrelay.apps.cli.check_records import add_checksums, check_records
 from ctxrelay.apps.cli.common import EXIT_OK, EXIT_PROBLEM, ROLES, CLIError, open_runtime
 from ctxrelay.apps.cli.output import clip, emit_json, out, turn_ranges
 from ctxrelay.apps.cli.parser import Commands, progress_options
@@ -25,27 +32,29 @@ WHOLE_IN_JSON = "'ctxrelay --json check' prints it whole"
 
 def _scan_turns(store: Any, session_id: str, count: int, problems: list[str]) -> list[Any]:
     """Every stored turn in id order; unreadable ones become problems."""
-    from ctxrelay.errors import UnknownTurnError
+    from ctxrelay.errors import CorruptStoreError, UnknownTurnError
+    unreadable = (ValueError, TypeError, KeyError, CorruptStoreError)
     turns: list[Any] = []
     start = 1
     while start <= count:
         stop = min(start + CHUNK - 1, count)
         try:
             turns.extend(store.history(session_id, start, stop))
-        except (ValueError, TypeError, KeyError):   # a record that does not parse: find it
+        except unreadable:                       # a damaged record: find it
             for turn_id in range(start, stop + 1):
                 try:
                     turns.append(store.turn(session_id, turn_id))
                 except UnknownTurnError:             # a gap, reported by the caller
                     pass
-                except (ValueError, TypeError, KeyError) as exc:
-                    problems.append(f"turn {turn_id} does not parse "
-                                    f"({type(exc).__name__}: {exc})")
+                except unreadable as exc:
+                    what = "is damaged" if isinstance(exc, CorruptStoreError) \
+                        else "does not parse"
+                    problems.append(f"turn {turn_id} {what} ({type(exc).__name__}: {exc})")
         start = stop + 1
     try:
         extra = store.history(session_id, count + 1, None)
-    except (ValueError, TypeError, KeyError) as exc:
-        problems.append(f"turns after {count} exist but do not parse ({exc})")
+    except unreadable as exc:
+        problems.append(f"turns after {count} exist but are unreadable ({exc})")
         extra = []
     if extra:
         problems.append(f"{len(extra)} turn(s) stored after turn {count}, the count in the "
@@ -87,6 +96,17 @@ def _check_search(rt: Any, session_id: str, turns: list[Any], derived_problems: 
 
 
 def _check_session(rt: Any, stores: Any, session_id: str) -> dict[str, Any]:
+    from ctxrelay.errors import CtxRelayError
+    try:
+        return _check_session_records(rt, stores, session_id)
+    except CtxRelayError as exc:   # e.g. a damaged session record or counters
+        return {"session_id": session_id, "turns": 0, "search": "not checked",
+                "problems": [f"cannot be read: {exc}"], "ok": False, "repairable": False,
+                "derived_problems": [], "turnlog_problems": []}
+
+
+def _check_session_records(rt: Any, stores: Any, session_id: str) -> dict[str, Any]:
+    from ctxrelay.errors import CtxRelayError
     problems: list[str] = []
     stats = rt.stats(session_id)
     turns = _scan_turns(stores.transcript, session_id, stats.turn_count, problems)
@@ -119,16 +139,23 @@ def _check_session(rt: Any, stores: Any, session_id: str) -> dict[str, Any]:
         problems.append(f"session info says {info_count} turns, stats say {stats.turn_count}")
     # Exact comparison of every derived record (postings, totals, key records);
     # the counters were compared above in the words the stats use.
-    derived = stores.transcript.check_derived(session_id)
-    problems.extend(p for p in derived.problems
-                    if derived.repairable and not p.startswith("counter "))
-    derived_problems = list(derived.problems) if derived.repairable else []
+    try:
+        derived = stores.transcript.check_derived(session_id)
+    except CtxRelayError:      # a damaged turn: reported above, the derived check needs it
+        derived = None
+    if derived is None:
+        derived_problems, repairable = [], False
+    else:
+        problems.extend(p for p in derived.problems
+                        if derived.repairable and not p.startswith("counter "))
+        derived_problems = list(derived.problems) if derived.repairable else []
+        repairable = derived.repairable
     search = _check_search(rt, session_id, turns, derived_problems, problems)
     turnlog = _check_turnlog(stores, session_id, len(turns))
     problems.extend(turnlog)
     return {"session_id": session_id, "turns": len(turns), "search": search,
             "problems": problems, "ok": not problems,
-            "repairable": derived.repairable, "derived_problems": derived_problems,
+            "repairable": repairable, "derived_problems": derived_problems,
             "turnlog_problems": turnlog}
 
 
@@ -136,10 +163,15 @@ def _check_session(rt: Any, stores: Any, session_id: str) -> dict[str, Any]:
 
 def _check_turnlog(stores: Any, session_id: str, turn_count: int) -> list[str]:
     """The turn log's derived fields must cover turns 1..derived_upto exactly."""
+    from ctxrelay.errors import CorruptStoreError
     log = stores.turnlog_if_present()
     if log is None:
         return []
-    upto, n_derived, n_vectors = log.coverage(session_id)
+    try:
+        upto, n_derived, n_vectors = log.coverage(session_id)
+    except CorruptStoreError as exc:
+        return [f"the turn log is unreadable ({exc}); 'ctxrelay check --repair' "
+                "quarantines the damaged records and derives them again"]
     problems = []
     if upto > turn_count:
         problems.append(f"turn log derived fields up to turn {upto} but the session has "
@@ -189,7 +221,17 @@ def _repair_session(stores: Any, report: dict[str, Any], progress: Progress) -> 
 
 
 def _check_side_stores(stores: Any, repair: bool) -> list[dict[str, Any]]:
-    """The warm store's and the scratch buffer's derived records (if they exist)."""
+    """The warm store's and the scratch buffer's derived records (if they exist);
+    a store too damaged to check is one problem (its records are listed above)."""
+    from ctxrelay.errors import CtxRelayError
+    try:
+        return _check_side_records(stores, repair)
+    except CtxRelayError as exc:
+        return [{"store": "warm/scratch", "repaired": [],
+                 "problems": [f"cannot be checked: {exc}"]}]
+
+
+def _check_side_records(stores: Any, repair: bool) -> list[dict[str, Any]]:
     reports = []
     warm = stores.warm_if_present()
     if warm is not None:
@@ -199,7 +241,7 @@ def _check_side_stores(stores: Any, repair: bool) -> list[dict[str, Any]]:
                         "problems": problems if not repaired else list(warm.check())})
     scratch = stores.scratch_if_present()
     if scratch is not None:
-        problems = list(scratch.verify())
+        problems = list(scratch.verify()) + list(getattr(scratch, "blob_problems", list)())
         repaired = list(scratch.verify(repair=True)) if repair and problems else []
         if repair:   # blobs no entry names, entries whose blob is gone (60 s grace)
             found = scratch.check()
@@ -207,7 +249,9 @@ def _check_side_stores(stores: Any, repair: bool) -> list[dict[str, Any]]:
             repaired += [f"dropped entry {sid} of {sess!r}: its blob is gone"
                          for sess, sid in found.dangling]
         reports.append({"store": "scratch", "repaired": repaired,
-                        "problems": problems if not repair else list(scratch.verify())})
+                        "problems": problems if not repair else
+                        list(scratch.verify()) + list(getattr(scratch, "blob_problems",
+                                                              list)())})
     return reports
 
 
@@ -223,6 +267,8 @@ def _print_report(reports: list[dict[str, Any]], side: list[dict[str, Any]], rep
         for p in r["problems"]:
             out(line(f"     - {p}"))
     for r in side:
+        for p in r.get("notices", ()):
+            out(line(f"note ({r['store']}): {p}"))
         for p in r["repaired"]:
             out(line(f"     repaired ({r['store']}): {p}"))
         for p in r["problems"]:
@@ -244,12 +290,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     with Progress("check", enabled=not args.no_progress,
                   interval=args.progress_interval) as progress, open_runtime(args) as rt, \
             open_stores(rt.store_dir) as store:   # the Runtime's own stores (refcounted)
-        known = [s.session_id for s in rt.sessions()]
+        from ctxrelay.errors import CtxRelayError
+        try:
+            known = [s.session_id for s in rt.sessions()]
+            listing: list[dict[str, Any]] = []
+        except CtxRelayError as exc:       # a damaged session record: check the rest
+            known = []
+            listing = [{"store": "sessions", "repaired": [],
+                        "problems": [f"the session list is unreadable: {exc}"]}]
         wanted = args.sessions or known
         unknown = [s for s in wanted if s not in known]
         if unknown:
             raise CLIError(f"no session {', '.join(map(repr, unknown))} in {rt.store_dir}; "
                            "'ctxrelay sessions' lists them")
+        progress.status("verifying every record's checksum")
+        records = check_records(store, str(rt.store_dir), repair)
         reports = []
         for i, session_id in enumerate(wanted):
             progress.status(f"checking {session_id} ({i + 1} of {len(wanted)} sessions)")
@@ -264,7 +319,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                     reports[i] = {**_check_session(rt, store, report["session_id"]),
                                   "repaired": fixed}
         progress.status("checking the warm and scratch stores")
-        side = _check_side_stores(store, repair)
+        side = listing + records + _check_side_stores(store, repair)
+        if repair and not any(r["problems"] for r in reports + side):
+            sealed = add_checksums(store)
+            if sealed:
+                side.append({"store": "format", "repaired": sealed, "problems": []})
         n_problems = sum(len(r["problems"]) for r in reports + side)
         n_repaired = sum(len(r.get("repaired", ())) for r in reports + side)
         progress.status(f"{len(reports)} session(s) checked, {n_problems} problem(s)")

@@ -54,6 +54,11 @@ class TurnLogStore(Protocol):
 
     def close(self) -> None: ...
 
+    def write_generation(self) -> int | None:
+        """A number that moves with every committed write to the turn log (and may
+        move with other writes to the store); equal numbers mean nothing was
+        written in between, so a reader may keep what it derived.  None once closed."""
+
     # -- deriving ----------------------------------------------------------
     def sync(self, transcript: Any, session_id: str, embedder: Any, *,
              progress: bool = False) -> int:

@@ -19,14 +19,22 @@ What a subclass gets:
   process, double a full map (up to ``MAX_MAP_SIZE``, then
   :class:`StoreFullError`) and retry the transaction, and map a full disk to
   :class:`StoreFullError`; a read-only store refuses writes.
+- **Record checksums** (:mod:`ctxrelay.storage.lmdb.framing`): in a store
+  whose format ends with ``+xxh3`` (every new one) each transaction function
+  gets a :class:`FramedTxn`, which seals values on put and verifies them on
+  get; :meth:`LmdbStore.damaged_records` lists every record that fails,
+  :meth:`LmdbStore.quarantine` copies them out (and drops the derived ones),
+  :meth:`LmdbStore.add_checksums` seals an older store's records.
 - **The resize gate** (:class:`Gate`): LMDB's ``set_mapsize`` needs no live
   transaction in the process, so transactions share the gate and a resize
   takes it alone.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
@@ -34,14 +42,21 @@ from typing import Any, ClassVar, TypeVar
 import lmdb
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, StoreError, StoreFullError
+from ctxrelay.storage.lmdb.framing import FRAMED_SUFFIX, FramedTxn, Namer, intact, seal
 
-__all__ = ["LmdbStore", "Gate", "close_all", "disk_nearly_full", "prefixed",
+__all__ = ["LmdbStore", "DamagedRecord", "Gate", "close_all", "disk_nearly_full", "prefixed",
            "MAX_READERS", "LOW_DISK_BYTES"]
 
 S = TypeVar("S", bound="LmdbStore")
 
 MAX_READERS = 256            # reader slots shared by all processes and threads
 LOW_DISK_BYTES = 64 << 20    # below this, a failed commit is a full disk
+
+#: what LMDB raises for a page that a damaged file holds (wrong type, bad pointer);
+#: BadTxnError is the next call in a transaction such a page already broke, and
+#: BadDbiError a damaged record of a named database (our stores never drop one)
+DAMAGED_PAGES = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError,
+                 lmdb.PanicError, lmdb.BadTxnError, lmdb.BadDbiError)
 
 _registry: dict[tuple[str, str], "LmdbStore"] = {}
 _registry_lock = threading.RLock()
@@ -91,6 +106,26 @@ class Gate:
                 self._cond.notify_all()
 
 
+@dataclass(frozen=True)
+class DamagedRecord:
+    """A record whose checksum fails: where it is and its bytes as stored."""
+
+    store: str
+    db: str
+    key: bytes
+    value: bytes
+
+    def describe(self) -> str:
+        if not self.key:
+            return f"{self.store} database {self.db} is {self.value.decode(errors='replace')}"
+        return f"{self.store} record {self.db}/{self.key.hex()} fails its checksum"
+
+
+def zlib_crc(data: bytes) -> int:
+    import zlib
+    return zlib.crc32(data)
+
+
 class LmdbStore:
     """Base of a store that keeps its named databases in one LMDB environment.
 
@@ -106,6 +141,7 @@ class LmdbStore:
     FORMAT: ClassVar[bytes] = b""
     DB_NAMES: ClassVar[tuple[bytes, ...]] = (b"meta",)
     DUPSORT: ClassVar[frozenset[bytes]] = frozenset()
+    DERIVED_DBS: ClassVar[frozenset[bytes]] = frozenset()   # rebuilt by the store's repair
     ENV_DIRNAME: ClassVar[str | None] = None
     EXTRA_DBS: ClassVar[int] = 0
     OPEN_HINT: ClassVar[str] = ""
@@ -134,11 +170,15 @@ class LmdbStore:
                     f"allows one environment per path per process); use "
                     f"{self.OPEN_HINT or type(self).__name__ + '.open(path)'} to share it")
             self._env = self._open_env(map_size)
+            self.framed = False
             try:
                 self.dbs = self._open_dbs()
             except BaseException:
                 self._env.close()
                 raise
+            self._namer = Namer(f"the {self.KIND} at {self._env_path}",
+                                {id(h): n for n, h in self.dbs.items()})
+            self._extra_handles: dict[bytes, Any] = {}
             _registry[self._key] = self
 
     @classmethod
@@ -243,19 +283,29 @@ class LmdbStore:
         """The names of the databases :meth:`_open_extra` opens."""
         return ()
 
+    @property
+    def framed_format(self) -> bytes:
+        """The format of a store whose records carry checksums (every new one)."""
+        return self.FORMAT + FRAMED_SUFFIX
+
     def _check_format(self, txn: Any, dbs: dict[bytes, Any], create: bool) -> None:
         found = txn.get(b"format", db=dbs[b"meta"])
         if found is None and create and self._is_new(txn):
-            txn.put(b"format", self.FORMAT, db=dbs[b"meta"])
-            self._initialise(txn, dbs)
+            txn.put(b"format", self.framed_format, db=dbs[b"meta"])
+            self.framed = True
+            self._namer = Namer(f"the {self.KIND} at {self._env_path}",
+                                {id(h): n for n, h in dbs.items()})
+            self._initialise(FramedTxn(txn, self._namer, dbs[b"meta"]), dbs)
             return
-        if found != self.FORMAT:
+        if found not in (self.FORMAT, self.framed_format):
             shown = "no format record" if found is None else f"format {found!r}"
             raise CorruptStoreError(
                 f"{self._env_path} holds {shown}, but this ctxrelay reads "
                 f"{self.FORMAT.decode()} ({self.KIND}); "
                 + (self.FORMAT_HINT or f"point the {self.KIND} at its own directory, or "
                    "open it with the ctxrelay version that wrote it"))
+        # A store written before checksums keeps working as it was (unverified).
+        self.framed = found == self.framed_format
 
     def _is_new(self, txn: Any) -> bool:
         """True when nothing but our (just created, empty) databases exist."""
@@ -335,9 +385,113 @@ class LmdbStore:
             env = self._live_env()
             try:
                 with self._gate.shared(), env.begin() as txn:
-                    return fn(txn)
+                    return fn(self._framed_txn(txn))
             except lmdb.MapResizedError:
                 self._resize(0)
+            except DAMAGED_PAGES as exc:
+                raise self._damaged(exc) from None
+
+    def _damaged(self, exc: BaseException) -> CorruptStoreError:
+        return CorruptStoreError(
+            f"the {self.KIND} at {self._env_path} has a damaged page ({exc}); run 'ctxrelay "
+            "check' to see what is readable, export the intact sessions or restore a backup")
+
+    def _framed_txn(self, txn: Any) -> Any:
+        """What a transaction function gets: the txn itself, or sealing/verifying."""
+        return FramedTxn(txn, self._namer, self.dbs[b"meta"]) if self.framed else txn
+
+    def name_handles(self, handles: dict[bytes, Any]) -> None:
+        """Name databases opened outside ``DB_NAMES`` (a text index): in messages,
+        in :meth:`damaged_records` and :meth:`add_checksums`."""
+        self._namer.names.update({id(h): n for n, h in handles.items()})
+        self._extra_handles.update(handles)
+
+    # -- record checksums: scan, quarantine, seal -------------------------------------
+
+    def _handles(self) -> dict[bytes, Any]:
+        return {**self.dbs, **self._extra_handles}
+
+    def damaged_records(self) -> list[DamagedRecord]:
+        """Every record whose checksum fails (none for an unframed, older store).
+
+        A database LMDB itself cannot walk (a damaged page) is one entry with
+        an empty key and the error as its value.
+        """
+        if not self.framed:
+            return []
+        meta = self.dbs[b"meta"]
+
+        def scan(txn: Any) -> list[DamagedRecord]:
+            raw = getattr(txn, "raw", txn)
+            found = []
+            for name, handle in self._handles().items():
+                try:
+                    for key, stored in raw.cursor(db=handle).iternext():
+                        if handle is meta and key == b"format":
+                            continue
+                        if not intact(key, stored):
+                            found.append(DamagedRecord(self.KIND, name.decode(), bytes(key),
+                                                       bytes(stored)))
+                except lmdb.Error as exc:
+                    found.append(DamagedRecord(self.KIND, name.decode(), b"",
+                                               f"unreadable: {exc}".encode()))
+            return found
+        return self.read(scan)
+
+    def quarantine(self, records: list[DamagedRecord], directory: str | os.PathLike[str],
+                   label: str | None = None) -> list[str]:
+        """Copy each damaged record's bytes to a file in ``directory`` (JSON: store,
+        database, key and value in hex) and drop the ones ``DERIVED_DBS`` holds,
+        which the store's repair rebuilds from intact primaries.  A damaged
+        primary stays where it is (its reads keep raising CorruptStoreError): it
+        is never rewritten from damaged bytes.  Returns the files written."""
+        os.makedirs(directory, exist_ok=True)
+        written = []
+        for rec in records:
+            name = (f"{(label or self.KIND).replace(' ', '-')}-{rec.db}-"
+                    f"{rec.key.hex()[:64] or 'db'}-"
+                    f"{zlib_crc(rec.value):08x}.json")
+            target = os.path.join(os.fspath(directory), name)
+            with open(target, "w", encoding="utf-8") as out:
+                json.dump({"store": self.KIND, "path": self._env_path, "db": rec.db,
+                           "key_hex": rec.key.hex(), "value_hex": rec.value.hex(),
+                           "dropped": rec.db.encode() in self.DERIVED_DBS and bool(rec.key)},
+                          out)
+            written.append(target)
+        handles = self._handles()
+
+        def drop(txn: Any) -> None:
+            raw = getattr(txn, "raw", txn)
+            for rec in records:
+                if rec.key and rec.db.encode() in self.DERIVED_DBS:
+                    raw.delete(rec.key, rec.value, db=handles[rec.db.encode()])
+        self.write(drop)
+        return written
+
+    def add_checksums(self) -> int:
+        """Seal every record of a store written before checksums, in one transaction,
+        and mark its format framed; returns the records sealed (0 if it was)."""
+        if self.framed:
+            return 0
+        meta = self.dbs[b"meta"]
+
+        def seal_all(txn: Any) -> int:
+            count = 0
+            for handle in self._handles().values():
+                items = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=handle).iternext()
+                         if not (handle is meta and k == b"format")]
+                # All duplicates of a key go first: a dupfixed database must never
+                # hold values of two sizes under one key.
+                for key in dict.fromkeys(k for k, _ in items):
+                    txn.delete(key, db=handle)
+                for key, value in items:
+                    txn.put(key, seal(key, value), db=handle)
+                count += len(items)
+            txn.put(b"format", self.framed_format, db=meta)
+            return count
+        count = self.write(seal_all)
+        self.framed = True
+        return count
 
     def write(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(txn)`` in one write transaction (all or nothing), growing a full map.
@@ -354,11 +508,13 @@ class LmdbStore:
             size = env.info()["map_size"]
             try:
                 with self._gate.shared(), env.begin(write=True) as txn:
-                    return fn(txn)
+                    return fn(self._framed_txn(txn))
             except lmdb.MapFullError:
                 self._grow(size)
             except lmdb.MapResizedError:
                 self._resize(0)
+            except DAMAGED_PAGES as exc:
+                raise self._damaged(exc) from None
             except lmdb.Error as exc:
                 # LMDB reports ENOSPC as DiskError but a short write as a bare
                 # EIO (plain lmdb.Error); on a nearly full disk that is ENOSPC.

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrelay.errors import CorruptStoreError
 from ctxrelay.storage.interfaces.facts import (STATUSES, Fact, NamespaceState,
                                                community_label, iso_time)
 from ctxrelay.types import copy_plain
@@ -98,27 +99,45 @@ def encode_record(fact_id: str, rec: Mapping[str, Any]) -> bytes:
     return fact_id.encode() + STATUS_BYTE[rec["status"]] + head + json.dumps(rec).encode()
 
 
+def _missing() -> CorruptStoreError:
+    # An index (ids, keys) names a fact record that a lookup cannot find: the
+    # record's key was damaged on disk (a key's checksum is checked when read).
+    return CorruptStoreError(
+        "a fact record named by the CKF's indexes is missing (a damaged record key); "
+        "run 'ctxrelay check', then re-ingest the facts or restore a backup")
+
+
 def decode_record(raw: bytes) -> tuple[str, str, dict[str, Any]]:
     """``(fact id, status, record)``."""
+    if raw is None:
+        raise _missing()
     return raw[:ID_LEN].decode(), BYTE_STATUS[raw[ID_LEN:ID_LEN + 1]], json.loads(raw[JSON_AT:])
 
 
 def record_id(raw: bytes) -> str:
+    if raw is None:
+        raise _missing()
     return raw[:ID_LEN].decode()
 
 
 def record_status(raw: bytes) -> str:
+    if raw is None:
+        raise _missing()
     return BYTE_STATUS[raw[ID_LEN:ID_LEN + 1]]
 
 
 def record_head(raw: bytes) -> tuple[str, float, float, float | None]:
     """``(status, importance, modified_at, ttl seconds or None)`` without the JSON."""
+    if raw is None:
+        raise _missing()
     imp, mod, ttl = HEAD.unpack_from(raw, ID_LEN + 1)
     return BYTE_STATUS[raw[ID_LEN:ID_LEN + 1]], imp, mod, None if ttl != ttl else ttl
 
 
 def decode_fact(record: bytes, access: bytes | None, community: int | None, kws: Any,
                 namespace: str, model_id: str) -> Fact:
+    if record is None:
+        raise _missing()
     fact_id, status = record[:ID_LEN].decode(), BYTE_STATUS[record[ID_LEN:ID_LEN + 1]]
     rec = json.loads(record[JSON_AT:])
     count, last = ACCESS.unpack(access) if access else (0, None)

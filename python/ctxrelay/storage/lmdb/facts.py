@@ -63,6 +63,7 @@ class LmdbFacts(LmdbStore):
             # which the base's DB_NAMES cannot declare: it needs the environment.
             terms = self.write(lambda txn: TextIndex(self._env, txn=txn,
                                                      prefix=codec.TERMS_PREFIX))
+            self.name_handles(terms.handles())
             wanted = {"model_id": model_id, "dim": None if dim is None else int(dim),
                       "embedder": embedder_name, "m": int(m),
                       "ef_construction": int(ef_construction), "random_seed": int(random_seed)}

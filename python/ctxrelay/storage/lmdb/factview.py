@@ -126,7 +126,7 @@ class FactView:
         cache = self.ctx.cache
         name = cache.names.get(fkey)
         if name is None:
-            name = self.txn.get(fkey, db=self.ctx.dbs[b"facts"])[:ID_LEN].decode()
+            name = codec.record_id(self.txn.get(fkey, db=self.ctx.dbs[b"facts"]))
             cache.remember(name, fkey)
         return name
 

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.lmdb.base import prefixed
 
 K1 = 1.2
 B = 0.75
@@ -124,9 +125,15 @@ class TextIndex:
     def __init__(self, env: Any, *, txn: Any = None, prefix: str = "ix",
                  create: bool = True) -> None:
         post, docs, ns = self.db_names(prefix)
+        txn = getattr(txn, "raw", txn)          # a FramedTxn wraps the lmdb one
+        self._names = (post, docs, ns)
         self._post = env.open_db(post, txn=txn, create=create, dupsort=True, dupfixed=True)
         self._docs = env.open_db(docs, txn=txn, create=create)
         self._ns = env.open_db(ns, txn=txn, create=create)
+
+    def handles(self) -> dict[bytes, Any]:
+        """The index's database handles by name (for the store's messages)."""
+        return dict(zip(self._names, (self._post, self._docs, self._ns)))
 
     @staticmethod
     def db_names(prefix: str = "ix") -> tuple[bytes, bytes, bytes]:
@@ -199,8 +206,8 @@ class TextIndex:
         """The records stored for ``namespace``."""
         prefix = _U64.pack(namespace)
         return IndexRecords(
-            postings=set(_prefixed(txn, self._post, prefix, dups=True)),
-            docs=dict(_prefixed(txn, self._docs, prefix)),
+            postings=set(prefixed(txn, self._post, prefix, dups=True)),
+            docs=dict(prefixed(txn, self._docs, prefix)),
             totals=txn.get(prefix, db=self._ns))
 
     def replace_records(self, txn: Any, namespace: int, have: IndexRecords,
@@ -335,20 +342,6 @@ class TextIndex:
 
 def _totals(records: IndexRecords) -> tuple[int, int]:
     return (0, 0) if records.totals is None else _NS_STATS.unpack(records.totals)
-
-
-def _prefixed(txn: Any, db: Any, prefix: bytes, *, dups: bool = False) -> Iterable[tuple[bytes, bytes]]:
-    cursor = txn.cursor(db=db)
-    found = cursor.set_range(prefix)
-    while found and cursor.key().startswith(prefix):
-        key = cursor.key()
-        if dups:
-            for value in cursor.iternext_dup(keys=False):
-                yield key, value
-            found = cursor.next_nodup()
-        else:
-            yield key, cursor.value()
-            found = cursor.next()
 
 
 def _doc_key(namespace: int, doc_id: int) -> bytes:

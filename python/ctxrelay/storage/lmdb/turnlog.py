@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.memo import keep
 from ctxrelay.text import threads as thread_numbers
@@ -111,6 +111,8 @@ class TurnLog(LmdbStore):
     FORMAT = b"ctxrelay.storage.lmdb.turnlog/1"
     DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids",
                 b"labels")
+    # all of it is derived from the transcript (recompute); progress names the embedder
+    DERIVED_DBS = frozenset({b"derived", b"vectors", b"threads", b"centroids", b"labels"})
 
     # -- sync ------------------------------------------------------------
     def sync(self, transcript: Any, session_id: str, embedder: Any, *,
@@ -310,9 +312,26 @@ class TurnLog(LmdbStore):
 
     # -- reading -----------------------------------------------------------
     def derived(self, session_id: str, turn_id: int) -> DerivedTurn | None:
-        raw = self.read(lambda txn: txn.get(_session_key(session_id) + _U64.pack(int(turn_id)),
-                                            db=self.dbs[b"derived"]))
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> Any:
+            raw = txn.get(skey + _U64.pack(int(turn_id)), db=self.dbs[b"derived"])
+            if raw is None:
+                self._require_absent(txn, skey, session_id, int(turn_id), "derived record")
+            return raw
+        raw = self.read(read)
         return None if raw is None else DerivedTurn(turn_id=int(turn_id), **json.loads(raw))
+
+    def _require_absent(self, txn: Any, skey: bytes, session_id: str, turn_id: int,
+                        what: str) -> None:
+        """A record the progress says exists but a lookup cannot find: its key was
+        damaged on disk (the checksum of a key is checked only when it is read)."""
+        raw = txn.get(skey, db=self.dbs[b"progress"])
+        if raw is not None and 1 <= turn_id <= int(json.loads(raw).get("derived_upto", 0)):
+            raise CorruptStoreError(
+                f"the {what} of turn {turn_id} of {session_id!r} is missing from the turn "
+                f"log at {self.env_path} although turns 1..{json.loads(raw)['derived_upto']} "
+                "are derived (a damaged key); 'ctxrelay check --repair' derives them again")
 
     def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, np.ndarray]:
         skey = _session_key(session_id)
@@ -323,6 +342,8 @@ class TurnLog(LmdbStore):
                 raw = txn.get(skey + _U64.pack(int(tid)), db=self.dbs[b"vectors"])
                 if raw is not None:
                     out[int(tid)] = np.frombuffer(raw, dtype=np.float32)
+                else:
+                    self._require_absent(txn, skey, session_id, int(tid), "vector")
             return out
         return self.read(read)
 
@@ -383,12 +404,12 @@ class TurnLog(LmdbStore):
         # Keyed by the vector space too: a session re-derived with another embedder
         # (here or by another process) must never be scored with the old vectors.
         space = (session_id, prog.get("model_id"))
-        ids, rows, have = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0))
+        ids, rows, have, room = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0, None))
         # A process serving many sessions keeps the windows of the latest few
         # only: each holds up to _DENSE_WINDOW vectors (8 MB at 1,024 dims).
         for key in [k for k in cache if k[0] == session_id]:
             del cache[key]
-        cache[space] = (ids, rows, have)
+        cache[space] = (ids, rows, have, room)
         while len(cache) > _DENSE_SESSIONS:
             cache.popitem(last=False)
         if have < upto:
@@ -397,10 +418,8 @@ class TurnLog(LmdbStore):
             if new:
                 new_ids = np.fromiter(new.keys(), dtype=np.int64)
                 new_rows = np.stack(list(new.values()))
-                ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
-                rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
-                ids, rows = ids[-_DENSE_WINDOW:], rows[-_DENSE_WINDOW:]
-            cache[space] = (ids, rows, upto)
+                ids, rows, room = _appended(room, new_ids, new_rows)
+            cache[space] = (ids, rows, upto, room)
         if rows is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
         return ids, rows
@@ -511,6 +530,41 @@ class TurnLog(LmdbStore):
 # turn log serves the same few threads turn after turn.
 _STATE_MEMO: dict[tuple[Any, ...], ThreadState] = {}
 _STATE_MEMO_MAX = 512
+
+
+def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.ndarray,
+              new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                             tuple[np.ndarray, np.ndarray, int, int]]:
+    """The dense window with ``new_ids``/``new_rows`` after it, the latest
+    ``_DENSE_WINDOW`` kept: ``(ids, rows, room)``, ids and rows views of room's buffers.
+
+    A turn adds a row or two.  They go into the room kept after the window in a buffer
+    twice its size, so a new turn does not copy the whole window (8 MB at 1,024 dims);
+    the window is copied into a new buffer once per ``_DENSE_WINDOW`` new rows.  Rows
+    already handed out are never written: new rows only go past them.
+    """
+    k = len(new_ids)
+    if room is not None and room[1].shape[1] == new_rows.shape[1] \
+            and room[3] + k <= len(room[0]):
+        ids_buf, rows_buf, start, end = room
+    else:
+        keep_ids = np.zeros(0, dtype=np.int64) if room is None else room[0][room[2]:room[3]]
+        keep_rows = None if room is None else room[1][room[2]:room[3]]
+        if keep_rows is not None and keep_rows.shape[1] != new_rows.shape[1]:
+            keep_ids, keep_rows = keep_ids[:0], None
+        kept = max(0, min(len(keep_ids), _DENSE_WINDOW - k))
+        capacity = max(2 * _DENSE_WINDOW, kept + k)
+        ids_buf = np.zeros(capacity, dtype=np.int64)
+        rows_buf = np.zeros((capacity, new_rows.shape[1]), dtype=np.float32)
+        if kept:
+            ids_buf[:kept] = keep_ids[-kept:]
+            rows_buf[:kept] = keep_rows[-kept:]
+        start, end = 0, kept
+    ids_buf[end:end + k] = new_ids
+    rows_buf[end:end + k] = new_rows
+    end += k
+    start = max(start, end - _DENSE_WINDOW)
+    return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)
 
 
 def _progress_bar(total: int, wanted: bool, desc: str) -> Any:

@@ -321,11 +321,16 @@ class _Pending:
 
 
 def _parse_artifact(raw: bytes) -> WarmArtifact:
-    data = json.loads(raw)
-    for name in LIST_FIELDS:
-        data[name] = tuple(data[name])
-    return WarmArtifact(
-        artifact_id=artifact_id(data["session_id"], data["start"], data["end"]), **data)
+    try:
+        data = json.loads(raw)
+        for name in LIST_FIELDS:
+            data[name] = tuple(data[name])
+        return WarmArtifact(
+            artifact_id=artifact_id(data["session_id"], data["start"], data["end"]), **data)
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise CorruptStoreError(
+            f"a warm artifact record does not parse ({type(exc).__name__}: {str(exc)[:200]}); "
+            "the store is damaged: run 'ctxrelay check --repair'") from None
 
 
 # -- the store -----------------------------------------------------------------
@@ -343,6 +348,7 @@ class WarmStore(LmdbStore):
     KIND = "warm store"
     FORMAT = FORMAT
     DB_NAMES = _DB_NAMES
+    DERIVED_DBS = frozenset({b"latest", b"keys"})      # rebuilt by check(repair=True)
     OPEN_HINT = "ctxrelay.storage.lmdb.warm.open_warm_store(path)"
     FULL_HINT = "move old sessions' artifacts to a new warm store"
     FORMAT_HINT = ("point the warm store at its own directory (e.g. <store_dir>/warm), or "

@@ -20,7 +20,7 @@ from typing import Any
 from ctxrelay.errors import InvalidArgumentError, InvalidContentError
 from ctxrelay.storage.lmdb.scratch.errors import (InvalidScratchIdError, UnknownFreshnessError,
                                                   UnsafeScratchIdError)
-from ctxrelay.storage.validation import check_session_id
+from ctxrelay.storage.validation import MAX_ARGS_BYTES, check_json, check_session_id
 
 FRESHNESS_CLASSES: tuple[str, ...] = ("REALTIME", "VOLATILE", "STABLE", "STATIC")
 FRESHNESS_TTL: dict[str, float | None] = {
@@ -96,17 +96,11 @@ def canonical_args(args: Any) -> tuple[dict[str, Any], bytes]:
         raise InvalidArgumentError(
             f"args must be a dict of the tool call's arguments, not "
             f"{type(args).__name__}; pass {{}} for a call without arguments")
-    try:
-        text = json.dumps(dict(args), ensure_ascii=False, sort_keys=True,
-                          separators=(",", ":"), allow_nan=False)
-        data = text.encode("utf-8")
-    except RecursionError:
-        raise InvalidArgumentError("args are nested too deeply; flatten them") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(
-            f"args are not JSON-serialisable ({exc}); use str keys and only dicts, "
-            "lists, str, int, finite float, bool and None") from None
-    return json.loads(text), data
+    # The one JSON check every stored value passes (depth, size, types), then
+    # the canonical form: sorted keys, so equal calls hash equal.
+    plain, _ = check_json(dict(args), "args", InvalidArgumentError, max_bytes=MAX_ARGS_BYTES)
+    text = json.dumps(plain, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return plain, text.encode("utf-8")
 
 
 def raw_bytes(raw: Any) -> tuple[bytes, str]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
+from ctxrelay.errors import CorruptStoreError, CtxRelayError, InvalidArgumentError
 from ctxrelay.storage.lmdb import base
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.scratch.blobs import BlobDir
@@ -85,6 +85,7 @@ class ScratchStore(LmdbStore):
     KIND = "scratch store"
     FORMAT = FORMAT
     DB_NAMES = _DB_NAMES
+    DERIVED_DBS = frozenset({b"order", b"lru", b"expiry"})   # rebuilt by verify(repair=True)
     ENV_DIRNAME = ENV_DIRNAME
     OPEN_HINT = "ctxrelay.storage.lmdb.scratch.open_scratch_store(path)"
     FULL_HINT = "evict or delete entries"
@@ -619,6 +620,33 @@ class ScratchStore(LmdbStore):
         return CheckReport(orphan_blobs=tuple(swept.orphans), temp_files=tuple(swept.temps),
                            dangling=tuple(dangling), corrupt=tuple(corrupt),
                            unknown_files=tuple(swept.unknown))
+
+    def blob_problems(self) -> list[str]:
+        """Re-hash every entry's blob: the missing ones and the ones whose bytes no
+        longer match the entry's sha256 (read only; entries that fail their own
+        checksum are left to :meth:`damaged_records`)."""
+        def scan(txn: Any) -> list[tuple[bytes, dict[str, Any]]]:
+            raw = getattr(txn, "raw", txn)
+            out = []
+            for key in [bytes(k) for k in raw.cursor(db=self._table.entries).iternext(values=False)]:
+                try:
+                    out.append((key, json.loads(txn.get(key, db=self._table.entries))))
+                except (CorruptStoreError, ValueError):
+                    continue
+            return out
+        problems = []
+        for key, record in self._read(scan):
+            session_key, scratch_id = key[:32], record.get("scratch_id", "")
+            try:
+                if self._blobs.sha256(session_key, scratch_id) != record.get("content_sha256"):
+                    problems.append(f"the blob of scratch entry {scratch_id} of "
+                                    f"{record.get('session_id')!r} does not match its sha256")
+            except OSError as exc:
+                problems.append(f"the blob of scratch entry {scratch_id} of "
+                                f"{record.get('session_id')!r} cannot be read ({exc.strerror})")
+            except CtxRelayError as exc:
+                problems.append(str(exc))
+        return problems
 
     def verify(self, *, repair: bool = False) -> tuple[str, ...]:
         """Compare the derived records (usage totals, the order, lru and expiry

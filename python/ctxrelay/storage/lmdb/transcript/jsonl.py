@@ -11,29 +11,55 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ctxrelay.errors import (ImportFormatError, InvalidArgumentError, InvalidContentError,
+from ctxrelay.errors import (ImportFormatError, InvalidArgumentError, InvalidPathError, InvalidContentError,
                              InvalidMetadataError, InvalidRoleError, InvalidSessionIdError)
 from ctxrelay.storage.lmdb.transcript.records import FORMAT
 from ctxrelay.storage.validation import (check_int, check_session_id, normalise_metadata,
                                          normalise_timestamp)
+
+def _export_target(dest: str | os.PathLike[str]) -> str:
+    """``dest`` as a path we may replace with a file, or InvalidPathError."""
+    try:
+        target = os.fspath(dest)
+        os.fsencode(target)
+    except (TypeError, UnicodeError) as exc:
+        raise InvalidPathError(f"export path {dest!r} is not a file system path ({exc}); "
+                               "pass a str path") from None
+    if not target:
+        raise InvalidPathError("export path is empty; pass a file path such as 'session.jsonl'")
+    if os.path.isdir(target):
+        raise InvalidPathError(
+            f"export path {target} is a directory; pass a file path inside it, e.g. "
+            f"{os.path.join(target, 'session.jsonl')}")
+    return target
+
 
 __all__ = ["write_text", "read_source", "Header", "parse_jsonl", "guard"]
 
 
 def write_text(dest: str | os.PathLike[str] | TextIO, text: str) -> None:
     if isinstance(dest, (str, os.PathLike)):
-        target = os.fspath(dest)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(target)),
-                                   prefix=".export-", suffix=".tmp")
+        target = _export_target(dest)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(target)),
+                                       prefix=".export-", suffix=".tmp")
+        except OSError as exc:
+            raise InvalidPathError(
+                f"cannot write the export next to {target} ({exc.strerror}); pass a file "
+                "path in an existing directory you can write") from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
                 out.write(text)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException as exc:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise InvalidPathError(
+                    f"cannot write the export to {target} ({exc.strerror}); nothing was "
+                    "left behind; pass a writable file path") from None
             raise
     elif isinstance(dest, io.TextIOBase):
         dest.write(text)

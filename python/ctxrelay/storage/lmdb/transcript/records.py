@@ -151,13 +151,26 @@ def role_list(values: Iterable[str]) -> list[str]:
 
 
 def parse_session(num: int, raw: bytes) -> SessionRecord:
-    data = json.loads(raw)
-    return SessionRecord(num, data["session_id"], data["created"], data["metadata"],
-                    data["archived"])
+    try:
+        data = json.loads(raw)
+        return SessionRecord(num, data["session_id"], data["created"], data["metadata"],
+                             data["archived"])
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise unparsable(f"session record {num}", exc) from None
 
 
 def parse_turn(session_id: str, key: bytes, raw: bytes) -> Turn:
-    return Turn(session_id=session_id, turn_id=U64.unpack(key[8:16])[0], **json.loads(raw))
+    try:
+        return Turn(session_id=session_id, turn_id=U64.unpack(key[8:16])[0], **json.loads(raw))
+    except (ValueError, TypeError, KeyError, RecursionError, struct.error) as exc:
+        raise unparsable(f"turn {key[8:16].hex()} of session {session_id!r}", exc) from None
+
+
+def unparsable(what: str, exc: BaseException) -> CorruptStoreError:
+    """A stored record that does not parse (a store written before checksums)."""
+    return CorruptStoreError(
+        f"{what} does not parse ({type(exc).__name__}: {str(exc)[:200]}); the store is "
+        "damaged: run 'ctxrelay check', export the intact sessions or restore a backup")
 
 
 def session_info(session: SessionRecord, counters: Counters) -> SessionInfo:

@@ -80,6 +80,8 @@ class TranscriptStore(LmdbStore):
     KIND = "store"
     FORMAT = FORMAT
     DB_NAMES = (b"meta", b"session_ids", b"sessions", b"counters", b"turns", b"keys")
+    # rebuilt from the turns by repair_derived (the text index, counters, key records)
+    DERIVED_DBS = frozenset({b"counters", b"keys", *TextIndex.db_names()})
     ENV_DIRNAME = ENV_DIRNAME
     EXTRA_DBS = INDEX_DBS
     OPEN_HINT = "ctxrelay.storage.lmdb.transcript.open_store(path)"
@@ -95,6 +97,7 @@ class TranscriptStore(LmdbStore):
         self._max_turn_bytes = check_int(max_turn_bytes, "max_turn_bytes", minimum=1)
         self._token_counter = token_counter
         super().__init__(path, map_size=map_size, readonly=readonly)
+        self.name_handles(self._index.handles())
         dbs = self.dbs
         self._meta, self._ids, self._sessions = dbs[b"meta"], dbs[b"session_ids"], dbs[b"sessions"]
         self._counters, self._turns, self._keys = dbs[b"counters"], dbs[b"turns"], dbs[b"keys"]
@@ -356,6 +359,7 @@ class TranscriptStore(LmdbStore):
             turn = self._load_turn(txn, session, turn_id)
             if turn is None:
                 count = self._load_counters(txn, session.num).turns
+                self._missing(session_id, turn_id, count)
                 shown = f"turns 1..{count}" if count else "no turns yet"
                 raise UnknownTurnError(
                     f"session {session_id!r} has {shown}; turn {turn_id} does not "
@@ -381,6 +385,7 @@ class TranscriptStore(LmdbStore):
                 turn = self._load_turn(txn, session, turn_id)
                 if turn is None:
                     count = self._load_counters(txn, session.num).turns
+                    self._missing(session_id, turn_id, count)
                     raise UnknownTurnError(
                         f"session {session_id!r} has turns 1..{count}; turn {turn_id} does "
                         "not exist, ask for turn_ids in that range")
@@ -408,8 +413,29 @@ class TranscriptStore(LmdbStore):
         """Turns ``start..end`` inclusive (``end`` None: to the last), in order."""
         session_id = check_session_id(session_id)
         start, end = check_range(start, end)
-        return self._read(lambda txn: list(self._scan(
-            txn, self._require_session(txn, session_id), start, end)))
+
+        def read(txn: Any) -> list[Turn]:
+            session = self._require_session(txn, session_id)
+            turns = list(self._scan(txn, session, start, end))
+            if not turns or turns[-1].turn_id - turns[0].turn_id + 1 != len(turns) \
+                    or turns[0].turn_id != start:
+                count = self._load_counters(txn, session.num).turns
+                last = count if end is None else min(end, count)
+                have = {t.turn_id for t in turns}
+                for turn_id in range(start, last + 1):
+                    if turn_id not in have:
+                        self._missing(session_id, turn_id, count)
+            return turns
+        return self._read(read)
+
+    def _missing(self, session_id: str, turn_id: int, count: int) -> None:
+        """A turn the counters say is stored but a read cannot find: its key was
+        damaged on disk (a key's checksum is checked only when the key is read)."""
+        if 1 <= turn_id <= count:
+            raise CorruptStoreError(
+                f"turn {turn_id} of session {session_id!r} is missing from {self.env_path} "
+                f"although the session has turns 1..{count} (a damaged record key); run "
+                "'ctxrelay check', export the intact sessions or restore a backup")
 
     def iter_turns(self, session_id: str, start: int = 1,
                    end: int | None = None) -> Iterator[Turn]:

@@ -1,0 +1,213 @@
+"""LMDB vs PostgreSQL, side by side in one run: the transcript's hot paths.
+
+One session of N turns (``--turns``, default 20,000; synthetic ops chatter
+from a fixed seed) is written to an embedded store (a temporary directory)
+and to a PostgreSQL store (a schema of its own on the server of
+``make services``, dropped afterwards), then each access is timed, one call
+per sample, the two back ends interleaved call by call so machine load hits
+both alike:
+
+``append``        one turn (the session lock, the turn, its postings, the
+                  counters, commit; the server's ``synchronous_commit`` is
+                  recorded: on = each append waits for its WAL flush)
+``rank``          BM25 top 10 of a 2-4 word query (``Transcript.rank``)
+``search``        the same with the turns loaded (``Transcript.search``)
+``last_16``       the newest 16 turns
+``turns_8``       8 turns by id
+``commit_floor``  (PostgreSQL only) a one-row INSERT committed on its own: the
+                  least a durable write costs on this server and disk
+
+and, for the index choice of issue 17, PostgreSQL's own full-text search
+over the same turns (a GIN index on ``to_tsvector('simple', content)``,
+``ts_rank`` top 10) beside the postings table: its p50/p95 and how many of
+its top 10 are BM25's top 10 (``overlap_at_10``).  ``round_trips`` counts the
+statements each call sends (plus its commit).
+
+Run: ``make services && .venv/bin/python bench/backends_bench.py [--turns N]``;
+writes ``bench/results/backends.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from _common import git_rev, percentiles, write  # noqa: E402
+
+WORDS = ("etcd raft leader election timeout member defragment compaction snapshot latency "
+         "disk wal fsync quorum learner lease revision watch grpc kubelet pod node drain "
+         "cordon taint toleration ingress service endpoint dns coredns calico cilium mtu "
+         "prometheus alert grafana loki retention shard replica backup restic restore "
+         "postgres vacuum autovacuum index bloat replication slot lag archive wal-g").split()
+
+
+def corpus(n: int, seed: int = 17) -> list[dict]:
+    rng = random.Random(seed)
+    roles = ["user", "assistant", "tool"]
+    return [{"role": roles[i % 3],
+             "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 60)))}
+            for i in range(n)]
+
+
+def queries(n: int, seed: int = 5) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(WORDS, rng.randint(2, 4))) for _ in range(n)]
+
+
+class StatementCounter:
+    """Counts the statements psycopg sends (execute / executemany calls)."""
+
+    def __init__(self) -> None:
+        import psycopg
+        self.count = 0
+        self._cls = psycopg.Cursor
+        self._orig = (psycopg.Cursor.execute, psycopg.Cursor.executemany)
+
+    def __enter__(self) -> "StatementCounter":
+        counter = self
+        execute, executemany = self._orig
+
+        def counted_execute(cur, *a, **kw):
+            counter.count += 1
+            return execute(cur, *a, **kw)
+
+        def counted_executemany(cur, *a, **kw):
+            counter.count += 1
+            return executemany(cur, *a, **kw)
+        self._cls.execute, self._cls.executemany = counted_execute, counted_executemany
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cls.execute, self._cls.executemany = self._orig
+
+
+def interleaved(calls: dict[str, callable], repeat: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    for name, fn in calls.items():          # warm-up
+        fn(0)
+        fn(1)
+    for i in range(repeat):
+        for name, fn in calls.items():
+            t0 = time.perf_counter()
+            fn(i)
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--turns", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--out", default="backends")
+    args = ap.parse_args()
+
+    import psycopg
+
+    from ctxrelay.storage import close_all, open_stores
+    from services import drop_schema, fresh_schema_url, postgres_url
+
+    turns = corpus(args.turns)
+    qs = queries(64)
+    spec, schema = fresh_schema_url()
+    tmp = tempfile.TemporaryDirectory(prefix="backends-bench-")
+    result: dict = {"turns": args.turns, "repeat": args.repeat, "git": git_rev()}
+    try:
+        lmdb = open_stores(str(Path(tmp.name) / "store")).transcript
+        pg = open_stores(spec).transcript
+        build = {}
+        for name, t in (("lmdb", lmdb), ("postgres", pg)):
+            t0 = time.perf_counter()
+            t.create_session("s")
+            for at in range(0, len(turns), 1000):
+                t.append_many("s", turns[at:at + 1000])
+            build[name] = round(time.perf_counter() - t0, 2)
+        result["build_s"] = build
+        with psycopg.connect(postgres_url(), autocommit=True) as conn:
+            result["postgres_settings"] = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers")}
+
+        def calls(name: str, t) -> dict[str, callable]:
+            return {
+                f"{name}.append": lambda i: t.append("s", "user",
+                                                     f"bench append {i} " + qs[i % 64]),
+                f"{name}.rank": lambda i: t.rank("s", qs[i % 64], k=10),
+                f"{name}.search": lambda i: t.search("s", qs[i % 64], k=10),
+                f"{name}.last_16": lambda i: t.last("s", 16),
+                f"{name}.turns_8": lambda i: t.turns("s", [1 + (i * 97 + j * 13) % args.turns
+                                                          for j in range(8)]),
+            }
+        # The floor of a durable write on this server: one one-row INSERT committed
+        # (autocommit: one round trip and one WAL flush), timed beside the appends.
+        floor = psycopg.connect(postgres_url(), autocommit=True)
+        floor.execute(f"CREATE TABLE {schema}.commit_floor (i int)")
+        floor_calls = {"postgres.commit_floor": lambda i: floor.execute(
+            f"INSERT INTO {schema}.commit_floor VALUES (%s)", (i,))}
+        samples = interleaved({**calls("lmdb", lmdb), **calls("postgres", pg), **floor_calls},
+                              args.repeat)
+        floor.close()
+        timings = {name: percentiles(s) for name, s in samples.items()}
+        result["timings"] = timings
+        result["pg_over_lmdb_p50"] = {
+            op: round(timings[f"postgres.{op}"]["p50_ms"] / timings[f"lmdb.{op}"]["p50_ms"], 2)
+            for op in ("append", "rank", "search", "last_16", "turns_8")}
+
+        trips = {}
+        for op, fn in (("append", lambda: pg.append("s", "user", "counting round trips")),
+                       ("append_keyed",
+                        lambda: pg.append("s", "user", "keyed", key=uuid.uuid4().hex)),
+                       ("rank", lambda: pg.rank("s", qs[0])),
+                       ("search", lambda: pg.search("s", qs[0])),
+                       ("last_16", lambda: pg.last("s", 16))):
+            with StatementCounter() as counter:
+                fn()
+            trips[op] = counter.count + 1            # + the commit
+        result["round_trips"] = trips
+
+        # PostgreSQL full-text search over the same turns, for the index choice.
+        with psycopg.connect(postgres_url(), autocommit=True) as conn:
+            conn.execute(f"SET search_path = {schema}")
+            t0 = time.perf_counter()
+            conn.execute("CREATE TABLE fts AS SELECT turn_id, "
+                         "to_tsvector('simple', convert_from(content, 'UTF8')) AS tsv "
+                         "FROM turns WHERE session_num = 1")
+            conn.execute("CREATE INDEX fts_gin ON fts USING gin (tsv)")
+            result["fts_build_s"] = round(time.perf_counter() - t0, 2)
+            fts_samples, overlaps = [], []
+            for i in range(args.repeat):
+                q = qs[i % 64]
+                t0 = time.perf_counter()
+                rows = conn.execute(
+                    "SELECT turn_id FROM fts, plainto_tsquery('simple', %s) q "
+                    "WHERE tsv @@ q ORDER BY ts_rank(tsv, q) DESC, turn_id DESC LIMIT 10",
+                    (q,)).fetchall()
+                fts_samples.append(time.perf_counter() - t0)
+                # plainto_tsquery ANDs the words; BM25 ranks any-word matches.
+                bm25 = {t for t, _ in pg.rank("s", q, k=10)}
+                overlaps.append(len(bm25 & {r[0] for r in rows}) / 10)
+            result["fts"] = {"ts_rank_and_query": percentiles(fts_samples),
+                             "overlap_at_10_with_bm25": round(sum(overlaps) / len(overlaps), 3)}
+    finally:
+        close_all()
+        drop_schema(schema)
+        tmp.cleanup()
+    path = write(args.out, result)
+    print(f"wrote {path}")
+    for op, ratio in result["pg_over_lmdb_p50"].items():
+        print(f"{op:8s} lmdb p50 {result['timings'][f'lmdb.{op}']['p50_ms']:8.3f} ms   "
+              f"postgres p50 {result['timings'][f'postgres.{op}']['p50_ms']:8.3f} ms   x{ratio}")
+    print("round trips:", result["round_trips"])
+    print("fts:", result["fts"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""CPU time of a managed turn against ``Runtime.assemble`` on the same session (issue #16.2).
+
+Target: a managed turn (echo provider, a 1,000-turn session) costs at most 1.3x
+the CPU time (``time.process_time``: every thread of the process) of
+``Runtime.assemble`` of a new message on the same session, measured in one
+run.  Each round assembles a new message and runs another as a managed turn
+(which adds two turns), so both see the same session; every other round the
+turn runs as ``prepare_turn`` + the echo reply + ``commit_turn`` (what the
+relay does), so the stages are timed on their own.
+The assembly and the turn get different messages (no embedding shared through
+the vector memo) and their order flips every two rounds (the first call after a
+commit reads the changed session anew).
+
+prepare     assembling the pack (the assembly of the turn)
+provider    the echo provider's reply
+commit      storing the message and the reply, deriving their turn-log entries,
+            recording references, promoting durable values
+
+    .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME]
+
+Writes ``bench/results/turn_cost.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import git_rev, machine, write
+from assembly_bench import TOPICS, synthetic_jsonl
+from ctxrelay import Runtime
+from ctxrelay.providers import echo_text
+
+QUESTIONS = ["what did we decide about the {t}?", "remind me of the {t} item {i}",
+             "go deeper on the {t} and how it relates to item {i}", "and the {t}, what was open?"]
+TARGET = 1.3
+
+
+def cpu_ms(samples: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples)
+    return {"n": len(ms), "median_ms": round(statistics.median(ms), 3),
+            "mean_ms": round(statistics.fmean(ms), 3)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--embedder", default=None, help="default: the default embedder")
+    ap.add_argument("--out", default="turn_cost")
+    args = ap.parse_args()
+    policy = {"embedder": args.embedder} if args.embedder else {}
+    rng = random.Random(11)
+    cost: dict[str, list[float]] = {k: [] for k in (
+        "assemble", "managed_turn", "assemble_beside_split", "split_turn", "prepare",
+        "provider", "commit")}
+    with tempfile.TemporaryDirectory() as tmp, Runtime(Path(tmp) / "store") as rt:
+        rt.import_jsonl(io.StringIO(synthetic_jsonl("s", args.turns, seed=3)).getvalue(),
+                        session_id="s")
+        t0 = time.perf_counter()
+        rt.assemble("s", "warm up: derive the turn log", **policy)
+        derive_s = time.perf_counter() - t0
+        for i in range(-4, args.rounds):
+            def question(tag: str) -> str:
+                return QUESTIONS[i % 4].format(t=rng.choice(TOPICS),
+                                               i=rng.randrange(5000)) + f" ({tag}{i})"
+            # Different texts (no embedding memo shared), and the order flips every
+            # round: the first call after a commit reads the session anew.
+            asked, text = question("a"), question("t")
+            turn_first = i % 4 >= 2
+            c_turn, c_asm = 0.0, 0.0
+            for step in (("turn", "assemble") if turn_first else ("assemble", "turn")):
+                c0 = time.process_time()
+                if step == "assemble":
+                    rt.assemble("s", asked, **policy)
+                    c_asm = time.process_time() - c0
+                elif i % 2 == 0:
+                    rt.managed_turn("s", text, **policy)
+                    c_turn = time.process_time() - c0
+                else:
+                    prepared = rt.prepare_turn("s", text, **policy)
+                    c1 = time.process_time()
+                    # what the echo provider would return for this request
+                    reply = echo_text(prepared.result.messages)
+                    c2 = time.process_time()
+                    rt.commit_turn(prepared, reply, provider="echo")
+                    c3 = time.process_time()
+                    if i >= 0:
+                        cost["prepare"].append(c1 - c0)
+                        cost["provider"].append(c2 - c1)
+                        cost["commit"].append(c3 - c2)
+                    c_turn = c3 - c0
+            if i >= 0:
+                cost["assemble" if i % 2 == 0 else "assemble_beside_split"].append(c_asm)
+                cost["managed_turn" if i % 2 == 0 else "split_turn"].append(c_turn)
+        turns_after = rt.turn_count("s")
+    stats = {k: cpu_ms(v) for k, v in cost.items()}
+    ratio = round(stats["managed_turn"]["median_ms"] / stats["assemble"]["median_ms"], 3)
+    split = {k: round(stats[k]["median_ms"] / stats["assemble_beside_split"]["median_ms"], 3)
+             for k in ("split_turn", "prepare", "provider", "commit")}
+    payload = {
+        "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
+        "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
+        "embedder": args.embedder or "default", "derive_session_s": round(derive_s, 1),
+        "cpu": stats,
+        "ratio_managed_turn_over_assemble": ratio,
+        "stages_over_assemble": split,
+        "target": f"managed turn CPU <= {TARGET}x assemble CPU",
+        "target_met": ratio <= TARGET,
+    }
+    print(f"managed turn / assemble CPU: {ratio} (stages over assemble: {split})")
+    print(f"-> {write(args.out, payload)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``check``'s first pass: every record's checksum in every store (issue #15).
+
+With ``--repair`` the damaged records are copied to ``<store>/quarantine/<time>/``;
+the derived ones are dropped (the repairs that follow rebuild them from intact
+primaries), a damaged primary is left in place and stays a problem.  A store
+written before record checksums is reported, and sealed once the store checks clean.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+__all__ = ["check_records", "add_checksums"]
+
+
+def _lmdb_parts(stores: Any) -> list[tuple[str, Any]]:
+    """Every part of the store that keeps checksummed records (LMDB back end)."""
+    parts = [("transcript", stores.transcript), ("turnlog", stores.turnlog_if_present()),
+             ("warm", stores.warm_if_present()), ("scratch", stores.scratch_if_present()),
+             ("facts", stores.facts_if_present())]
+    found = []
+    for name, part in parts:
+        part = getattr(part, "backend", part)          # the CKF's storage under it
+        if part is not None and hasattr(part, "damaged_records"):
+            found.append((name, part))
+    return found
+
+
+def check_records(stores: Any, store_dir: str, repair: bool) -> list[dict[str, Any]]:
+    """Every record's checksum; with ``repair`` the damaged ones are quarantined
+    (copied out; derived ones dropped, to be rebuilt by the repairs that follow)."""
+    import time
+    reports = []
+    quarantine = os.path.join(store_dir, "quarantine",
+                              time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    for name, part in _lmdb_parts(stores):
+        damaged = [dataclasses.replace(rec, store=name) for rec in part.damaged_records()]
+        report: dict[str, Any] = {"store": f"{name} records", "repaired": [], "problems": [],
+                                  "notices": []}
+        if not part.framed:
+            report["notices"].append(
+                f"the {name} store was written before record checksums: its reads are not "
+                "verified; 'ctxrelay check --repair' adds them once the store checks clean")
+        derived = {db.decode() for db in part.DERIVED_DBS}
+        if damaged and repair:
+            files = part.quarantine(damaged, quarantine, name)
+            for rec, path in zip(damaged, files):
+                if rec.db in derived and rec.key:
+                    report["repaired"].append(f"{rec.describe()}: quarantined to {path}, "
+                                              "rebuilt from intact records")
+                else:
+                    report["problems"].append(
+                        f"{rec.describe()}: a primary record, copied to {path} and left in "
+                        "place; restore the store from a backup or export the intact sessions")
+        else:
+            report["problems"] += [
+                rec.describe() + ("; 'ctxrelay check --repair' rebuilds it" if rec.db in derived
+                                  else "; a primary record: restore it from a backup")
+                for rec in damaged]
+        reports.append(report)
+    return reports
+
+
+def add_checksums(stores: Any) -> list[str]:
+    """Seal the records of parts written before checksums (the store checked clean)."""
+    return [f"added checksums to {part.add_checksums()} record(s) of the {name} store"
+            for name, part in _lmdb_parts(stores) if not part.framed]

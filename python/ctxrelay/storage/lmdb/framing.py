@@ -1,0 +1,210 @@
+"""Record checksums: the one place every LMDB store seals and verifies its records.
+
+Each value a store puts is stored as ``value + xxh3_64(key + value)`` (8 bytes,
+big-endian).  The checksum covers the key too, so a flipped key byte (a turn
+that would show up under another id) fails like a flipped value byte.  It is a
+suffix, so dupsort databases keep their order and dupfixed ones a fixed size.
+xxh3-64 was measured against zlib.crc32 and CRC32C on our record sizes
+(``bench/checksum_bench.py``, ``bench/results/checksum.json``).
+
+:class:`LmdbStore <ctxrelay.storage.lmdb.base.LmdbStore>` hands every
+transaction function a :class:`FramedTxn` (when the store's format says its
+records are framed), so store code reads and writes plain values and never
+sees a checksum; a mismatch raises :class:`CorruptStoreError` naming the
+database and key.  The ``format`` record of ``meta`` stays unframed: it says
+whether the rest is.
+
+Versioning: a store created by this version has the format ``FORMAT +
+FRAMED_SUFFIX``; a store written before has ``FORMAT`` and opens as before,
+unframed (its reads are not verified) until :meth:`LmdbStore.add_checksums`
+(``ctxrelay check --repair`` on a store that checks clean) seals every record.
+An older ctxrelay refuses a framed store by its format instead of misreading it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import xxhash
+
+from ctxrelay.errors import CorruptStoreError
+
+__all__ = ["file_digest", "CHECKSUM_BYTES", "FRAMED_SUFFIX", "seal", "intact", "FramedTxn",
+           "FramedCursor", "Namer"]
+
+CHECKSUM_BYTES = 8
+FRAMED_SUFFIX = b"+xxh3"
+FORMAT_KEY = b"format"
+
+_digest = xxhash.xxh3_64_digest
+
+
+def seal(key: bytes, value: bytes) -> bytes:
+    """``value`` with its checksum appended (what is stored)."""
+    return bytes(value) + _digest(bytes(key) + bytes(value))
+
+
+def intact(key: bytes, stored: bytes) -> bool:
+    return len(stored) >= CHECKSUM_BYTES and \
+        _digest(key + stored[:-CHECKSUM_BYTES]) == stored[-CHECKSUM_BYTES:]
+
+
+def file_digest(path: str) -> bytes:
+    """The xxh3-64 of a whole file (the checksum a sidecar ``.xxh3`` file holds)."""
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.digest()
+
+
+class Namer:
+    """Names a database handle for messages (``turns``, ``ix.post``...)."""
+
+    def __init__(self, where: str, names: dict[int, bytes]) -> None:
+        self.where = where
+        self.names = names
+
+    def corrupt(self, db: Any, key: bytes) -> CorruptStoreError:
+        name = self.names.get(id(db), b"?").decode("utf-8", "replace")
+        return CorruptStoreError(
+            f"record {name}/{bytes(key).hex()} of {self.where} fails its checksum (damaged "
+            "on disk); run 'ctxrelay check' to list every damaged record and 'ctxrelay "
+            "check --repair' to quarantine them and rebuild what is derived")
+
+
+class FramedTxn:
+    """An LMDB transaction whose values are sealed on put and verified on get."""
+
+    __slots__ = ("raw", "_namer", "_meta")
+
+    def __init__(self, txn: Any, namer: Namer, meta: Any) -> None:
+        self.raw = txn
+        self._namer = namer
+        self._meta = meta
+
+    def _open(self, key: bytes, stored: bytes, db: Any) -> bytes:
+        body = stored[:-CHECKSUM_BYTES]
+        if _digest(key + body) == stored[-CHECKSUM_BYTES:] and len(stored) >= CHECKSUM_BYTES:
+            return body
+        if db is self._meta and key == FORMAT_KEY:
+            return stored
+        raise self._namer.corrupt(db, key)
+
+    def get(self, key: bytes, default: Any = None, db: Any = None) -> Any:
+        # The hot path, inlined: one slice, one digest, one compare.
+        stored = self.raw.get(key, db=db)
+        if stored is None:
+            return default
+        body = stored[:-CHECKSUM_BYTES]
+        if _digest(key + body) == stored[-CHECKSUM_BYTES:] and len(stored) >= CHECKSUM_BYTES:
+            return body
+        return self._open(key, stored, db)
+
+    def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True,
+            append: bool = False, db: Any = None) -> bool:
+        return self.raw.put(key, seal(key, value), dupdata=dupdata, overwrite=overwrite,
+                            append=append, db=db)
+
+    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool:
+        # An empty value deletes the key (every duplicate); a value names one duplicate.
+        return self.raw.delete(key, seal(key, value) if value else b"", db=db)
+
+    def replace(self, key: bytes, value: bytes, db: Any = None) -> Any:
+        old = self.raw.replace(key, seal(key, value), db=db)
+        return None if old is None else self._open(key, old, db)
+
+    def pop(self, key: bytes, db: Any = None) -> Any:
+        old = self.raw.pop(key, db=db)
+        return None if old is None else self._open(key, old, db)
+
+    def cursor(self, db: Any = None) -> "FramedCursor":
+        return FramedCursor(self.raw.cursor(db=db), self, db)
+
+    def __getattr__(self, name: str) -> Any:      # stat, id, drop, ...: unchanged
+        return getattr(self.raw, name)
+
+
+class FramedCursor:
+    """A cursor over a framed database: keys are checked with their values."""
+
+    __slots__ = ("raw", "_txn", "_db", "_seen")
+
+    def __init__(self, cursor: Any, txn: FramedTxn, db: Any) -> None:
+        self.raw = cursor
+        self._txn = txn
+        self._db = db
+        self._seen: tuple[bytes, bytes] | None = None
+
+    def _checked(self) -> tuple[bytes, bytes]:
+        key, stored = self.raw.key(), self.raw.value()
+        if self._seen is not None and self._seen[0] == key and self._seen[1] == stored:
+            return key, stored[:-CHECKSUM_BYTES]
+        value = self._txn._open(key, stored, self._db)
+        self._seen = (key, stored)
+        return key, value
+
+    def key(self) -> bytes:
+        # A key alone is checked too: a flipped key byte would name another record.
+        if not self.raw.key():
+            return self.raw.key()
+        return self._checked()[0]
+
+    def value(self) -> bytes:
+        if not self.raw.key():
+            return self.raw.value()
+        return self._checked()[1]
+
+    def item(self) -> tuple[bytes, bytes]:
+        if not self.raw.key():
+            return self.raw.item()
+        return self._checked()
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        return self.value() if self.raw.set_key(key) else default
+
+    def set_key_dup(self, key: bytes, value: bytes) -> bool:
+        return self.raw.set_key_dup(key, seal(key, value))
+
+    def set_range_dup(self, key: bytes, value: bytes) -> bool:
+        return self.raw.set_range_dup(key, seal(key, value))
+
+    def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True,
+            append: bool = False) -> bool:
+        return self.raw.put(key, seal(key, value), dupdata=dupdata, overwrite=overwrite,
+                            append=append)
+
+    def _each(self, iterator: Iterator[tuple[bytes, bytes]], keys: bool,
+              values: bool) -> Iterator[Any]:
+        for key, stored in iterator:
+            value = self._txn._open(key, stored, self._db)
+            yield (key, value) if keys and values else key if keys else value
+
+    def iternext(self, keys: bool = True, values: bool = True) -> Iterator[Any]:
+        return self._each(self.raw.iternext(keys=True, values=True), keys, values)
+
+    def iternext_dup(self, keys: bool = False, values: bool = True) -> Iterator[Any]:
+        return self._each(self.raw.iternext_dup(keys=True, values=True), keys, values)
+
+    def iternext_nodup(self, keys: bool = True, values: bool = False) -> Iterator[Any]:
+        return self._each(self.raw.iternext_nodup(keys=True, values=True), keys, values)
+
+    def iterprev(self, keys: bool = True, values: bool = True) -> Iterator[Any]:
+        return self._each(self.raw.iterprev(keys=True, values=True), keys, values)
+
+    def iterprev_dup(self, keys: bool = False, values: bool = True) -> Iterator[Any]:
+        return self._each(self.raw.iterprev_dup(keys=True, values=True), keys, values)
+
+    def iterprev_nodup(self, keys: bool = True, values: bool = False) -> Iterator[Any]:
+        return self._each(self.raw.iterprev_nodup(keys=True, values=True), keys, values)
+
+    __iter__ = iternext
+
+    def __enter__(self) -> "FramedCursor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.raw.close()
+
+    def __getattr__(self, name: str) -> Any:   # set_range, next, prev, first, last, count...
+        return getattr(self.raw, name)

@@ -1,0 +1,169 @@
+"""Connections of the PostgreSQL back end: the spec, the pool, errors.
+
+A spec is a libpq URL with one addition, ``schema`` (a query parameter that
+libpq does not know, so it is taken out before connecting): the store's
+tables live in that schema, ``ctxrelay`` by default.
+
+One :class:`Database` per store per process holds a ``psycopg_pool``
+pool; every operation takes a connection for one transaction and gives it
+back.  A server that cannot be reached, or goes away mid-transaction,
+raises :class:`DatabaseUnavailableError` (a :class:`StoreError`), and the
+transaction is rolled back by the server: nothing half-written.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ctxrelay.errors import InvalidArgumentError, StoreError
+
+__all__ = ["Database", "DatabaseUnavailableError", "UnsupportedPartError", "parse_url",
+           "DEFAULT_SCHEMA"]
+
+T = TypeVar("T")
+
+DEFAULT_SCHEMA = "ctxrelay"
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+POOL_MAX = 8             # connections per store per process (a relay's worker threads)
+CONNECT_TIMEOUT = 10     # seconds to wait for a pooled connection
+
+
+class DatabaseUnavailableError(StoreError):
+    """The PostgreSQL server cannot be reached (or went away); nothing was written
+    by the failed call.  Retry later: the pool reconnects by itself."""
+
+
+class UnsupportedPartError(StoreError):
+    """A store part that this back end does not hold yet."""
+
+
+def parse_url(text: str) -> tuple[str, str]:
+    """``(conninfo, schema)`` of a ``postgresql://`` spec (``schema`` taken out).
+
+    @raises InvalidArgumentError for a schema name PostgreSQL would need quoted.
+    """
+    parts = urlsplit(text)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
+    if not _SCHEMA.fullmatch(schema):
+        raise InvalidArgumentError(
+            f"schema {schema!r} in {text!r} is not a plain lowercase identifier; use "
+            "letters, digits and '_' (at most 63, not starting with a digit)")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:
+        raise StoreError(
+            f"the postgresql:// back end needs psycopg 3 and psycopg_pool ({exc}); "
+            "install them with: pip install 'ctxrelay[postgres]'") from None
+    return psycopg, psycopg_pool
+
+
+class Database:
+    """A pool of connections to one store's schema (see the module doc)."""
+
+    def __init__(self, url: str, *, pool_max: int = POOL_MAX) -> None:
+        psycopg, psycopg_pool = _driver()
+        self._psycopg = psycopg
+        self.url = url
+        self.conninfo, self.schema = parse_url(url)
+        self._closed = False
+        self._lock = threading.Lock()
+        self.pool = psycopg_pool.ConnectionPool(
+            self.conninfo, min_size=1, max_size=pool_max, open=False,
+            timeout=CONNECT_TIMEOUT, name=f"ctxrelay:{self.schema}",
+            # search_path: the store's tables first, public (for extensions) after.
+            # application_name: which store a server connection serves
+            # (pg_stat_activity), for operators.
+            kwargs={"options": f"-c search_path={self.schema},public",
+                    "connect_timeout": CONNECT_TIMEOUT,
+                    "application_name": f"ctxrelay:{self.schema}"})
+        # No check on checkout (it would cost a round trip per call): a connection
+        # the server dropped fails its call with DatabaseUnavailableError, and the
+        # pool discards it when it comes back broken, so the next call reconnects.
+        try:
+            self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+        except psycopg_pool.PoolTimeout:
+            self.pool.close()
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL at {_shown(self.conninfo)} within "
+                f"{CONNECT_TIMEOUT} s; start the server (make services starts a local one) "
+                "or fix the URL") from None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.pool.close()
+
+    @contextmanager
+    def connection(self, *, autocommit: bool = False) -> Iterator[Any]:
+        """A pooled connection in a transaction that commits when the block ends
+        (with ``autocommit``: each statement on its own, no BEGIN/COMMIT)."""
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed; open it again (open_stores(spec))")
+        psycopg = self._psycopg
+        try:
+            with self.pool.connection() as conn:
+                if conn.autocommit != autocommit:
+                    conn.autocommit = autocommit
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailableError(
+                f"PostgreSQL at {_shown(self.conninfo)} is unavailable ({_first_line(exc)}); "
+                "the call wrote nothing, retry when the server is back") from None
+        except Exception as exc:
+            if type(exc).__module__.startswith("psycopg_pool"):
+                raise DatabaseUnavailableError(
+                    f"no connection to PostgreSQL at {_shown(self.conninfo)} "
+                    f"({_first_line(exc)}); retry when the server is back") from None
+            raise
+
+    def run(self, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` in one transaction (committed when it returns)."""
+        with self.connection() as conn, conn.cursor() as cur:
+            return fn(cur)
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` without a transaction: for reads of one statement (or of
+        rows that never change), two round trips fewer than :meth:`run`."""
+        with self.connection(autocommit=True) as conn, conn.cursor() as cur:
+            return fn(cur)
+
+
+def bump_generation(cur: Any) -> None:
+    """Move the store's write generation: the last statement of every write, so
+    the row lock is held only until commit."""
+    cur.execute("UPDATE store_generation SET generation = generation + 1")
+
+
+def read_generation(cur: Any) -> int:
+    """The store's write generation (moved by every write to any of its parts)."""
+    return cur.execute("SELECT generation FROM store_generation").fetchone()[0]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _shown(conninfo: str) -> str:
+    """The URL without a password, for messages."""
+    parts = urlsplit(conninfo)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -1,0 +1,173 @@
+"""Versioned schema migrations of the PostgreSQL back end, applied at open.
+
+Each migration is ``(version, name, sql)``; ``schema_migrations`` records
+the versions applied.  :func:`migrate` runs the missing ones in order, each
+in its own transaction, under an advisory lock keyed by the schema, so two
+processes opening one new store at once apply each migration once.  A store
+whose schema is newer than this code (a version it does not know) is refused
+rather than written with old assumptions.
+
+Never edit a released migration: add the next version.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ctxrelay.errors import StoreError
+
+__all__ = ["MIGRATIONS", "migrate", "applied_versions"]
+
+_TRANSCRIPT = """
+CREATE TABLE sessions (
+    num         bigserial PRIMARY KEY,
+    session_id  text NOT NULL UNIQUE,
+    created     text NOT NULL,
+    metadata    text NOT NULL,            -- JSON as given (key order kept)
+    archived    boolean NOT NULL DEFAULT false,
+    counters    text NOT NULL,            -- JSON of the running totals (derived)
+    ix_docs     bigint NOT NULL DEFAULT 0,  -- text index totals (derived)
+    ix_length   bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE turns (
+    session_num  bigint NOT NULL REFERENCES sessions (num),
+    turn_id      integer NOT NULL CHECK (turn_id >= 1),
+    -- Free text as UTF-8 bytes: a turn may hold U+0000, which a text column cannot.
+    role         text NOT NULL,
+    content      bytea NOT NULL,
+    name         bytea,
+    tool_call_id bytea,
+    metadata     text NOT NULL,           -- JSON (U+0000 escaped by the encoder)
+    ts           text NOT NULL,
+    key          bytea,
+    key_digest   bytea,                   -- what the key stands for (see append)
+    tokens       integer NOT NULL,
+    tokens_exact boolean NOT NULL,
+    ix_length    integer NOT NULL,        -- index terms of the content (derived)
+    PRIMARY KEY (session_num, turn_id)
+);
+-- Idempotency keys: at most one turn per (session, key), enforced by the database.
+CREATE UNIQUE INDEX turns_session_key ON turns (session_num, key) WHERE key IS NOT NULL;
+-- The BM25 index: one posting per (session, term, turn), and each term's document
+-- frequency, so a query reads only its own terms (newest postings first).
+CREATE TABLE postings (
+    session_num bigint NOT NULL,
+    term        text NOT NULL,
+    turn_id     integer NOT NULL,
+    tf          integer NOT NULL,
+    doclen      integer NOT NULL,
+    PRIMARY KEY (session_num, term, turn_id)
+);
+CREATE TABLE term_df (
+    session_num bigint NOT NULL,
+    term        text NOT NULL,
+    df          integer NOT NULL,
+    PRIMARY KEY (session_num, term)
+);
+-- Moves with every committed write (write_generation); one row.
+CREATE TABLE store_generation (
+    one        boolean PRIMARY KEY DEFAULT true CHECK (one),
+    generation bigint NOT NULL
+);
+INSERT INTO store_generation VALUES (true, 0);
+"""
+
+_TURNLOG = """
+-- The turn log (derived from the transcript; storage/postgres/turnlog.py).
+CREATE TABLE turnlog_progress (
+    session_id text PRIMARY KEY,
+    state      text NOT NULL   -- JSON: derived_upto, model_id, next_thread, active_thread
+);
+CREATE TABLE turnlog_turns (
+    session_id text NOT NULL,
+    turn_id    integer NOT NULL,
+    record     text NOT NULL,  -- JSON: thread_id, entities, references, tool_calls, model_id
+    vector     bytea NOT NULL,            -- float32, the embedder's dimension
+    PRIMARY KEY (session_id, turn_id)
+);
+CREATE TABLE turnlog_threads (
+    session_id text NOT NULL,
+    num        integer NOT NULL,          -- thread "T<num>"
+    info       text NOT NULL,             -- JSON: label, members, state override
+    centroid   bytea NOT NULL,
+    PRIMARY KEY (session_id, num)
+);
+"""
+
+_WARM = """
+-- Warm artifacts (storage/postgres/warm.py): every version of every range, written
+-- once; the latest version is max(version), so there is no latest record to go stale.
+CREATE TABLE warm_artifacts (
+    session_id text NOT NULL,
+    start_turn bigint NOT NULL,
+    end_turn   bigint NOT NULL,
+    version    integer NOT NULL,
+    record     text NOT NULL,             -- JSON of the artifact (as the embedded store's)
+    key        bytea,
+    key_digest bytea,
+    PRIMARY KEY (session_id, start_turn, end_turn, version)
+);
+CREATE UNIQUE INDEX warm_artifacts_key ON warm_artifacts (session_id, key) WHERE key IS NOT NULL;
+"""
+
+_SCRATCH = """
+-- The scratch buffer (storage/postgres/scratch.py): one row per tool output, its blob
+-- in the row, so the entry and its bytes commit together (no orphan files).
+CREATE TABLE scratch_entries (
+    session_id text NOT NULL,
+    scratch_id text NOT NULL,
+    seq        bigserial,
+    record     text NOT NULL,             -- JSON of the entry (as the embedded store's)
+    blob       bytea NOT NULL,
+    size       bigint NOT NULL,
+    pinned     boolean NOT NULL,
+    access_us  bigint NOT NULL,           -- last use, for LRU eviction
+    expires_us bigint,                    -- end of retention (NULL: kept until evicted by LRU)
+    PRIMARY KEY (session_id, scratch_id)
+);
+CREATE INDEX scratch_entries_order ON scratch_entries (session_id, seq);
+CREATE INDEX scratch_entries_lru ON scratch_entries (access_us) WHERE NOT pinned;
+CREATE INDEX scratch_entries_expiry ON scratch_entries (expires_us)
+    WHERE NOT pinned AND expires_us IS NOT NULL;
+"""
+
+#: (version, name, SQL); applied in order, never edited once released.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "transcript, keys and text index", _TRANSCRIPT),
+    (2, "turn log: derived turns, vectors, topic threads", _TURNLOG),
+    (3, "warm artifacts", _WARM),
+    (4, "scratch buffer: entries with their blobs", _SCRATCH),
+]
+
+
+def applied_versions(cur: Any) -> list[int]:
+    cur.execute("SELECT version FROM schema_migrations ORDER BY version")
+    return [row[0] for row in cur.fetchall()]
+
+
+def migrate(db: Any) -> list[int]:
+    """Bring ``db``'s schema up to date; returns the versions applied now."""
+    schema = db.schema
+    known = {version for version, _, _ in MIGRATIONS}
+    done_now: list[int] = []
+    with db.connection() as conn, conn.cursor() as cur:
+        # One migrator at a time per schema (a transaction-scoped advisory lock).
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"ctxrelay:{schema}",))
+        cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        cur.execute(f'CREATE TABLE IF NOT EXISTS "{schema}".schema_migrations ('
+                    "version integer PRIMARY KEY, name text NOT NULL, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())")
+        have = applied_versions(cur)
+        newer = sorted(set(have) - known)
+        if newer:
+            raise StoreError(
+                f"the store in schema {schema!r} has migrations {newer} that this "
+                "ctxrelay does not know (a newer version wrote it); upgrade ctxrelay")
+        for version, name, sql in MIGRATIONS:
+            if version in have:
+                continue
+            with conn.transaction():
+                cur.execute(sql)
+                cur.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                            (version, name))
+            done_now.append(version)
+    return done_now

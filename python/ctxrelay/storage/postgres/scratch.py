@@ -1,0 +1,493 @@
+"""The scratch buffer in PostgreSQL (table ``scratch_entries``, migration 4).
+
+One row per tool output holds its entry (the embedded store's JSON record)
+and its blob (``bytea``), so a put is one transaction: the output is durable
+exactly when its entry is visible, and there are no orphan files for
+:meth:`PgScratch.check` to sweep (it re-hashes blobs with ``verify=True``).
+Usage totals are sums over the rows and the order, LRU and expiry indexes are
+PostgreSQL indexes, so nothing derived can drift (:meth:`PgScratch.verify`
+has nothing to repair).  Puts and evictions take one transaction-scoped
+advisory lock, so the byte budget holds across processes.  Validation,
+summaries, ids, freshness and promotion are the embedded store's
+(:mod:`ctxrelay.storage.lmdb.scratch`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.storage.lmdb.scratch.checks import (FRESHNESS_TTL, NEVER_PROMOTED,
+                                                  RETAIN_POLICIES, canonical_args,
+                                                  check_duration, check_freshness,
+                                                  check_policy, check_scratch_id,
+                                                  check_tool_name, micros, new_scratch_id,
+                                                  provenance, raw_bytes, seconds)
+from ctxrelay.storage.lmdb.scratch.errors import (NotPromotableError, ScratchBlobError,
+                                                  ScratchFullError)
+from ctxrelay.storage.lmdb.scratch.freshness import gate, render
+from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
+                                                   Promotion, Rendered, ScratchEntry,
+                                                   ScratchStats, entry_of, plain_entry,
+                                                   unknown)
+from ctxrelay.storage.lmdb.scratch.store import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+                                                 DEFAULT_FRESHNESS, DEFAULT_TTL,
+                                                 RAW_TOKEN_LIMIT)
+from ctxrelay.storage.validation import check_session_id
+from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
+from ctxrelay.text.tokens import count
+
+__all__ = ["PgScratch"]
+
+_UNSET: Any = object()
+_LOCK = "ctxrelay-scratch-budget"
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _expires(record: dict[str, Any]) -> int | None:
+    return None if record["ttl"] is None else micros(record["created"] + record["ttl"])
+
+
+class PgScratch:
+    """A :class:`~ctxrelay.storage.interfaces.scratch.ScratchBuffer` in PostgreSQL
+    (the options of :class:`ctxrelay.storage.lmdb.scratch.ScratchStore`)."""
+
+    def __init__(self, db: Any, *, disk_budget_bytes: int = DEFAULT_DISK_BUDGET,
+                 default_ttl: float | None = DEFAULT_TTL,
+                 summary_max_tokens: int = DEFAULT_MAX_TOKENS, model: str = "cl100k_base",
+                 tool_freshness: Mapping[str, str] | None = None,
+                 stale_policy: str | None = None, retain: str = "evaporate",
+                 auto_pin_after: int | None = AUTO_PIN_REFERENCES) -> None:
+        if isinstance(disk_budget_bytes, bool) or not isinstance(disk_budget_bytes, int) \
+                or disk_budget_bytes < 1:
+            raise InvalidArgumentError(
+                f"disk_budget_bytes must be an int >= 1, not {disk_budget_bytes!r}")
+        if isinstance(summary_max_tokens, bool) or not isinstance(summary_max_tokens, int) \
+                or summary_max_tokens < MIN_MAX_TOKENS:
+            raise InvalidArgumentError(
+                f"summary_max_tokens must be an int >= {MIN_MAX_TOKENS}, not "
+                f"{summary_max_tokens!r}")
+        if retain not in RETAIN_POLICIES:
+            raise InvalidArgumentError(
+                f"retain {retain!r} is not one of {', '.join(RETAIN_POLICIES)}")
+        self._db = db
+        self._closed = False
+        self._budget = disk_budget_bytes
+        self._default_ttl = check_duration(default_ttl, "default_ttl")
+        self._summary_max_tokens = summary_max_tokens
+        self._model = model
+        self._tool_freshness = {check_tool_name(name): check_freshness(klass)
+                                for name, klass in (tool_freshness or {}).items()}
+        self._stale_policy = check_policy(stale_policy, "stale_policy")
+        self._retain = retain
+        self._auto_pin_after = auto_pin_after
+
+    # -- identity -----------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._db.closed
+
+    def close(self) -> None:
+        self._closed = True
+
+    @property
+    def disk_budget_bytes(self) -> int:
+        return self._budget
+
+    def location(self) -> str:
+        """Where the blobs live: the store's PostgreSQL schema."""
+        return f"{self._db.url} (table scratch_entries)"
+
+    def _live(self) -> None:
+        if self.closed:
+            raise StoreError(f"the scratch buffer of {self._db.url} is closed; open the "
+                             "store again")
+
+    def _run(self, fn: Any) -> Any:
+        self._live()
+        return self._db.run(fn)
+
+    def _read(self, fn: Any) -> Any:
+        self._live()
+        return self._db.read(fn)
+
+    # -- rows ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _load(cur: Any, session_id: str, scratch_id: str, *, lock: bool = False
+              ) -> dict[str, Any] | None:
+        row = cur.execute("SELECT record FROM scratch_entries WHERE session_id = %s "
+                          "AND scratch_id = %s" + (" FOR UPDATE" if lock else ""),
+                          (session_id, scratch_id)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def _require(self, cur: Any, session_id: str, scratch_id: str, *, lock: bool = False
+                 ) -> dict[str, Any]:
+        record = self._load(cur, session_id, scratch_id, lock=lock)
+        if record is None:
+            raise unknown(session_id, scratch_id)
+        return record
+
+    @staticmethod
+    def _save(cur: Any, record: dict[str, Any]) -> None:
+        cur.execute("UPDATE scratch_entries SET record = %s, pinned = %s, access_us = %s "
+                    "WHERE session_id = %s AND scratch_id = %s",
+                    (_dumps(record), record["pinned"], record["access_us"],
+                     record["session_id"], record["scratch_id"]))
+
+    @staticmethod
+    def _usage(cur: Any) -> tuple[int, int]:
+        """(blob bytes, pinned blob bytes) of the whole store."""
+        row = cur.execute("SELECT coalesce(sum(size), 0), "
+                          "coalesce(sum(size) FILTER (WHERE pinned), 0) "
+                          "FROM scratch_entries").fetchone()
+        return int(row[0]), int(row[1])
+
+    def _check_room(self, pinned_bytes: int, size: int) -> None:
+        if size + pinned_bytes <= self._budget:
+            return
+        if size > self._budget:
+            raise ScratchFullError(
+                f"the tool output has {size} bytes, more than the whole scratch disk "
+                f"budget of {self._budget} bytes; nothing was stored; raise "
+                "disk_budget_bytes, pin it (pinned=True) to keep it over budget, or "
+                "have the tool return less")
+        raise ScratchFullError(
+            f"the tool output has {size} bytes but only {self._budget - pinned_bytes} "
+            f"of the {self._budget}-byte scratch budget are not pinned "
+            "(CRP-Context-Scratch-Full); nothing was stored; unpin entries or raise "
+            "disk_budget_bytes")
+
+    # -- put -------------------------------------------------------------------------------
+
+    def put(self, session_id: str, tool_name: str, args: Mapping[str, Any],
+            raw: str | bytes, *, freshness: str | None = None,
+            freshness_ttl: float | None = _UNSET, ttl: float | None = _UNSET,
+            pinned: bool = False, now: float | datetime | None = None) -> ScratchEntry:
+        session_id = check_session_id(session_id)
+        tool_name = check_tool_name(tool_name)
+        plain_args, args_bytes = canonical_args(args)
+        data, raw_type = raw_bytes(raw)
+        klass = (check_freshness(freshness) if freshness is not None
+                 else self._tool_freshness.get(tool_name, DEFAULT_FRESHNESS))
+        fresh_for = (FRESHNESS_TTL[klass] if freshness_ttl is _UNSET
+                     else check_duration(freshness_ttl, "freshness_ttl"))
+        keep_for = self._default_ttl if ttl is _UNSET else check_duration(ttl, "ttl")
+        if not isinstance(pinned, bool):
+            raise InvalidArgumentError(f"pinned must be True or False, not {pinned!r}")
+        pin_reason = "user" if pinned else ("audit" if self._retain == "audit" else None)
+        moment = seconds(now)
+        if pin_reason is None and self._retain != "all":
+            self._check_room(self._read(self._usage)[1], len(data))
+        scratch_id = new_scratch_id()
+        summary = summarize(raw, tool_name=tool_name, scratch_id=scratch_id,
+                            max_tokens=self._summary_max_tokens, model=self._model)
+        raw_tokens, raw_exact = self._raw_tokens(raw, data, summary.kind)
+        record = {
+            "scratch_id": scratch_id, "session_id": session_id, "tool_name": tool_name,
+            "args": plain_args, "size": len(data),
+            "sha256": provenance(tool_name, args_bytes, data),
+            "content_sha256": hashlib.sha256(data).hexdigest(), "raw_type": raw_type,
+            "created": moment, "freshness": klass, "freshness_ttl": fresh_for,
+            "ttl": keep_for, "pinned": pin_reason is not None, "pin_reason": pin_reason,
+            "summary": summary.text, "summary_tokens": summary.tokens,
+            "summary_exact": summary.exact, "kind": summary.kind,
+            "structured": summary.structured, "raw_tokens": raw_tokens,
+            "raw_tokens_exact": raw_exact, "last_access": moment,
+            "access_us": micros(moment), "referenced_by": [], "seq": 0}
+        return entry_of(self._run(lambda cur: self._insert(cur, record, data)))
+
+    def _raw_tokens(self, raw: str | bytes, data: bytes, kind: str) -> tuple[int | None, bool]:
+        if kind == "binary":
+            return None, False
+        if len(data) > RAW_TOKEN_LIMIT:
+            return -(-len(data) // 4), False
+        text = raw if isinstance(raw, str) else data.decode("utf-8")
+        counted = count(text, self._model)
+        return counted.n, counted.exact
+
+    def _insert(self, cur: Any, record: dict[str, Any], data: bytes) -> dict[str, Any]:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    (f"{_LOCK}:{self._db.schema}",))
+        if not record["pinned"] and self._retain != "all":
+            self._check_room(self._usage(cur)[1], record["size"])
+        seq = cur.execute("INSERT INTO scratch_entries (session_id, scratch_id, record, blob, "
+                          "size, pinned, access_us, expires_us) "
+                          "VALUES (%s, %s, '{}', %s, %s, %s, %s, %s) RETURNING seq",
+                          (record["session_id"], record["scratch_id"], data, record["size"],
+                           record["pinned"], record["access_us"], _expires(record))
+                          ).fetchone()[0]
+        record = {**record, "seq": seq}
+        self._save(cur, record)
+        if self._retain != "all":
+            self._evict(cur, record["created"], protect=(record["session_id"],
+                                                          record["scratch_id"]))
+        return record
+
+    # -- eviction ------------------------------------------------------------------------
+
+    def evict(self, now: float | datetime | None = None) -> EvictionReport:
+        moment = seconds(now)
+
+        def run(cur: Any) -> tuple[list[Evicted], tuple[int, int]]:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    (f"{_LOCK}:{self._db.schema}",))
+            victims = [] if self._retain == "all" else self._evict(cur, moment)
+            return victims, self._usage(cur)
+        victims, (size, pinned_size) = self._run(run)
+        return EvictionReport(evicted=tuple(victims),
+                              freed_bytes=sum(v.size for v in victims), bytes=size,
+                              pinned_bytes=pinned_size, over_budget=size > self._budget)
+
+    def _evict(self, cur: Any, now: float, *, protect: tuple[str, str] | None = None
+               ) -> list[Evicted]:
+        """Expired unpinned entries, then the least recently used unpinned ones until
+        the blob bytes fit the budget (``protect``: an entry never dropped)."""
+        keep = protect or ("", "")
+        cur.execute("DELETE FROM scratch_entries WHERE NOT pinned AND expires_us < %s "
+                    "AND (session_id, scratch_id) <> (%s, %s) "
+                    "RETURNING session_id, scratch_id, size", (micros(now), *keep))
+        victims = [Evicted(session_id=s, scratch_id=i, reason="ttl", size=n)
+                   for s, i, n in cur.fetchall()]
+        excess = self._usage(cur)[0] - self._budget
+        if excess <= 0:
+            return victims
+        # The least recently used first, as many as it takes to free ``excess``.
+        cur.execute("DELETE FROM scratch_entries WHERE (session_id, scratch_id) IN ("
+                    "  SELECT session_id, scratch_id FROM ("
+                    "    SELECT session_id, scratch_id, sum(size) OVER (ORDER BY access_us, "
+                    "      session_id, scratch_id) - size AS before FROM scratch_entries "
+                    "    WHERE NOT pinned AND (session_id, scratch_id) <> (%s, %s)) c "
+                    "  WHERE before < %s) RETURNING session_id, scratch_id, size, access_us",
+                    (*keep, excess))
+        lru = sorted(cur.fetchall(), key=lambda r: (r[3], r[0], r[1]))
+        return victims + [Evicted(session_id=s, scratch_id=i, reason="lru", size=n)
+                          for s, i, n, _ in lru]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, session_id: str, scratch_id: str, *,
+            now: float | datetime | None = None, touch: bool = True) -> ScratchEntry:
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        if not touch:
+            return entry_of(self._read(lambda cur: self._require(cur, session_id, scratch_id)))
+        moment = seconds(now)
+
+        def run(cur: Any) -> ScratchEntry:
+            record = self._require(cur, session_id, scratch_id, lock=True)
+            return entry_of(self._touch(cur, record, moment))
+        return self._run(run)
+
+    def _touch(self, cur: Any, record: dict[str, Any], moment: float) -> dict[str, Any]:
+        access = micros(moment)
+        if access <= record["access_us"]:
+            return record
+        record = {**record, "access_us": access, "last_access": moment}
+        self._save(cur, record)
+        return record
+
+    def entry_dict(self, session_id: str, scratch_id: str) -> dict[str, Any]:
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        record = self._read(lambda cur: self._require(cur, session_id, scratch_id))
+        return plain_entry(record, record["args"], record["structured"])
+
+    def raw(self, session_id: str, scratch_id: str, *,
+            now: float | datetime | None = None) -> str | bytes:
+        entry = self.get(session_id, scratch_id, now=now)
+        row = self._read(lambda cur: cur.execute(
+            "SELECT blob FROM scratch_entries WHERE session_id = %s AND scratch_id = %s",
+            (entry.session_id, entry.scratch_id)).fetchone())
+        if row is None:
+            raise unknown(session_id, scratch_id)          # deleted meanwhile
+        data = bytes(row[0])
+        if hashlib.sha256(data).hexdigest() != entry.content_sha256:
+            raise ScratchBlobError(
+                f"the blob of scratch entry {scratch_id} does not match its sha256: it "
+                "was changed in the database; delete the entry and re-run the tool")
+        return data.decode("utf-8") if entry.raw_type == "str" else data
+
+    def _ordered(self, session_id: str, *, newest: int | None = None,
+                 where: str = "", params: tuple = ()) -> list[dict[str, Any]]:
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT record FROM scratch_entries WHERE session_id = %s" + where
+            + " ORDER BY seq DESC LIMIT %s", (session_id, *params, newest)).fetchall())
+        return [json.loads(r[0]) for r in reversed(rows)]
+
+    def list(self, session_id: str) -> list[ScratchEntry]:
+        session_id = check_session_id(session_id)
+        return [entry_of(r) for r in self._ordered(session_id)]
+
+    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        session_id = check_session_id(session_id)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+        return [entry_of(r) for r in self._ordered(session_id, newest=n)] if n else []
+
+    def most_recent(self, session_id: str, tool_type: str | None = None, *,
+                    kind: str | None = None) -> ScratchEntry | None:
+        session_id = check_session_id(session_id)
+        if tool_type is not None and not isinstance(tool_type, str):
+            raise InvalidArgumentError(
+                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
+        if kind is not None and not isinstance(kind, str):
+            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
+                                       f"not {kind!r}")
+        found = self._ordered(
+            session_id, newest=1,
+            where=" AND (%s::text IS NULL OR record::json->>'tool_name' = %s)"
+                  " AND (%s::text IS NULL OR record::json->>'kind' = %s)",
+            params=(tool_type, tool_type, kind, kind))
+        return entry_of(found[0]) if found else None
+
+    # -- pinning, references, deletion ------------------------------------------------------
+
+    def pin(self, session_id: str, scratch_id: str) -> ScratchEntry:
+        return self._set_pin(session_id, scratch_id, "user")
+
+    def unpin(self, session_id: str, scratch_id: str) -> ScratchEntry:
+        return self._set_pin(session_id, scratch_id, None)
+
+    def _set_pin(self, session_id: str, scratch_id: str, reason: str | None) -> ScratchEntry:
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        return entry_of(self._run(lambda cur: self._pin(
+            cur, self._require(cur, session_id, scratch_id, lock=True), reason)))
+
+    def _pin(self, cur: Any, record: dict[str, Any], reason: str | None) -> dict[str, Any]:
+        if record["pinned"] == (reason is not None):
+            return record
+        record = {**record, "pinned": reason is not None, "pin_reason": reason}
+        self._save(cur, record)
+        return record
+
+    def reference(self, session_id: str, scratch_id: str, turn_id: int, *,
+                  now: float | datetime | None = None) -> ScratchEntry:
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        if isinstance(turn_id, bool) or not isinstance(turn_id, int) or turn_id < 1:
+            raise InvalidArgumentError(
+                f"turn_id must be an int >= 1 (a transcript turn id), not {turn_id!r}")
+        moment = seconds(now)
+
+        def run(cur: Any) -> dict[str, Any]:
+            record = self._touch(cur, self._require(cur, session_id, scratch_id, lock=True),
+                                 moment)
+            if turn_id not in record["referenced_by"]:
+                record = {**record,
+                          "referenced_by": sorted([*record["referenced_by"], turn_id])}
+                self._save(cur, record)
+            if (not record["pinned"] and self._auto_pin_after is not None
+                    and len(record["referenced_by"]) >= self._auto_pin_after):
+                record = self._pin(cur, record, "auto")
+            return record
+        return entry_of(self._run(run))
+
+    def delete(self, session_id: str, scratch_id: str) -> None:
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+
+        def run(cur: Any) -> None:
+            cur.execute("DELETE FROM scratch_entries WHERE session_id = %s AND scratch_id = %s",
+                        (session_id, scratch_id))
+            if cur.rowcount == 0:
+                raise unknown(session_id, scratch_id)
+        self._run(run)
+
+    # -- freshness and promotion --------------------------------------------------------------
+
+    def gate(self, entry: ScratchEntry, now: float | datetime | None = None, *,
+             policy: str | None = None, can_reinvoke: bool = True) -> str:
+        return gate(entry, now, policy=policy or self._stale_policy, can_reinvoke=can_reinvoke)
+
+    def render(self, entry: ScratchEntry, now: float | datetime | None = None, *,
+               policy: str | None = None, can_reinvoke: bool = True) -> Rendered:
+        return render(entry, now, policy=policy or self._stale_policy,
+                      can_reinvoke=can_reinvoke)
+
+    def promote(self, session_id: str, scratch_id: str) -> Promotion:
+        entry = self.get(session_id, scratch_id, touch=False)
+        if not entry.pinned:
+            raise NotPromotableError(
+                f"scratch entry {scratch_id} is not pinned; only results the user "
+                "chose to keep are promoted: pin() it first")
+        if entry.freshness in NEVER_PROMOTED:
+            raise NotPromotableError(
+                f"scratch entry {scratch_id} is a {entry.freshness} reading; volatile "
+                "readings are never promoted to the CKF (CRP-SPEC-029 §5.4); store a "
+                "durable result with freshness='STABLE' or 'STATIC'")
+        return Promotion(scratch_id=entry.scratch_id, session_id=entry.session_id,
+                         tool_name=entry.tool_name, args=entry.args,
+                         provenance_hash=entry.sha256, created=entry.created,
+                         kind=entry.kind, summary=entry.summary,
+                         structured=entry.structured, referenced_by=entry.referenced_by)
+
+    # -- stats and consistency -------------------------------------------------------------------
+
+    def stats(self, session_id: str | None = None) -> ScratchStats:
+        if session_id is not None:
+            session_id = check_session_id(session_id)
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT session_id, record FROM scratch_entries "
+            "WHERE %s::text IS NULL OR session_id = %s", (session_id, session_id)).fetchall())
+        entries = pinned = size = pinned_size = raw_tokens = summary_tokens = 0
+        sessions: set[str] = set()
+        by_kind: dict[str, int] = {}
+        for sid, raw_record in rows:
+            record = json.loads(raw_record)
+            entries += 1
+            size += record["size"]
+            sessions.add(sid)
+            by_kind[record["kind"]] = by_kind.get(record["kind"], 0) + 1
+            if record["pinned"]:
+                pinned += 1
+                pinned_size += record["size"]
+            if record["raw_tokens"] is not None:
+                raw_tokens += record["raw_tokens"]
+                summary_tokens += record["summary_tokens"]
+        return ScratchStats(entries=entries, pinned=pinned, bytes=size,
+                            pinned_bytes=pinned_size, disk_budget_bytes=self._budget,
+                            over_budget=size > self._budget, sessions=len(sessions),
+                            by_kind=dict(sorted(by_kind.items())),
+                            raw_tokens=raw_tokens, summary_tokens=summary_tokens)
+
+    def check(self, *, grace_seconds: float = 60.0, verify: bool = False) -> CheckReport:
+        """Blobs live in their entries' rows: no orphans, no unfinished writes, no
+        lost blobs.  With ``verify`` every blob is re-hashed; changed ones are
+        reported (kept)."""
+        check_duration(grace_seconds, "grace_seconds")
+        corrupt: list[tuple[str, str]] = []
+        if verify:
+            rows = self._read(lambda cur: cur.execute(
+                "SELECT session_id, scratch_id, record::json->>'content_sha256', "
+                "encode(sha256(blob), 'hex') FROM scratch_entries").fetchall())
+            corrupt = [(s, i) for s, i, want, have in rows if want != have]
+        return CheckReport(orphan_blobs=(), temp_files=(), dangling=(),
+                           corrupt=tuple(corrupt), unknown_files=())
+
+    def verify(self, *, repair: bool = False) -> tuple[str, ...]:
+        """The columns the indexes use (pinned, last use, size) against the records."""
+        def run(cur: Any) -> tuple[str, ...]:
+            rows = cur.execute("SELECT session_id, scratch_id, record, pinned, access_us, "
+                               "size, expires_us FROM scratch_entries").fetchall()
+            wrong = [(s, i, json.loads(r)) for s, i, r, p, a, n, e in rows
+                     if (p, a, n, e) != (json.loads(r)["pinned"], json.loads(r)["access_us"],
+                                         json.loads(r)["size"], _expires(json.loads(r)))]
+            if repair:
+                for s, i, record in wrong:
+                    cur.execute("UPDATE scratch_entries SET pinned = %s, access_us = %s, "
+                                "size = %s, expires_us = %s WHERE session_id = %s "
+                                "AND scratch_id = %s",
+                                (record["pinned"], record["access_us"], record["size"],
+                                 _expires(record), s, i))
+            return tuple(f"the index columns of scratch entry {i} disagree with its record"
+                         for _, i, _ in wrong)
+        return self._run(run)

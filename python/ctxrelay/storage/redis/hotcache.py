@@ -1,0 +1,195 @@
+"""The hot cache in Redis (see the package doc).
+
+Layout (``P`` = the spec's prefix):
+
+``P:hc:<digest>``   the entry: a pickle of (unit query vector bytes, value),
+                    with the TTL as Redis expiry (``PX``).
+``P:hc-etag:<etag>``, ``P:hc-scope:<scope>``
+                    sets of the digests put under an ETag / a scope, for
+                    ``invalidate``; an entry already expired is simply gone.
+
+Values are pickled because the contract stores them "as given" (tuples stay
+tuples).  A pickle runs code when loaded: the Redis of a deployment must be
+as private as its PostgreSQL (``make services`` binds it to loopback).
+
+Every Redis error is a miss (``get``) or a dropped write (``put``), counted in
+``stats().misses`` / ``errors``: the hot tier is never required.
+"""
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+
+from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.storage.cache import (DEFAULT_BUCKET_BITS, DEFAULT_MIN_SIMILARITY,
+                                    DEFAULT_SEED, DEFAULT_TTL_SECONDS, CacheKey, CacheStats,
+                                    HotCache)
+from ctxrelay.storage.spec import CacheSpec
+
+__all__ = ["RedisCache", "RedisHotCache", "parse_redis_url"]
+
+DEFAULT_PREFIX = "ctxrelay"
+SOCKET_TIMEOUT = 0.5          # seconds: a slow Redis is a miss, not a stalled turn
+
+
+def parse_redis_url(text: str) -> tuple[str, str]:
+    """``(url for redis-py, key prefix)``."""
+    parts = urlsplit(text)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    prefixes = [v for k, v in query if k == "prefix"]
+    prefix = prefixes[-1] if prefixes else DEFAULT_PREFIX
+    if not prefix or any(c in prefix for c in ": \t\n*?[]"):
+        raise InvalidArgumentError(
+            f"prefix {prefix!r} in {text!r} must be non-empty, without ':', blanks or "
+            "glob characters; pass e.g. ?prefix=tenant1")
+    rest = urlencode([(k, v) for k, v in query if k != "prefix"])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), prefix
+
+
+class RedisCache:
+    """The ``redis://`` cache back end (``register_cache`` opener)."""
+
+    def __init__(self, spec: CacheSpec) -> None:
+        try:
+            import redis
+        except ImportError as exc:
+            raise StoreError(f"the redis:// cache needs redis-py ({exc}); install it with: "
+                             "pip install 'ctxrelay[postgres]'") from None
+        self.spec = spec
+        url, self.prefix = parse_redis_url(spec.text)
+        self.client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT,
+                                           socket_connect_timeout=SOCKET_TIMEOUT)
+
+    def open_hot_cache(self) -> "RedisHotCache":
+        return RedisHotCache(self.client, self.prefix)
+
+    def open_rolling(self, *, capacity_entries: int, capacity_bytes: int) -> None:
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RedisHotCache:
+    """A :class:`~ctxrelay.storage.interfaces.cache.HotCacheBackend` in Redis."""
+
+    def __init__(self, client: Any, prefix: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
+                 bucket_bits: int = DEFAULT_BUCKET_BITS, seed: int = DEFAULT_SEED,
+                 min_similarity: float | None = DEFAULT_MIN_SIMILARITY) -> None:
+        import redis
+        self._errors_caught = (redis.RedisError, OSError)
+        self._client = client
+        self._p = prefix
+        # The key maker of the in-process cache: the same buckets in every process.
+        self._keys = HotCache(bucket_bits=bucket_bits, seed=seed)
+        self.ttl_ms = int(ttl_seconds * 1000)
+        self.min_similarity = min_similarity
+        self._lock = threading.Lock()
+        self._hits = self._misses = self._rejected = self._puts = 0
+        self._invalidated = self.errors = 0
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, "_" + name if name != "errors" else name,
+                        getattr(self, "_" + name if name != "errors" else name) + delta)
+
+    def key(self, embedding: np.ndarray, etag: str, scope: str) -> CacheKey:
+        return self._keys.key(embedding, etag, scope)
+
+    def _entry(self, key: CacheKey) -> str:
+        return f"{self._p}:hc:{key.digest()}"
+
+    def get(self, key: CacheKey, default: Any = None) -> Any:
+        if not isinstance(key, CacheKey):
+            raise InvalidArgumentError(
+                f"key must be a CacheKey (from key()), not {type(key).__name__}")
+        try:
+            raw = self._client.get(self._entry(key))
+        except self._errors_caught:
+            self._count(errors=1, misses=1)
+            return default
+        if raw is None:
+            self._count(misses=1)
+            return default
+        stored, value = pickle.loads(raw)
+        if self.min_similarity is not None and key.embedding is not None and stored:
+            vector = np.frombuffer(stored, dtype=np.float32)
+            if float(vector @ key.embedding) < self.min_similarity:
+                self._count(rejected=1, misses=1)
+                return default
+        self._count(hits=1)
+        return value
+
+    def put(self, key: CacheKey, value: Any) -> None:
+        if not isinstance(key, CacheKey):
+            raise InvalidArgumentError(
+                f"key must be a CacheKey (from key()), not {type(key).__name__}")
+        vector = b"" if key.embedding is None else key.embedding.astype(np.float32).tobytes()
+        payload = pickle.dumps((vector, value), protocol=pickle.HIGHEST_PROTOCOL)
+        digest = key.digest()
+        try:
+            with self._client.pipeline(transaction=True) as pipe:
+                pipe.set(f"{self._p}:hc:{digest}", payload, px=self.ttl_ms)
+                for index in (f"{self._p}:hc-etag:{key.etag}", f"{self._p}:hc-scope:{key.scope}"):
+                    pipe.sadd(index, digest)
+                    pipe.pexpire(index, self.ttl_ms * 2)
+                pipe.execute()
+        except self._errors_caught:
+            self._count(errors=1)
+            return
+        self._count(puts=1)
+
+    def invalidate(self, etag: str | None = None, *, scope: str | None = None) -> int:
+        """Drop the entries of ``etag`` (and/or of ``scope``: both, the entries of
+        both); neither drops everything.  Returns how many went."""
+        if etag is None and scope is None:
+            return self.invalidate_all()
+        by_etag, by_scope = f"{self._p}:hc-etag:{etag}", f"{self._p}:hc-scope:{scope}"
+        try:
+            if etag is not None and scope is not None:
+                digests = self._client.sinter(by_etag, by_scope)
+            else:
+                digests = self._client.smembers(by_etag if etag is not None else by_scope)
+            dropped = self._client.delete(*(f"{self._p}:hc:{d.decode()}" for d in digests)) \
+                if digests else 0
+            if digests:
+                for index in (by_etag, by_scope):
+                    self._client.srem(index, *digests)
+        except self._errors_caught:
+            self._count(errors=1)
+            return 0
+        self._count(invalidated=dropped)
+        return int(dropped)
+
+    def invalidate_all(self) -> int:
+        dropped = 0
+        try:
+            for pattern in (f"{self._p}:hc:*", f"{self._p}:hc-etag:*", f"{self._p}:hc-scope:*"):
+                batch = list(self._client.scan_iter(match=pattern, count=1000))
+                if batch:
+                    gone = self._client.delete(*batch)
+                    dropped += gone if pattern.endswith("hc:*") else 0
+        except self._errors_caught:
+            self._count(errors=1)
+            return dropped
+        self._count(invalidated=dropped)
+        return int(dropped)
+
+    def stats(self) -> CacheStats:
+        try:
+            entries = sum(1 for _ in self._client.scan_iter(match=f"{self._p}:hc:*", count=1000))
+        except self._errors_caught:
+            entries = 0
+        with self._lock:
+            # Redis bounds the entries (TTL, maxmemory), not a count: max_entries 0.
+            return CacheStats(entries=entries, max_entries=0, hits=self._hits,
+                              misses=self._misses, expired=0, rejected=self._rejected,
+                              evictions=0, invalidated=self._invalidated, puts=self._puts)
+
+    def close(self) -> None:
+        """The client belongs to the cache back end, which closes it."""

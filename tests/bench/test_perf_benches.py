@@ -1,0 +1,65 @@
+"""The performance benches docs/latency.md gives run and write what the doc reads.
+
+Tiny sizes, and no figure is asserted (speed is proven by the benches' JSON, never
+by timing asserts): only that each bench runs end to end and records the fields
+the doc quotes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(args: list[str], timeout: int = 900) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                         env=env, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_e2e_bench_runs_both_sides_and_writes_ratios(tmp_path):
+    # This checkout as its own baseline, so the test needs no other checkout.
+    out = tmp_path / "e2e"
+    run_bench(["bench/e2e_bench.py", "--sizes", "120", "--repeat", "4", "--warmup", "1",
+               "--baseline", str(ROOT), "--out", str(out)])
+    row = json.loads(out.with_suffix(".json").read_text())["results"]["120"]
+    for side in ("baseline", "new"):
+        assert row[side]["total"]["n"] == 4
+        assert row[side]["without_message_embedding"]["p50_ms"] > 0
+        assert row[side]["pack_units"] > 0
+    assert set(row["ratio_new_over_baseline"]["total"]) == {"p50_ms", "p95_ms", "mean_ms"}
+
+
+@pytest.mark.slow
+def test_turn_cost_bench_times_every_stage(tmp_path):
+    out = tmp_path / "turn_cost"
+    run_bench(["bench/turn_cost.py", "--turns", "60", "--rounds", "4", "--embedder", "hashing",
+               "--out", str(out)])
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["turns_after"] == 60 + 2 * 8            # 4 warm-up rounds + 4, two turns each
+    for stage in ("assemble", "managed_turn", "split_turn", "prepare", "provider", "commit"):
+        assert data["cpu"][stage]["n"] == 2
+    assert data["ratio_managed_turn_over_assemble"] > 0
+
+
+@pytest.mark.slow
+def test_startup_bench_reports_commands_embedders_and_first_turn(tmp_path):
+    out = tmp_path / "startup"
+    run_bench(["bench/startup_bench.py", "--runs", "1", "--turn-runs", "1", "--out", str(out)],
+              timeout=1200)
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert set(data["commands"]) == {"ctxrelay --help", "ctxrelay sessions",
+                                     "ctxrelay history ops --last 5",
+                                     "ctxrelay search ops quota", "ctxrelay stats"}
+    # A store command that imported an embedder's library would be listed here.
+    assert all(c["heavy_modules_imported"] == [] for c in data["commands"].values())
+    assert data["embedder_cold_start_ms"]["minilm-onnx"]["first_embed_ms"] > 0
+    assert data["first_semantic_turn_of_a_process_ms"]["first_turn_ms"] > 0

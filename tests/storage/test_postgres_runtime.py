@@ -1,0 +1,93 @@
+"""Runtime on PostgreSQL + Redis: the public API (through Prolog's store_open/3)
+reaches the back end by URL, and gives the packs the embedded store gives."""
+from __future__ import annotations
+
+import pytest
+
+from ctxrelay import Runtime
+from services import drop_schema, fresh_schema_url, redis_url
+
+CHAT = [("user", "How do I rotate the etcd client certificates?"),
+        ("assistant", "Rotate the etcd certificates one member at a time, CA first."),
+        ("user", "What is the restic retention for the backups?"),
+        ("assistant", "Restic keeps 48 hourly and 30 daily snapshots."),
+        ("user", "We must never defragment two etcd members at once."),
+        ("assistant", "Agreed: defragment one member, wait for it to rejoin, then the next."),
+        ("user", "Back to the etcd certificates: which CA signs them?"),
+        ("assistant", "The etcd certificates are signed by the internal CA, valid 90 days.")]
+QUESTIONS = ["which CA signs the etcd certificates?", "how many daily restic snapshots?",
+             "can we defragment all members together?"]
+
+
+@pytest.fixture
+def urls():
+    spec, schema = fresh_schema_url()
+    yield spec, f"{redis_url()}?prefix=rt{schema}"
+    from ctxrelay.storage import close_all
+    close_all()
+    drop_schema(schema)
+
+
+def test_a_runtime_on_postgres_appends_searches_and_reopens(urls):
+    spec, cache = urls
+    with Runtime(spec, cache=cache) as rt:
+        rt.create_session("ops")
+        assert rt.append("ops", "user", "the raft election timeout is 1000 ms", key="m1") == 1
+        assert rt.append("ops", "user", "the raft election timeout is 1000 ms", key="m1") == 1
+        assert rt.append("ops", "assistant", "noted") == 2
+        assert [h.turn_id for h in rt.search("ops", "raft timeout")] == [1]
+    with Runtime(spec, cache=cache) as again:            # another open sees every write
+        assert [t.content for t in again.history("ops")] == [
+            "the raft election timeout is 1000 ms", "noted"]
+
+
+def _fill(rt: Runtime) -> None:
+    rt.create_session("ops")
+    for role, text in CHAT:
+        rt.append("ops", role, text)
+    rt.derive("ops", embedder="hashing")
+
+
+def test_the_same_content_gives_the_same_packs_and_turns_as_the_embedded_store(urls, tmp_path):
+    spec, cache = urls
+    policy = {"max_context_tokens": 520, "output_reserve": 64, "min_recent_turns": 2}
+    with Runtime(str(tmp_path / "lmdb")) as lmdb, Runtime(spec, cache=cache) as pg:
+        for rt in (lmdb, pg):
+            _fill(rt)
+        assert pg.threads("ops") == lmdb.threads("ops")
+        for question in QUESTIONS:
+            want = lmdb.assemble("ops", question, **policy)
+            have = pg.assemble("ops", question, **policy)
+            assert have.messages == want.messages, question
+            assert have.pack == want.pack and have.utility == want.utility
+        for n, question in enumerate(QUESTIONS):
+            want = lmdb.managed_turn("ops", question, key=f"q{n}", **policy)
+            have = pg.managed_turn("ops", question, key=f"q{n}", **policy)
+            assert (have.messages, have.reply, have.user_turn, have.assistant_turn) == \
+                (want.messages, want.reply, want.user_turn, want.assistant_turn)
+        again = pg.managed_turn("ops", QUESTIONS[0], key="q0", **policy)    # a retry
+        assert again.user_turn == 9 and pg.turn_count("ops") == lmdb.turn_count("ops") == 14
+
+
+def test_tool_outputs_are_kept_and_facts_are_refused_with_a_clear_error(urls):
+    spec, cache = urls
+    with Runtime(spec, cache=cache) as rt:
+        with pytest.raises(Exception, match="not kept in PostgreSQL yet"):
+            rt.add_fact("the etcd quota is 8 GiB", key="etcd-quota")
+        rt.create_session("ops")
+        scratch_id = rt.record_tool_output("ops", "kubectl", {"cmd": "get pods"},
+                                           "pod-1 Running\npod-2 Pending\n")
+        assert rt.scratch("ops", scratch_id, raw=True) == "pod-1 Running\npod-2 Pending\n"
+
+
+def test_a_store_whose_redis_is_gone_still_assembles_the_same_packs(urls, tmp_path):
+    spec, cache = urls
+    policy = {"max_context_tokens": 520, "output_reserve": 64, "min_recent_turns": 2}
+    with Runtime(str(tmp_path / "lmdb")) as lmdb:
+        _fill(lmdb)
+        want = [lmdb.assemble("ops", q, **policy).messages for q in QUESTIONS]
+    with Runtime(spec, cache=cache) as pg:
+        _fill(pg)
+    # the same store, its hot tier on a port where nothing listens
+    with Runtime(spec, cache="redis://127.0.0.1:1/0") as pg:
+        assert [pg.assemble("ops", q, **policy).messages for q in QUESTIONS] == want
