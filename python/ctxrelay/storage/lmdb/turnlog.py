@@ -22,86 +22,80 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import struct
 import sys
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
-from ctxrelay.memo import keep
-from ctxrelay.text import threads as thread_numbers
-from ctxrelay.text.threads import (STATE_TURNS, ThreadBook, ThreadEntry, ThreadState,
-                                        derive_state, make_label, with_override)
-from ctxrelay.types import Turn
+from ctxrelay.storage import turnlog_derivation as derivation
+from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home)
+    DENSE_SESSIONS as _DENSE_SESSIONS, DENSE_WINDOW as _DENSE_WINDOW,
+    KEPT_MEMBERS as _KEPT_MEMBERS, SYNC_CHUNK as _SYNC_CHUNK, DerivedTurn, ThreadInfo,
+    extract_entities, progress_bar as _progress_bar, thread_num, thread_info)
+from ctxrelay.text.threads import ThreadBook, ThreadState, derive_state  # noqa: F401
 from ctxrelay.text.bounds import derived_text
+from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
-_SYNC_CHUNK = 128
-
-_KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
-_DENSE_WINDOW = 2000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
-_DENSE_SESSIONS = 8         # sessions whose dense window a process keeps in memory
-_ENTITY = re.compile(r"`([^`]{2,60})`|\b([A-Za-z]+[-_.][A-Za-z0-9][\w.-]*|[A-Za-z]*\d[\w.-]*[A-Za-z][\w.-]*)\b"
-                     r"|(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z]{2,}(?:\s[A-Z][a-zA-Z]{2,})*)")
 
 
 def _session_key(session_id: str) -> bytes:
     return hashlib.sha256(session_id.encode("utf-8")).digest()
 
 
-@dataclass(frozen=True)
-class ThreadInfo:
-    thread_id: str
-    label: str
-    turn_ids: list[int]            # the latest members (at most _KEPT_MEMBERS)
-    last_active_turn: int
-    state: ThreadState
-    user_turns: list[int] = field(default_factory=list)   # latest user turns
-    turn_count: int = 0
-    recent_turns: list[int] = field(default_factory=list)  # latest turns, any role
+class _Records:
+    """One session's records in one LMDB transaction, as the derivation reads them
+    (:class:`ctxrelay.storage.turnlog_derivation.RecordReader`)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"thread_id": self.thread_id, "label": self.label, "turn_ids": list(self.turn_ids),
-                "last_active_turn": self.last_active_turn, "state": self.state.to_dict(),
-                "user_turns": list(self.user_turns), "turn_count": self.turn_count,
-                "recent_turns": list(self.recent_turns)}
+    def __init__(self, log: "TurnLog", txn: Any, skey: bytes) -> None:
+        self.txn, self.dbs, self.skey = txn, log.dbs, skey
 
+    def _get(self, db: bytes, suffix: bytes) -> bytes | None:
+        return self.txn.get(self.skey + suffix, db=self.dbs[db])
 
-@dataclass(frozen=True)
-class DerivedTurn:
-    turn_id: int
-    thread_id: str
-    entities: list[str]
-    references: list[int]
-    tool_calls: list[str]
-    model_id: str
+    def threads(self, nums: list[int]) -> dict[int, dict[str, Any]]:
+        out = {}
+        for n in nums:
+            raw = self._get(b"threads", _U64.pack(n))
+            if raw is not None:
+                out[n] = json.loads(raw)
+        return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def latest_threads(self, limit: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        cursor = self.txn.cursor(db=self.dbs[b"threads"])
+        positioned = cursor.prev() if cursor.set_range(self.skey + b"\xff" * 8) else cursor.last()
+        while positioned and len(out) < limit and cursor.key().startswith(self.skey):
+            out.append(json.loads(cursor.value()))
+            positioned = cursor.prev()
+        return out
 
+    def vectors(self, turn_ids: list[int]) -> dict[int, np.ndarray]:
+        out = {}
+        for t in turn_ids:
+            raw = self._get(b"vectors", _U64.pack(t))
+            if raw is not None:
+                out[t] = np.frombuffer(raw, dtype=np.float32)
+        return out
 
-def extract_entities(text: str) -> list[str]:
-    """Named things a later turn may point back to: code spans, ids, proper names."""
-    found: list[str] = []
-    for m in _ENTITY.finditer(text):
-        ent = next(g for g in m.groups() if g)
-        ent = ent.strip(".-_")
-        if len(ent) >= 2 and ent not in found:
-            found.append(ent)
-    return found[:24]
+    def turn(self, turn_id: int) -> dict[str, Any] | None:
+        raw = self._get(b"derived", _U64.pack(turn_id))
+        return None if raw is None else json.loads(raw)
 
+    def centroids(self, nums: list[int]) -> dict[int, np.ndarray]:
+        out = {}
+        for n in nums:
+            raw = self._get(b"centroids", _U64.pack(n))
+            if raw is not None:
+                out[n] = np.frombuffer(raw, dtype=np.float32)
+        return out
 
-def _tool_call_ids(turn: Turn) -> list[str]:
-    calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
-    ids = [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id")] \
-        if isinstance(calls, list) else []
-    scratch = turn.metadata.get("scratch_id") if isinstance(turn.metadata, dict) else None
-    return ids + ([str(scratch)] if scratch else [])
+    def label_taken(self, label: str) -> bool:
+        return self._get(b"labels", label.encode("utf-8")) is not None
 
 
 class TurnLog(LmdbStore):
@@ -174,100 +168,19 @@ class TurnLog(LmdbStore):
     def _derive_chunk(self, txn: Any, session_id: str, turns: list[Turn],
                       vectors: np.ndarray, embedder: Any) -> None:
         skey = _session_key(session_id)
-        prog = json.loads(txn.get(skey, db=self.dbs[b"progress"]) or
-                          json.dumps({"derived_upto": 0, "model_id": embedder.model_id,
-                                      "next_thread": 1, "active_thread": None}))
-        # The thread rules (ctxrelay_thread_rules) place each user turn among
-        # the most recently active threads, as an assembly places a new
-        # message (ThreadBook.place): the same rule on the same numbers.
-        book = self._book(txn, skey, prog, embedder.thresholds)
-        touched: set[str] = set()
-        centroids: dict[str, np.ndarray] = {}
-        for turn, vec in zip(turns, vectors):
-            key = skey + _U64.pack(turn.turn_id)
+        raw = txn.get(skey, db=self.dbs[b"progress"])
+        prog = json.loads(raw) if raw else derivation.fresh_progress(embedder.model_id)
+        out = derivation.derive_chunk(_Records(self, txn, skey), prog, turns, vectors, embedder)
+        for turn_id, record, vec in out.turns:
+            key = skey + _U64.pack(turn_id)
             txn.put(key, vec.astype(np.float32).tobytes(), db=self.dbs[b"vectors"])
-            if turn.role == "system":               # instructions belong to no topic
-                txn.put(key, json.dumps({"thread_id": "", "entities": [], "references": [],
-                                         "tool_calls": [], "model_id": embedder.model_id}).encode(),
-                        db=self.dbs[b"derived"])
-                prog["derived_upto"] = turn.turn_id
-                continue
-            if turn.role != "user" and book.previous:
-                thread_id = book.previous              # replies stay with what they answer
-            else:
-                thread_id = self._place(txn, skey, book, prog, turn, vec)
-            touched.add(thread_id)
-            info = book.record_turn(thread_id, turn, vec)
-            # Bounded records: a thread keeps its latest members here (the
-            # per-turn thread id in `derived` stays complete).
-            del info["turn_ids"][:-_KEPT_MEMBERS]
-            if thread_id not in centroids:
-                raw = txn.get(skey + _U64.pack(int(thread_id[1:])), db=self.dbs[b"centroids"])
-                centroids[thread_id] = np.zeros_like(vec, dtype=np.float32) if raw is None \
-                    else np.frombuffer(raw, dtype=np.float32).copy()
-            centroids[thread_id] += vec
-            if turn.role == "user":
-                prog["active_thread"] = thread_id
-            book.previous = thread_id
-            txn.put(key, json.dumps({"thread_id": thread_id,
-                                     "entities": extract_entities(derived_text(turn.content)),
-                                     "references": [], "tool_calls": _tool_call_ids(turn),
-                                     "model_id": embedder.model_id}).encode(),
-                    db=self.dbs[b"derived"])
-            prog["derived_upto"] = turn.turn_id
-        for tid in touched:
-            info = book.entries[tid].record
-            num = _U64.pack(int(tid[1:]))
-            txn.put(skey + num, json.dumps(info).encode(), db=self.dbs[b"threads"])
-            txn.put(skey + num, centroids[tid].astype(np.float32).tobytes(), db=self.dbs[b"centroids"])
-        prog["recent"] = list(book.order)
-        txn.put(skey, json.dumps(prog).encode(), db=self.dbs[b"progress"])
-
-    def _place(self, txn: Any, skey: bytes, book: ThreadBook, prog: dict[str, Any],
-               turn: Turn, vec: np.ndarray) -> str:
-        """The thread of a user turn: the rules' choice, or a new thread."""
-        placed = book.place(turn.content, vec)
-        if placed.action != "new":
-            return placed.thread_id
-        tid = f"T{prog['next_thread']}"
-        prog["next_thread"] += 1
-        label = make_label(turn.content, lambda l: self._label_taken(txn, skey, l))
-        txn.put(skey + label.encode("utf-8"), tid.encode(), db=self.dbs[b"labels"])
-        book.add(ThreadEntry({"thread_id": tid, "label": label, "turn_ids": [], "user_turns": [],
-                              "recent_turns": [], "terms": {}, "turn_count": 0,
-                              "last_active_turn": turn.turn_id, "override": None}))
-        return tid
-
-    def _label_taken(self, txn: Any, skey: bytes, label: str) -> bool:
-        return txn.get(skey + label.encode("utf-8"), db=self.dbs[b"labels"]) is not None
-
-    def _book(self, txn: Any, skey: bytes, prog: dict[str, Any],
-              thresholds: dict[str, float]) -> ThreadBook:
-        """The session's candidate threads: the most recently active first,
-        with the vectors of their latest turns."""
-        limit = thread_numbers.RECENT_THREADS
-        order = list(prog.get("recent") or [])[:limit]
-        if not order:              # a turn log derived before recency was kept
-            order = sorted(self._load_threads(txn, skey, limit=limit),
-                           key=lambda t: -int(t[1:]))
-        entries = []
-        for tid in order:
-            raw = txn.get(skey + _U64.pack(int(tid[1:])), db=self.dbs[b"threads"])
-            if raw is None:
-                continue
-            info = json.loads(raw)
-            ids = info.get("recent_turns") or info.get("user_turns", [])
-            vecs = [np.frombuffer(v, dtype=np.float32) for v in
-                    (txn.get(skey + _U64.pack(t), db=self.dbs[b"vectors"]) for t in ids)
-                    if v is not None]
-            entries.append(ThreadEntry(info, vecs))
-        previous = prog.get("active_thread")
-        last = prog.get("derived_upto", 0)
-        if last:
-            raw = txn.get(skey + _U64.pack(last), db=self.dbs[b"derived"])
-            if raw is not None and json.loads(raw).get("thread_id"):
-                previous = json.loads(raw)["thread_id"]
-        return ThreadBook(entries, previous, dict(thresholds))
+            txn.put(key, json.dumps(record).encode(), db=self.dbs[b"derived"])
+        for num, info, centroid in out.threads:
+            txn.put(skey + _U64.pack(num), json.dumps(info).encode(), db=self.dbs[b"threads"])
+            txn.put(skey + _U64.pack(num), centroid.tobytes(), db=self.dbs[b"centroids"])
+        for label, thread_id in out.labels:
+            txn.put(skey + label.encode("utf-8"), thread_id.encode(), db=self.dbs[b"labels"])
+        txn.put(skey, json.dumps(out.progress).encode(), db=self.dbs[b"progress"])
 
     def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
         """The candidate threads for the session's next turn (read only)."""
@@ -275,8 +188,8 @@ class TurnLog(LmdbStore):
 
         def read(txn: Any) -> ThreadBook:
             raw = txn.get(skey, db=self.dbs[b"progress"])
-            prog = json.loads(raw) if raw else {}
-            return self._book(txn, skey, prog, thresholds)
+            return derivation.load_book(_Records(self, txn, skey),
+                                        json.loads(raw) if raw else {}, thresholds)
         return self.read(read)
 
     def next_label(self, session_id: str, text: str) -> tuple[str, str]:
@@ -285,29 +198,18 @@ class TurnLog(LmdbStore):
 
         def read(txn: Any) -> tuple[str, str]:
             raw = txn.get(skey, db=self.dbs[b"progress"])
-            prog = json.loads(raw) if raw else {}
-            label = make_label(text, lambda l: self._label_taken(txn, skey, l))
-            return f"T{prog.get('next_thread', 1)}", label
+            return derivation.next_label(_Records(self, txn, skey),
+                                         json.loads(raw) if raw else {}, text)
         return self.read(read)
 
-    def _load_threads(self, txn: Any, skey: bytes,
-                      limit: int | None = None) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    def _load_threads(self, txn: Any, skey: bytes) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
         cursor = txn.cursor(db=self.dbs[b"threads"])
-        if limit is not None:
-            # The ``limit`` latest-started threads, read backwards.
-            positioned = cursor.prev() if cursor.set_range(skey + b"\xff" * 8) else cursor.last()
-            while positioned and len(out) < limit and cursor.key().startswith(skey):
-                info = json.loads(cursor.value())
-                out[info["thread_id"]] = info
-                positioned = cursor.prev()
-            return out
         if cursor.set_range(skey):
             for key, value in cursor:
                 if not key.startswith(skey):
                     break
-                info = json.loads(value)
-                out[info["thread_id"]] = info
+                out.append(json.loads(value))
         return out
 
     # -- reading -----------------------------------------------------------
@@ -430,86 +332,43 @@ class TurnLog(LmdbStore):
 
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         raw = self.read(lambda txn: self._load_threads(txn, _session_key(session_id)))
-        return [self._info(session_id, info, transcript) for info in
-                sorted(raw.values(), key=lambda i: int(i["thread_id"][1:]))]
+        return [thread_info(session_id, info, transcript) for info in
+                sorted(raw, key=lambda i: int(i["thread_id"][1:]))]
 
     def recent_threads(self, session_id: str, n: int) -> list[ThreadInfo]:
         """The ``n`` most recently started threads, read backwards (bounded work)."""
         skey = _session_key(session_id)
-
-        def read(txn: Any) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
-            cursor = txn.cursor(db=self.dbs[b"threads"])
-            if not cursor.set_range(skey + b"\xff" * 8):
-                if not cursor.last():
-                    return out
-            elif not cursor.prev():
-                return out
-            while len(out) < n:
-                key = cursor.key()
-                if not key.startswith(skey):
-                    break
-                out.append(json.loads(cursor.value()))
-                if not cursor.prev():
-                    break
-            return out
-        return [self._info(session_id, info, None) for info in self.read(read)]
+        raw = self.read(lambda txn: _Records(self, txn, skey).latest_threads(max(0, int(n))))
+        return [thread_info(session_id, info, None) for info in raw]
 
     def thread(self, session_id: str, thread_id: str, transcript: Any = None) -> ThreadInfo:
         """One thread, its state derived from its own latest turns only (one record read)."""
-        num = thread_id[1:] if isinstance(thread_id, str) and thread_id[:1] == "T" else ""
-        raw = None
-        if num.isdigit():
-            key = _session_key(session_id) + _U64.pack(int(num))
-            raw = self.read(lambda txn: txn.get(key, db=self.dbs[b"threads"]))
+        return thread_info(session_id, self._thread_record(session_id, thread_id), transcript)
+
+    def _thread_record(self, session_id: str, thread_id: str, txn: Any = None) -> dict[str, Any]:
+        num = thread_num(thread_id)
+        key = _session_key(session_id) + _U64.pack(num or 0)
+        raw = None if num is None else (
+            txn.get(key, db=self.dbs[b"threads"]) if txn is not None else
+            self.read(lambda t: t.get(key, db=self.dbs[b"threads"])))
         if raw is None:
             raise InvalidArgumentError(
                 f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-        return self._info(session_id, json.loads(raw), transcript)
-
-    def _info(self, session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
-        override = info.get("override")
-        if transcript is not None:
-            ids = info["turn_ids"][-STATE_TURNS:]   # the state of a topic lives in its recent turns
-            # Turns never change: the same members always derive the same state.
-            memo_key = (getattr(transcript, "path", id(transcript)), session_id, info["thread_id"],
-                        tuple(ids))
-            derived = _STATE_MEMO.get(memo_key)
-            if derived is None:
-                derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
-                keep(_STATE_MEMO, memo_key, derived, _STATE_MEMO_MAX)
-            state = with_override(derived, override)
-        else:
-            state = with_override(ThreadState(info["thread_id"],
-                                              last_active_turn=info["last_active_turn"]), override)
-        return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
-                          info["last_active_turn"], state, list(info.get("user_turns", [])),
-                          info.get("turn_count", len(info["turn_ids"])),
-                          list(info.get("recent_turns", [])))
+        return json.loads(raw)
 
     def set_thread_state(self, session_id: str, thread_id: str, *, established: list[str] | None = None,
                          open_questions: list[str] | None = None,
                          user_constraints: list[str] | None = None) -> None:
         """Set fields of a thread's state by hand: a field given replaces the
         derived one from now on, a field not given stays as it was."""
-        skey = _session_key(session_id)
-        num = thread_id[1:] if isinstance(thread_id, str) and thread_id[:1] == "T" else ""
+        fields = {"established": established, "open_questions": open_questions,
+                  "user_constraints": user_constraints}
 
         def write(txn: Any) -> None:
-            raw = txn.get(skey + _U64.pack(int(num)), db=self.dbs[b"threads"]) \
-                if num.isdigit() else None
-            if raw is None:
-                raise InvalidArgumentError(
-                    f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-            info = json.loads(raw)
-            override = dict(info.get("override") or {})
-            for name, value in (("established", established), ("open_questions", open_questions),
-                                ("user_constraints", user_constraints)):
-                if value is not None:
-                    override[name] = [str(v) for v in value]
-            info["override"] = override
-            txn.put(skey + _U64.pack(int(num)), json.dumps(info).encode(),
-                    db=self.dbs[b"threads"])
+            info = derivation.with_state_fields(self._thread_record(session_id, thread_id, txn),
+                                                fields)
+            txn.put(_session_key(session_id) + _U64.pack(thread_num(thread_id)),
+                    json.dumps(info).encode(), db=self.dbs[b"threads"])
         self.write(write)
 
     def set_references(self, session_id: str, turn_id: int, references: list[int]) -> None:
@@ -524,12 +383,6 @@ class TurnLog(LmdbStore):
             rec["references"] = sorted({int(r) for r in references})
             txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
         self.write(write)
-
-
-# Derived thread states by (store path, session, thread, member turn ids); a
-# turn log serves the same few threads turn after turn.
-_STATE_MEMO: dict[tuple[Any, ...], ThreadState] = {}
-_STATE_MEMO_MAX = 512
 
 
 def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.ndarray,
@@ -565,13 +418,6 @@ def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.
     end += k
     start = max(start, end - _DENSE_WINDOW)
     return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)
-
-
-def _progress_bar(total: int, wanted: bool, desc: str) -> Any:
-    if not wanted or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="turn")
 
 
 # -- the functions library(ctxrelay) calls (plain values in and out) ----------------------
