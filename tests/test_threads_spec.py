@@ -150,3 +150,33 @@ def test_state_and_labels_are_deterministic_and_stable(tmp_path: Path):
     etcd = first[0]["state"]
     assert etcd["user_constraints"] == ["Back to etcd - we must not restart all members at once."]
     assert etcd["sources"]["user_constraints"] == [[7]]
+
+
+@pytest.mark.parametrize("embedder", EMBEDDERS)
+def test_the_intent_reads_the_thread_the_conversation_is_in(tmp_path: Path, embedder: str):
+    """§5.2 compares the message with the active thread: a question the rules move
+    to an earlier thread without a cue changes the topic from the current one
+    (EXPLORE); a question in the current thread's words continues it."""
+    with Runtime(tmp_path / "store") as rt:
+        run(rt, ["How do I configure etcd for a three node cluster?",
+                 "Actually, what's a good backup strategy for our Postgres database?",
+                 "How long should we keep the WAL archive?"], embedder)
+        moved = rt.assemble("s", "How many etcd members can fail before the cluster loses "
+                                 "quorum?", embedder=embedder)
+        assert moved.status["thread"]["action"] == "join"
+        assert moved.status["thread"]["label"] == "etcd-config"
+        assert moved.headers["CRP-Context-Turn-Intent"] == "EXPLORE"
+        stays = rt.assemble("s", "Should the WAL archive be compressed?", embedder=embedder)
+        assert stays.status["thread"]["action"] == "continue"
+        assert stays.headers["CRP-Context-Turn-Intent"] == "CONTINUE"
+
+
+def test_the_first_message_of_a_session_starts_its_first_thread(tmp_path: Path):
+    with Runtime(tmp_path / "store") as rt:
+        rt.create_session("s")
+        r = rt.assemble("s", "How do I configure etcd for a three node cluster?",
+                        embedder="hashing")
+        thread = r.status["thread"]
+        assert (thread["id"], thread["label"], thread["action"], thread["rule"]) == \
+            ("T1", "etcd-config", "new", "first")
+        assert r.headers["CRP-Context-Turn-Intent"] == "EXPLORE"

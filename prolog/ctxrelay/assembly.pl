@@ -218,11 +218,17 @@ is_resolved(resolved(_, _)).
 
 %   The thread rules' decision for the message, as the intent's topic
 %   step reads it: a message that starts a thread starts a topic (EXPLORE,
-%   §5.2); one placed in a thread is compared with that thread's turns
-%   (topic_similarity: the spec's max_similarity to the active thread).
+%   §5.2); one that returns to a thread by name ("back to etcd") goes on
+%   with that topic (CONTINUE); any other is compared with the user turns
+%   of the thread the conversation is in (topic_similarity: the spec's
+%   max_similarity to the active thread).
 thread_topic(Info, Topic) :-
-    (   get_dict(thread_action, Info, A0), atom_string(new, A0)
-    ->  Topic = new
+    (   get_dict(thread_action, Info, A0)
+    ->  atom_string(A, A0),
+        (   A == new -> Topic = new
+        ;   A == resume -> Topic = same
+        ;   Topic = none
+        )
     ;   Topic = none
     ).
 

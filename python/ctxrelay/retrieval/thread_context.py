@@ -42,13 +42,21 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
               (store.write_generation(), log.write_generation()),
               lambda: log.sync(store, session_id, embedder))
     sync_ms = (time.perf_counter() - t0) * 1000
-    t0 = time.perf_counter()
-    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
-    embed_ms = (time.perf_counter() - t0) * 1000
-    out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": round(embed_ms, 3),
+    out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": 0.0,
                            "turnlog_sync_ms": round(sync_ms, 3),
                            "topic_threshold": float(embedder.thresholds["topic_same"]),
                            "active_thread": "", "thread_label": "", "thread_resumed": False}
+    if history_end == 0:
+        # Nothing stored yet: the message starts the session's first thread, and
+        # there is nothing to compare it with or recall (so nothing to embed).
+        tid, label = log.next_label(session_id, query_text)
+        first = _first_placement(query_text, embedder.thresholds)
+        out.update(thread_action=first["action"], thread_rule=first["rule"],
+                   active_thread=tid, thread_label=label)
+        return out, None
+    t0 = time.perf_counter()
+    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
+    out["embed_ms"] = round((time.perf_counter() - t0) * 1000, 3)
     if message is None:                   # the message is stored: the turn log placed it
         derived = log.derived(session_id, history_end)
         if derived is not None and derived.thread_id:
@@ -61,12 +69,13 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
                  lambda: log.thread_book(session_id, embedder.thresholds))
     placed = book.place(query_text, vec)
     out.update(thread_action=placed.action, thread_rule=placed.rule,
-               topic_similarity=placed.similarity)
+               thread_similarity=placed.similarity)
     if placed.action == "new":
         tid, label = log.next_label(session_id, query_text)
         out.update(active_thread=tid, thread_label=label)
         return out, (log, vec)
     info = book.entries[placed.thread_id].record
+    out["topic_similarity"] = _topic_similarity(log, session_id, book, vec)
     out.update(active_thread=placed.thread_id, thread_label=info["label"],
                thread_resumed=placed.resumed)
     if placed.restore:
@@ -84,3 +93,26 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
                                                 "content": text}},
                          features={"thread_id": placed.thread_id}), model)
     return out, (log, vec)
+
+
+def _topic_similarity(log: Any, session_id: str, book: Any, vec: Any) -> float | None:
+    """The intent's topic similarity (SPEC-028 §5.2: the message against the active
+    thread's turns): the thread the conversation is in when the message comes (a
+    message the rules move to an earlier thread is a change of topic from it), read
+    through what the user asked there, not the replies, whose details resemble many
+    a question.  None without an active thread."""
+    entry = book.entries.get(book.previous or "")
+    if entry is None:
+        return None
+    vecs = log.vectors(session_id, entry.record.get("user_turns") or [])
+    if not vecs:
+        return None
+    return round(max(float(v @ vec) for v in vecs.values()), 4)
+
+
+def _first_placement(text: str, thresholds: dict[str, float]) -> dict[str, Any]:
+    """The thread rules' decision for the first message of a session (no candidate
+    thread, so no similarity: the message's vector is not needed)."""
+    from ctxrelay.text.threads import ThreadBook
+    placed = ThreadBook([], None, dict(thresholds)).place(text, None)
+    return {"action": placed.action, "rule": placed.rule}
