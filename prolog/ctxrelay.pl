@@ -27,6 +27,8 @@ plumbing and no generic names to the importing module.
 The decision models that users extend (multifile, dynamic hooks) stay in
 their modules and are reached module-qualified: the intent markers
 (ctxrelay_intent), the reference lexicon (ctxrelay_references), the
+thread cues and state markers (ctxrelay_thread_rules,
+ctxrelay_thread_state), the
 document and seed markers (ctxrelay_mode), the blend weights
 (ctxrelay_blend), the router's access model (ctxrelay_router:route/2),
 the policy defaults (ctxrelay_policy), the promotion rules and thresholds

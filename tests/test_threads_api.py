@@ -38,7 +38,7 @@ def test_derive_then_threads_and_their_state(rt):
     assert threads and all(t["thread_id"].startswith("T") for t in threads)
     first = rt.thread("s", d["thread_id"])
     assert 1 in first["turn_ids"]
-    assert any("we run etcd" in c.lower() for c in first["state"]["user_constraints"])
+    assert any("we run etcd" in c.lower() for c in first["state"]["established"])
 
 
 def test_set_thread_state_overrides_the_derived_one(rt):
@@ -93,18 +93,20 @@ def test_prolog_predicates(tmp_path):
 
 
 def test_thread_assignment_considers_the_latest_threads_only(tmp_path, monkeypatch):
-    import ctxrelay.storage.lmdb.turnlog as turnlog
-    monkeypatch.setattr(turnlog, "_THREADS_ASSIGNABLE", 3)
-    topics = ["zebra migration patterns in savanna parks", "quantum error correction codes",
-              "sourdough starter hydration levels", "medieval castle siege engines",
-              "coral reef bleaching temperatures"]
+    import ctxrelay.text.threads as threads
+    monkeypatch.setattr(threads, "RECENT_THREADS", 3)
+    topics = ["Which zebra migration patterns cross the savanna parks?",
+              "Unrelated: how do quantum error correction codes protect qubits?",
+              "Different question: what hydration levels suit a sourdough starter?",
+              "Another topic: which siege engines broke medieval castle walls?",
+              "By the way, what water temperatures bleach coral reefs?"]
     with Runtime(tmp_path / "store") as rt:
         rt.create_session("s")
         for text in topics:
-            rt.append("s", "user", f"tell me about {text}")
-        rt.append("s", "user", f"tell me about {topics[-1]}")     # the active topic rejoins
+            rt.append("s", "user", text)
+        rt.append("s", "user", topics[-1])                         # the active topic rejoins
         rt.derive("s", embedder="hashing")
-        rt.append("s", "user", f"tell me about {topics[0]}")      # five threads back: new thread
+        rt.append("s", "user", topics[0])                          # five threads back: new thread
         rt.derive("s", embedder="hashing")
         ids = [rt.derived("s", t)["thread_id"] for t in range(1, 8)]
         assert len(set(ids[:5])) == 5

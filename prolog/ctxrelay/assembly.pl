@@ -200,19 +200,37 @@ conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
     include(is_resolved, Resolved, Hits),
     length(Hits, NResolved),
     recent_mentions(Info.recent_turns, Mentioned),
+    thread_topic(Info, Topic),
     IntentContext = _{topic_similarity:Info.get(topic_similarity, 0.0),
                       topic_threshold:Info.get(topic_threshold, 0.5),
-                      mentioned:Mentioned, refs:Refs},
+                      mentioned:Mentioned, refs:Refs, topic:Topic},
     classify_intent(Text, IntentContext, Intent, _Evidence),
     intent_blend(Intent, Blend),
     Cands = Cands1.put(_{referenced:TurnIds, intent:Intent, blend:Blend}),
     Analysis = _{intent:Intent, blend:Blend, references:NResolved,
                  referenced_turns:TurnIds,
                  thread:_{id:Info.get(active_thread, ""), label:Info.get(thread_label, ""),
-                          resumed:Info.get(thread_resumed, false)},
+                          resumed:Info.get(thread_resumed, false),
+                          action:Info.get(thread_action, ""), rule:Info.get(thread_rule, "")},
                  embedder:Info.get(embedder, "")}.
 
 is_resolved(resolved(_, _)).
+
+%   The thread rules' decision for the message, as the intent's topic
+%   step reads it: a message that starts a thread starts a topic (EXPLORE,
+%   §5.2); one that returns to a thread by name ("back to etcd") goes on
+%   with that topic (CONTINUE); any other is compared with the user turns
+%   of the thread the conversation is in (topic_similarity: the spec's
+%   max_similarity to the active thread).
+thread_topic(Info, Topic) :-
+    (   get_dict(thread_action, Info, A0)
+    ->  atom_string(A, A0),
+        (   A == new -> Topic = new
+        ;   A == resume -> Topic = same
+        ;   Topic = none
+        )
+    ;   Topic = none
+    ).
 
 resolved_turns(Resolved, RecentTurns, TurnIds) :-
     findall(T, ( member(resolved(_, Target), Resolved),

@@ -24,8 +24,11 @@ procedure, first match wins:
   3. any other reference to prior content (entity, turn, ordinal,
      action; see ctxrelay_references) -> `drill_down`
   4. a continue marker ("go on", "and then", "tell me more") -> `continue`
-  5. topic similarity: at or above the threshold -> `continue`, below
-     -> `explore`; without a similarity -> `explore` (a new topic)
+  5. the topic: when the caller knows whether the turn starts a topic
+     thread (ctxrelay_thread_rules:thread_decision/3), a new thread ->
+     `explore`, an existing one -> `continue`; else topic similarity:
+     at or above the threshold -> `continue`, below -> `explore`;
+     without a similarity -> `explore` (a new topic)
 
 One addition to the spec: between 3 and 4 an explicit topic-shift marker
 ("unrelated, but ...", "different question") gives `explore`, because
@@ -76,20 +79,24 @@ intent(tool_reference).
 %     - refs: references/2 of Text, when the caller has already found
 %       them (the managed runtime resolves them before classifying);
 %       they are not looked for again.
+%     - topic: `new` when Text starts a topic thread, `same` when it
+%       stays in or returns to one (the thread rules' decision); it
+%       decides step 5 in place of the similarity.
 %
 %   Evidence is evidence{step:Step, refs:Refs, matched:Matched}: Step
 %   names the rule that decided (tool_reference, clarify_marker,
 %   definition, reference, topic_shift_marker, continue_marker,
-%   topic_similarity, no_topic_similarity), Refs are all references in
+%   topic_thread, topic_similarity, no_topic_similarity), Refs are all references in
 %   Text (references/2) and Matched what the rule matched: the refs it
 %   used, marker(Words, Span), definition(Words, Span),
-%   similarity(Sim, Threshold) or `none`.
+%   similarity(Sim, Threshold), topic(New) or `none`.
 %
 %   @error type_error(text, Text) if Text is not text
 %   @error type_error(dict, Context) if Context is not a dict
 %   @error type_error(number, X) for a non-numeric similarity or
 %          threshold
 %   @error type_error(list, X) if `mentioned` is not a list
+%   @error domain_error(topic, X) if `topic` is not new or same
 
 classify_intent(Text, Context, Intent, Evidence) :-
     must_be(text, Text),
@@ -97,13 +104,14 @@ classify_intent(Text, Context, Intent, Evidence) :-
     context_similarity(Context, Similarity),
     context_threshold(Context, Threshold),
     context_mentioned(Context, Mentioned),
+    context_topic(Context, Topic),
     text_tokens(Text, Tokens),
     (   get_dict(refs, Context, Refs0)
     ->  must_be(list, Refs0),
         Refs = Refs0
     ;   token_references(Tokens, Refs)
     ),
-    classify_(Tokens, Refs, Similarity, Threshold, Mentioned, Intent, Step, Matched),
+    classify_(Tokens, Refs, Topic-Similarity, Threshold, Mentioned, Intent, Step, Matched),
     Evidence = evidence{step:Step, refs:Refs, matched:Matched}.
 
 context_similarity(Context, Similarity) :-
@@ -118,6 +126,14 @@ context_threshold(Context, Threshold) :-
     ->  must_be(number, T0),
         Threshold = T0
     ;   Threshold = 0.50
+    ).
+
+context_topic(Context, Topic) :-
+    (   get_dict(topic, Context, T0), \+ no_value(T0)
+    ->  must_be(text, T0),
+        atom_string(T, T0),
+        (   memberchk(T, [new, same]) -> Topic = T ; domain_error(topic, T0) )
+    ;   Topic = none
     ).
 
 context_mentioned(Context, Mentioned) :-
@@ -154,9 +170,13 @@ classify_(Tokens, _Refs, _Sim, _Thr, _M, explore, topic_shift_marker, marker(Wor
 classify_(Tokens, _Refs, _Sim, _Thr, _M, continue, continue_marker, marker(Words, Span)) :-
     marker_match(continue_marker, Tokens, Words, Span),
     !.
-classify_(_Tokens, _Refs, none, _Thr, _M, explore, no_topic_similarity, none) :-
+classify_(_Tokens, _Refs, new-_, _Thr, _M, explore, topic_thread, topic(new)) :-
     !.
-classify_(_Tokens, _Refs, Sim, Thr, _M, Intent, topic_similarity, similarity(Sim, Thr)) :-
+classify_(_Tokens, _Refs, same-_, _Thr, _M, continue, topic_thread, topic(same)) :-
+    !.
+classify_(_Tokens, _Refs, none-none, _Thr, _M, explore, no_topic_similarity, none) :-
+    !.
+classify_(_Tokens, _Refs, none-Sim, Thr, _M, Intent, topic_similarity, similarity(Sim, Thr)) :-
     (   Sim >= Thr
     ->  Intent = continue
     ;   Intent = explore
@@ -171,8 +191,8 @@ ref_type(Type, ref(Type, _, _)).
 %   and matched is one of matched{kind:refs, refs:Dicts},
 %   matched{kind:marker, words:Ws, start:S, end:E},
 %   matched{kind:definition, words:Ws, start:S, end:E},
-%   matched{kind:similarity, similarity:Sim, threshold:T} or
-%   matched{kind:none}.
+%   matched{kind:similarity, similarity:Sim, threshold:T},
+%   matched{kind:topic, topic:New} or matched{kind:none}.
 
 evidence_dict(Evidence, Dict) :-
     get_dict(step, Evidence, Step),
@@ -186,6 +206,7 @@ matched_dict(none, D) => D = matched{kind:none}.
 matched_dict(marker(Ws, S-E), D) => D = matched{kind:marker, words:Ws, start:S, end:E}.
 matched_dict(definition(Ws, S-E), D) => D = matched{kind:definition, words:Ws, start:S, end:E}.
 matched_dict(similarity(Sim, T), D) => D = matched{kind:similarity, similarity:Sim, threshold:T}.
+matched_dict(topic(New), D) => D = matched{kind:topic, topic:New}.
 matched_dict(Refs, D), is_list(Refs) =>
     maplist(reference_dict, Refs, Dicts),
     D = matched{kind:refs, refs:Dicts}.

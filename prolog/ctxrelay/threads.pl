@@ -11,6 +11,8 @@
 :- use_module(errors).
 :- use_module(options).
 :- use_module(store).
+:- use_module(threads/rules, []).         % thread_decision/3: which thread a turn joins
+:- use_module(threads/state, []).         % thread_state/2, thread_summary/3
 
 /** <module> The turn log: derived fields, topic threads and their state
 
@@ -21,10 +23,14 @@ brings them up to date on its own; turnlog_derive/3 does it on demand, or
 re-derives a whole session (recompute(true)) after a change of embedder,
 with a progress bar on a terminal.
 
-A thread's state (established facts, open questions, user constraints,
-last active turn) is derived from its turns; thread_state_set/4 sets it
-by hand, and a resumed thread's Active Thread Summary is then built from
-what was set.
+Which thread a turn joins is decided by ctxrelay_thread_rules
+(threads/rules.pl: thread_decision/3), for the turns the turn log derives
+and for the new message of an assembly alike.  A thread's state
+(established facts, open questions, user constraints, each with the turns
+it came from) is derived by ctxrelay_thread_state (threads/state.pl);
+thread_state_set/4 replaces the fields it is given, and a resumed
+thread's Active Thread Summary is built from the result.  See
+docs/threads.md.
 */
 
 :- predicate_options(turnlog_derive/3, 3,
@@ -83,7 +89,8 @@ topic_thread(Store0, Session, ThreadId, Thread) :-
 %!  thread_state_set(+Store, +Session, +ThreadId, +State:dict) is det.
 %
 %   State has any of established, open_questions, user_constraints (lists
-%   of strings); derived values no longer replace a state set by hand.
+%   of strings); each field given replaces the derived one from now on,
+%   the others stay derived.
 thread_state_set(Store0, Session, ThreadId, State) :-
     store_ref(Store0, Store),
     must_be(text, Session),

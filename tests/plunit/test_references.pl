@@ -381,7 +381,7 @@ test(enumerations_not_text, error(type_error(text, [a|b]))) :-
 %   strings and atoms alike, and a text past the length bound is not kept.
 test(kept_results_equal_computed_ones) :-
     T = "Rotate the etcd-peer certs; check sync.RWMutex",
-    ctxrelay_references:mention_words_(T, Expected),
+    ctxrelay_reference_tokens:mention_words_(T, Expected),
     mention_words(T, First),
     mention_words(T, Second),
     atom_string(A, T),
@@ -393,7 +393,7 @@ test(long_texts_are_not_kept) :-
     length(Cs, 20000), maplist(=(0'a), Cs), string_codes(Long, Cs),
     mention_words(Long, _),
     term_hash(Long, H),
-    assertion(\+ ctxrelay_references:mention_memo(H, Long, _)).
+    assertion(\+ ctxrelay_reference_tokens:mention_memo(H, Long, _)).
 test(bad_input, [error(type_error(text, 42))]) :-
     mention_words(42, _).
 

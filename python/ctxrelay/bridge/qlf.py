@@ -151,7 +151,9 @@ def _build(directory: Path, digest: str, goal: str) -> None:
         (directory / STAMP).unlink()
     for old in qlf_files(directory):
         old.unlink()
-    files = [str(p.with_suffix("")) for p in _dependency_order(directory)]
+    # A file without a module header is included by another (its clauses compile
+    # into the includer's .qlf); loading it on its own would be an error.
+    files = [str(p.with_suffix("")) for p in _dependency_order(directory) if _is_module(p)]
     # Variables named _X stay out of janus's answer (an unbound one cannot cross).
     result = janus.query_once(
         "current_prolog_flag(qcompile, _Old),"
@@ -171,6 +173,13 @@ def _build(directory: Path, digest: str, goal: str) -> None:
     tmp = directory / f"{STAMP}.{os.getpid()}.tmp"
     tmp.write_text(digest + "\n")
     os.replace(tmp, directory / STAMP)
+
+
+_MODULE_HEADER = re.compile(r"^:-\s*module\(", re.MULTILINE)
+
+
+def _is_module(path: Path) -> bool:
+    return bool(_MODULE_HEADER.search(path.read_text(encoding="utf-8", errors="replace")))
 
 
 def _dependency_order(directory: Path) -> list[Path]:

@@ -125,7 +125,7 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
-    if options.get("threads", True) and history_end > 0:
+    if options.get("threads", True) and (history_end > 0 or message is not None):
         thread_info, dense = _thread_context(stores, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
     if options.get("retrieval", True) and query_text:

@@ -1,5 +1,5 @@
-"""The topic thread of a new message: which recent thread it joins, and a resumed
-thread's dormant turns and summary as candidates.
+"""The topic thread of a new message: where the thread rules place it, and a
+resumed thread's dormant turns and summary as candidates.
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from ctxrelay.text.bounds import derived_text
 from ctxrelay.types import Turn
 
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
-_THREADS_CONSIDERED = 32      # recent threads a new message may rejoin
-_NEIGHBOURS = 12              # a thread is compared through its latest user turns
+
 
 def _thread_context(stores: Stores, session_id: str, message: Any, query_text: str,
                     window: list[Turn], history_end: int, units: dict[str, Unit],
@@ -24,10 +23,11 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
     """Topic thread of the new message, its similarity, and a resumed thread's turns.
 
     The turn log is brought up to date first (only turns added since the last
-    call are embedded).  The new message joins the thread whose latest user
-    turns are most similar above the embedder's ``thread_join`` threshold; if
-    that thread is not the one in the window, its dormant turns come back as
-    candidates (kind ``thread``) and its Active Thread Summary is offered.
+    call are embedded).  The thread rules then place the new message exactly
+    as the turn log will place it once stored (``ThreadBook.place``: continue,
+    resume, join or new); when the rules say to restore an earlier thread it
+    returns to, that thread's dormant turns come back as candidates (kind
+    ``thread``) with its Active Thread Summary.
     """
     import time
 
@@ -35,58 +35,84 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
     embedder = get_embedder(options.get("embedder") or None)
     store, log = stores.transcript, stores.turnlog
     t0 = time.perf_counter()
-    # Nothing written to either store since the last sync with this embedder:
-    # nothing to derive (the sync would only read its progress to learn that).
-    _kept(stores, ("sync", session_id, embedder.model_id),
-          (store.write_generation(), log.write_generation()),
-          lambda: log.sync(store, session_id, embedder))
+    if history_end > 0:                   # else the session is not stored yet
+        # Nothing written to either store since the last sync with this embedder:
+        # nothing to derive (the sync would only read its progress to learn that).
+        _kept(stores, ("sync", session_id, embedder.model_id),
+              (store.write_generation(), log.write_generation()),
+              lambda: log.sync(store, session_id, embedder))
     sync_ms = (time.perf_counter() - t0) * 1000
-    t0 = time.perf_counter()
-    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
-    embed_ms = (time.perf_counter() - t0) * 1000
-    # Bounded: the most recent threads only, so the cost follows the window,
-    # not the number of topics a very long session has had.
-    threads, previous = _kept(stores, ("threads", session_id), log.write_generation(),
-                              lambda: _recent_threads(log, session_id))
-    best, best_sim = None, 0.0
-    for info, vecs in threads:
-        sim = max(float(v @ vec) for v in vecs)
-        if sim > best_sim:
-            best, best_sim = info, sim
-    join = float(embedder.thresholds["thread_join"])
-    out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": round(embed_ms, 3),
+    out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": 0.0,
                            "turnlog_sync_ms": round(sync_ms, 3),
-                           "topic_similarity": round(best_sim, 4),
                            "topic_threshold": float(embedder.thresholds["topic_same"]),
                            "active_thread": "", "thread_label": "", "thread_resumed": False}
-    if best is None or best_sim < join:
+    if history_end == 0:
+        # Nothing stored yet: the message starts the session's first thread, and
+        # there is nothing to compare it with or recall (so nothing to embed).
+        tid, label = log.next_label(session_id, query_text)
+        first = _first_placement(query_text, embedder.thresholds)
+        out.update(thread_action=first["action"], thread_rule=first["rule"],
+                   active_thread=tid, thread_label=label)
+        return out, None
+    t0 = time.perf_counter()
+    vec = embedder.embed_batch([derived_text(query_text or "")])[0]
+    out["embed_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    if message is None:                   # the message is stored: the turn log placed it
+        derived = log.derived(session_id, history_end)
+        if derived is not None and derived.thread_id:
+            out.update(active_thread=derived.thread_id,
+                       thread_label=log.thread(session_id, derived.thread_id).label)
         return out, (log, vec)
-    out.update(active_thread=best.thread_id, thread_label=best.label)
-    in_window = {t.turn_id for t in window}
-    dormant = [t for t in best.turn_ids if t not in in_window and t <= history_end]
-    resumed = best.thread_id != previous and bool(dormant)
-    out["thread_resumed"] = resumed
-    if resumed:
+    # The candidate threads change only when the turn log is written.
+    book = _kept(stores, ("thread_book", session_id, embedder.model_id),
+                 log.write_generation(),
+                 lambda: log.thread_book(session_id, embedder.thresholds))
+    placed = book.place(query_text, vec)
+    out.update(thread_action=placed.action, thread_rule=placed.rule,
+               thread_similarity=placed.similarity)
+    if placed.action == "new":
+        tid, label = log.next_label(session_id, query_text)
+        out.update(active_thread=tid, thread_label=label)
+        return out, (log, vec)
+    info = book.entries[placed.thread_id].record
+    out["topic_similarity"] = _topic_similarity(log, session_id, book, vec)
+    out.update(active_thread=placed.thread_id, thread_label=info["label"],
+               thread_resumed=placed.resumed)
+    if placed.restore:
+        in_window = {t.turn_id for t in window}
+        dormant = [t for t in info["turn_ids"] if t not in in_window and t <= history_end]
         wanted = [tid for tid in dormant[-_DORMANT_MAX:] if f"t{tid}" not in units]
         for turn in store.turns(session_id, wanted):
             if turn.role == "tool" or _tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
             _add_turn(units, stores, turn, "thread", scratch, model)
-        full = log.thread(session_id, best.thread_id, store)
+        full = log.thread(session_id, placed.thread_id, store)
         text = full.state.summary(full.label)
         _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
                          variants={"verbatim": {"role": "user", "name": "thread_state",
                                                 "content": text}},
-                         features={"thread_id": best.thread_id}), model)
+                         features={"thread_id": placed.thread_id}), model)
     return out, (log, vec)
 
 
-def _recent_threads(log: Any, session_id: str) -> tuple[list[tuple[Any, list[Any]]], Any]:
-    """The recent threads a message may join, each with the vectors of its latest
-    user turns (threads without any left out), and the active thread."""
-    out = []
-    for info in log.recent_threads(session_id, _THREADS_CONSIDERED):
-        vecs = log.vectors(session_id, info.user_turns or info.turn_ids[-_NEIGHBOURS:])
-        if vecs:
-            out.append((info, list(vecs.values())))
-    return out, log.active_thread(session_id)
+def _topic_similarity(log: Any, session_id: str, book: Any, vec: Any) -> float | None:
+    """The intent's topic similarity (SPEC-028 §5.2: the message against the active
+    thread's turns): the thread the conversation is in when the message comes (a
+    message the rules move to an earlier thread is a change of topic from it), read
+    through what the user asked there, not the replies, whose details resemble many
+    a question.  None without an active thread."""
+    entry = book.entries.get(book.previous or "")
+    if entry is None:
+        return None
+    vecs = log.vectors(session_id, entry.record.get("user_turns") or [])
+    if not vecs:
+        return None
+    return round(max(float(v @ vec) for v in vecs.values()), 4)
+
+
+def _first_placement(text: str, thresholds: dict[str, float]) -> dict[str, Any]:
+    """The thread rules' decision for the first message of a session (no candidate
+    thread, so no similarity: the message's vector is not needed)."""
+    from ctxrelay.text.threads import ThreadBook
+    placed = ThreadBook([], None, dict(thresholds)).place(text, None)
+    return {"action": placed.action, "rule": placed.rule}

@@ -154,3 +154,73 @@ def test_the_write_generation_moves_with_every_write(parts, embedder):
     thread_id = log.derived("s", 1).thread_id
     log.set_thread_state("s", thread_id, established=["etcd certificates rotate per member"])
     assert log.write_generation() not in (before, synced)
+
+
+# The spec's example (CRP-SPEC-028 §3.3), with answers: the thread rules place each
+# user turn, replies stay in their turn's thread, labels name the topic.
+SPEC_CHAT = [
+    ("user", "How do I configure etcd for a three node cluster?"),
+    ("assistant", "Give each member a unique --name and list the three peer URLs."),
+    ("user", "Actually, what's a good backup strategy for our Postgres database?"),
+    ("assistant", "Nightly base backups with pg_basebackup and continuous WAL archiving."),
+    ("user", "Back to etcd - what about TLS between the peers?"),
+    ("assistant", "Issue a peer certificate per member and set --peer-cert-file."),
+    ("user", "What do you mean by peer certificates? Explain again."),
+    ("assistant", "Peer certificates authenticate etcd members to each other."),
+]
+
+
+@pytest.fixture
+def spec_parts(backend):
+    stores = backend.open()
+    transcript = through(Transcript, stores.transcript)
+    transcript.create_session("spec")
+    for role, text in SPEC_CHAT:
+        transcript.append("spec", role, text)
+    return transcript, through(TurnLogStore, stores.turnlog)
+
+
+def test_the_thread_rules_place_turns_and_labels_name_topics(spec_parts, embedder):
+    transcript, log = spec_parts
+    log.sync(transcript, "spec", embedder)
+    placed = [log.derived("spec", t).thread_id for t in range(1, len(SPEC_CHAT) + 1)]
+    assert placed == ["T1", "T1", "T2", "T2", "T1", "T1", "T1", "T1"]   # etcd resumed
+    assert [(t.thread_id, t.label) for t in log.threads("spec")] == \
+        [("T1", "etcd-config"), ("T2", "postgres-backup")]
+    assert log.active_thread("spec") == "T1"
+    state = log.thread("spec", "T1", transcript).state
+    assert state.thread_id == "T1" and state.last_active_turn == 8
+
+
+def test_thread_book_and_next_label(spec_parts, embedder):
+    transcript, log = spec_parts
+    log.sync(transcript, "spec", embedder)
+    book = log.thread_book("spec", embedder.thresholds)
+    assert book.order == ["T1", "T2"] and book.previous == "T1"     # most recently active first
+    assert [t["thread"] for t in book.features("etcd peers", embedder.embed_batch(
+        ["etcd peers"])[0])] == ["T1", "T2"]
+    vec = embedder.embed_batch(["Returning to the Postgres backups: how long to keep WAL?"])[0]
+    placed = book.place("Returning to the Postgres backups: how long to keep WAL?", vec)
+    assert placed.thread_id == "T2" and placed.action == "resume"
+    # A new thread's label is unique in the session; reading it writes nothing.
+    generation = log.write_generation()
+    assert log.next_label("spec", "How do I configure etcd on a laptop?") == \
+        ("T3", "etcd-config-2")
+    assert log.next_label("spec", "Any sourdough starter tips?") == ("T3", "sourdough-starter")
+    assert log.write_generation() == generation
+    assert log.next_label("nobody", "etcd config") == ("T1", "etcd-config")
+    # Labels stay unique when a recompute derives the session again.
+    log.recompute(transcript, "spec", embedder, progress=False)
+    assert [t.label for t in log.threads("spec")] == ["etcd-config", "postgres-backup"]
+
+
+def test_set_thread_state_replaces_only_the_fields_given(spec_parts, embedder):
+    transcript, log = spec_parts
+    log.sync(transcript, "spec", embedder)
+    derived = log.thread("spec", "T1", transcript).state
+    log.set_thread_state("spec", "T1", established=["three members"])
+    log.set_thread_state("spec", "T1", user_constraints=["never expose 2379"])
+    state = log.thread("spec", "T1", transcript).state
+    assert state.established == ["three members"]
+    assert state.user_constraints == ["never expose 2379"]
+    assert state.open_questions == derived.open_questions              # not given: as derived

@@ -121,13 +121,16 @@ def test_thread_state_is_derived_and_settable(stores):
     assert any("8 GiB" in s for s in state.established)
     assert any(s.startswith("Decision") for s in state.established)
     assert any("restart all members" in s for s in state.user_constraints)
-    assert any("We run etcd" in s for s in state.user_constraints)
+    # What the user states about the setup is established (SPEC-028 §6.1:
+    # "Established: user runs v3.5, 3-node cluster"), pointing at its turn.
+    at = next(i for i, s in enumerate(state.established) if "We run etcd" in s)
+    assert state.sources["established"][at] == [1]
     assert any("cert-manager" in s for s in state.user_constraints)
     assert "Which CA should sign the peer certs?" in state.open_questions   # not answered yet
     assert any("not yet decided" in s for s in state.open_questions)
     assert state.last_active_turn == 5
     summary = state.summary(info.label)
-    assert summary.startswith("[active thread:") and "Open:" in summary
+    assert summary.startswith("Active thread: etcd-cluster.") and "\nOpen: " in summary
     tl.set_thread_state("s", "T1", established=["hand-set"], open_questions=[])
     assert tl.thread("s", "T1", st).state.established == ["hand-set"]
     with pytest.raises(InvalidArgumentError):

@@ -5,7 +5,11 @@ Contract (every back end; ``tests/storage/conformance/test_turnlog.py``)
 Ids
     Records are keyed by (session id, turn id) of the transcript.  Topic
     threads are ``"T<n>"`` with n = 1, 2, ... per session in the order they
-    start.
+    start, each with a label unique in its session.
+Same derivation
+    Every back end derives through :mod:`ctxrelay.storage.turnlog_derivation`,
+    so the same turns and embedder give the same thread ids, labels and
+    records on every back end.
 Incremental and idempotent
     ``sync(transcript, session, embedder)`` derives the turns appended since
     the last sync (returns how many; 0 when up to date), so calling it again
@@ -40,7 +44,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from ctxrelay.storage.lmdb.turnlog import DerivedTurn, ThreadInfo
+    from ctxrelay.storage.turnlog_derivation import DerivedTurn, ThreadInfo
+    from ctxrelay.text.threads import ThreadBook
 
 __all__ = ["TurnLogStore"]
 
@@ -93,6 +98,13 @@ class TurnLogStore(Protocol):
         """Record the turns a message resolved its references to."""
 
     # -- topic threads ------------------------------------------------------------
+    def thread_book(self, session_id: str, thresholds: dict[str, float]) -> "ThreadBook":
+        """The candidate threads of the session's next user turn, most recently
+        active first (what the thread rules place a new message among)."""
+
+    def next_label(self, session_id: str, text: str) -> tuple[str, str]:
+        """The id and label a new thread started by ``text`` would get now."""
+
     def active_thread(self, session_id: str) -> str | None: ...
 
     def threads(self, session_id: str, transcript: Any = None) -> list["ThreadInfo"]: ...
@@ -106,4 +118,5 @@ class TurnLogStore(Protocol):
                          established: list[str] | None = None,
                          open_questions: list[str] | None = None,
                          user_constraints: list[str] | None = None) -> None:
-        """Set a thread's state by hand; derived values no longer replace it."""
+        """Set fields of a thread's state by hand: a field given replaces the
+        derived one from now on, a field not given stays as it was."""

@@ -5,179 +5,97 @@ turn lives here, keyed by (session, turn id), and can be recomputed for a
 whole session (e.g. after changing the embedder):
 
 - embedding (float32, the embedder's ``model_id`` recorded),
-- topic thread: a user turn joins the most similar thread above the
-  embedder's ``thread_join`` threshold, else starts one; assistant and tool
-  turns stay in the thread of the turn they answer; a very short user turn
-  ("go on", "thanks") stays in the active thread,
+- topic thread: the thread rules (Prolog, ``ctxrelay_thread_rules``) place
+  each user turn among the most recently active threads, through the same
+  :class:`ctxrelay.text.threads.ThreadBook` an assembly uses for the
+  new message; assistant and tool turns stay in the thread of the turn they
+  answer; a new thread gets a readable label, unique in the session,
 - references (turn ids; set by the Prolog resolver), entities, tool_calls,
-- per-thread ThreadState derived deterministically from the thread's turns
-  (established facts, open questions, user constraints, last active turn),
-  overridable through :meth:`TurnLog.set_thread_state`.
+- per-thread ThreadState derived by the state rules (``ctxrelay_thread_state``)
+  from the thread's latest turns, each field overridable through
+  :meth:`TurnLog.set_thread_state`.
 
 Derivation is incremental (:meth:`TurnLog.sync` handles only turns added
 since the last call), so its cost follows new turns, not history length.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import re
 import struct
 import sys
-from collections import Counter, OrderedDict
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from collections import OrderedDict
+from typing import Any, Iterable
 
 import numpy as np
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
-from ctxrelay.memo import keep
-from ctxrelay.storage.lmdb.textindex import tokenize
-from ctxrelay.types import Turn
+from ctxrelay.storage import turnlog_derivation as derivation
+from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home)
+    DENSE_SESSIONS as _DENSE_SESSIONS, DENSE_WINDOW as _DENSE_WINDOW,
+    KEPT_MEMBERS as _KEPT_MEMBERS, SYNC_CHUNK as _SYNC_CHUNK, DerivedTurn, ThreadInfo,
+    extract_entities, progress_bar as _progress_bar, thread_num, thread_info)
+from ctxrelay.text.threads import ThreadBook, ThreadState, derive_state  # noqa: F401
 from ctxrelay.text.bounds import derived_text
+from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
-_STATE_ITEMS = 8            # items kept per ThreadState list
-_THREADS_ASSIGNABLE = 256   # latest threads a new turn may join
-_ITEM_CHARS = 200           # characters kept per item
-_SHORT_TURN_TERMS = 3       # a user turn with fewer content terms continues the thread
-_SYNC_CHUNK = 128
-
-# Sentence ends: .!? followed by space and a capital/markup, or a line break
-# (so "1.28 GiB" and "v3.5" stay whole).
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*`(\-\[])|\n+")
-_NEIGHBOURS = 12            # a thread is compared through its latest user turns
-_KEPT_MEMBERS = 256         # member turn ids kept in a thread record (the latest)
-_DENSE_WINDOW = 2000        # turns a dense recall scans (the latest; older ones via BM25, context/3)
-_DENSE_SESSIONS = 8         # sessions whose dense window a process keeps in memory
-_CONSTRAINT = re.compile(
-    r"\b(must(?: not)?|mustn't|don't|do not|never|only|we run|we use|we're on|can't|cannot|"
-    r"no more than|at most|at least|need to|has to|have to|not allowed)\b", re.I)
-_OPEN_MARK = re.compile(
-    r"\b(not yet decided|undecided|open question|tbd|to be decided|waiting on|pending|"
-    r"still need to decide|unresolved|not sure yet)\b", re.I)
-_ESTABLISHED_USER = re.compile(r"(\d|\b(our|we're|we are|we have|we run|it's|it is)\b)", re.I)
-_ESTABLISHED_ASSISTANT = re.compile(r"^\W*(decision|decided|agreed|done|confirmed|settled)\b", re.I)
-_ENTITY = re.compile(r"`([^`]{2,60})`|\b([A-Za-z]+[-_.][A-Za-z0-9][\w.-]*|[A-Za-z]*\d[\w.-]*[A-Za-z][\w.-]*)\b"
-                     r"|(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z]{2,}(?:\s[A-Z][a-zA-Z]{2,})*)")
 
 
 def _session_key(session_id: str) -> bytes:
     return hashlib.sha256(session_id.encode("utf-8")).digest()
 
 
-@dataclass(frozen=True)
-class ThreadState:
-    thread_id: str
-    established: list[str] = field(default_factory=list)
-    open_questions: list[str] = field(default_factory=list)
-    user_constraints: list[str] = field(default_factory=list)
-    last_active_turn: int = 0
+class _Records:
+    """One session's records in one LMDB transaction, as the derivation reads them
+    (:class:`ctxrelay.storage.turnlog_derivation.RecordReader`)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def __init__(self, log: "TurnLog", txn: Any, skey: bytes) -> None:
+        self.txn, self.dbs, self.skey = txn, log.dbs, skey
 
-    def summary(self, label: str) -> str:
-        """The Active Thread Summary: the state of a topic, not task completion."""
-        parts = [f"[active thread: {label}]"]
-        for title, items in (("Established", self.established),
-                             ("Open", self.open_questions),
-                             ("User constraints", self.user_constraints)):
-            if items:
-                parts.append(f"{title}: " + "; ".join(items))
-        return "\n".join(parts)
+    def _get(self, db: bytes, suffix: bytes) -> bytes | None:
+        return self.txn.get(self.skey + suffix, db=self.dbs[db])
 
+    def threads(self, nums: list[int]) -> dict[int, dict[str, Any]]:
+        out = {}
+        for n in nums:
+            raw = self._get(b"threads", _U64.pack(n))
+            if raw is not None:
+                out[n] = json.loads(raw)
+        return out
 
-@dataclass(frozen=True)
-class ThreadInfo:
-    thread_id: str
-    label: str
-    turn_ids: list[int]            # the latest members (at most _KEPT_MEMBERS)
-    last_active_turn: int
-    state: ThreadState
-    user_turns: list[int] = field(default_factory=list)   # latest user turns
-    turn_count: int = 0
+    def latest_threads(self, limit: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        cursor = self.txn.cursor(db=self.dbs[b"threads"])
+        positioned = cursor.prev() if cursor.set_range(self.skey + b"\xff" * 8) else cursor.last()
+        while positioned and len(out) < limit and cursor.key().startswith(self.skey):
+            out.append(json.loads(cursor.value()))
+            positioned = cursor.prev()
+        return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"thread_id": self.thread_id, "label": self.label, "turn_ids": list(self.turn_ids),
-                "last_active_turn": self.last_active_turn, "state": self.state.to_dict(),
-                "user_turns": list(self.user_turns), "turn_count": self.turn_count}
+    def vectors(self, turn_ids: list[int]) -> dict[int, np.ndarray]:
+        out = {}
+        for t in turn_ids:
+            raw = self._get(b"vectors", _U64.pack(t))
+            if raw is not None:
+                out[t] = np.frombuffer(raw, dtype=np.float32)
+        return out
 
+    def turn(self, turn_id: int) -> dict[str, Any] | None:
+        raw = self._get(b"derived", _U64.pack(turn_id))
+        return None if raw is None else json.loads(raw)
 
-@dataclass(frozen=True)
-class DerivedTurn:
-    turn_id: int
-    thread_id: str
-    entities: list[str]
-    references: list[int]
-    tool_calls: list[str]
-    model_id: str
+    def centroids(self, nums: list[int]) -> dict[int, np.ndarray]:
+        out = {}
+        for n in nums:
+            raw = self._get(b"centroids", _U64.pack(n))
+            if raw is not None:
+                out[n] = np.frombuffer(raw, dtype=np.float32)
+        return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def extract_entities(text: str) -> list[str]:
-    """Named things a later turn may point back to: code spans, ids, proper names."""
-    found: list[str] = []
-    for m in _ENTITY.finditer(text):
-        ent = next(g for g in m.groups() if g)
-        ent = ent.strip(".-_")
-        if len(ent) >= 2 and ent not in found:
-            found.append(ent)
-    return found[:24]
-
-
-def _tool_call_ids(turn: Turn) -> list[str]:
-    calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
-    ids = [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id")] \
-        if isinstance(calls, list) else []
-    scratch = turn.metadata.get("scratch_id") if isinstance(turn.metadata, dict) else None
-    return ids + ([str(scratch)] if scratch else [])
-
-
-def _label(text: str, taken: set[str]) -> str:
-    terms = [t for t in tokenize(text) if len(t) > 2 and not t.isdigit()]
-    common = Counter(terms).most_common()
-    words = [w for w, _ in common][:2] or ["topic"]
-    label = "-".join(words)
-    n, candidate = 2, label
-    while candidate in taken:
-        candidate, n = f"{label}-{n}", n + 1
-    return candidate
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _ITEM_CHARS else text[: _ITEM_CHARS - 1] + "…"
-
-
-def derive_state(thread_id: str, turns: Sequence[Turn]) -> ThreadState:
-    """ThreadState from a thread's turns (oldest first), deterministically."""
-    established: list[str] = []
-    constraints: list[str] = []
-    open_q: list[str] = []
-    for i, turn in enumerate(turns):
-        answered_later = any(t.role == "assistant" for t in turns[i + 1:])
-        for sentence in (s.strip(" -*") for s in _SENTENCE_END.split(turn.content)):
-            if len(sentence) < 4:
-                continue
-            if _OPEN_MARK.search(sentence):
-                open_q.append(_clip(sentence))
-            elif turn.role == "user" and sentence.endswith("?"):
-                if not answered_later:
-                    open_q.append(_clip(sentence))
-            elif turn.role == "user" and _CONSTRAINT.search(sentence):
-                constraints.append(_clip(sentence))
-            elif turn.role == "user" and _ESTABLISHED_USER.search(sentence):
-                established.append(_clip(sentence))
-            elif turn.role == "assistant" and _ESTABLISHED_ASSISTANT.search(sentence):
-                established.append(_clip(sentence))
-    dedup = lambda items: list(dict.fromkeys(items))[-_STATE_ITEMS:]
-    return ThreadState(thread_id, dedup(established), dedup(open_q), dedup(constraints),
-                       turns[-1].turn_id if turns else 0)
+    def label_taken(self, label: str) -> bool:
+        return self._get(b"labels", label.encode("utf-8")) is not None
 
 
 class TurnLog(LmdbStore):
@@ -185,9 +103,10 @@ class TurnLog(LmdbStore):
 
     KIND = "turn log"
     FORMAT = b"ctxrelay.storage.lmdb.turnlog/1"
-    DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids")
+    DB_NAMES = (b"meta", b"progress", b"derived", b"vectors", b"threads", b"centroids",
+                b"labels")
     # all of it is derived from the transcript (recompute); progress names the embedder
-    DERIVED_DBS = frozenset({b"derived", b"vectors", b"threads", b"centroids"})
+    DERIVED_DBS = frozenset({b"derived", b"vectors", b"threads", b"centroids", b"labels"})
 
     # -- sync ------------------------------------------------------------
     def sync(self, transcript: Any, session_id: str, embedder: Any, *,
@@ -227,7 +146,7 @@ class TurnLog(LmdbStore):
         skey = _session_key(session_id)
 
         def drop(txn: Any) -> None:
-            for name in (b"derived", b"vectors", b"threads", b"centroids"):
+            for name in (b"derived", b"vectors", b"threads", b"centroids", b"labels"):
                 cursor = txn.cursor(db=self.dbs[name])
                 if cursor.set_range(skey):
                     while cursor.key().startswith(skey):
@@ -249,114 +168,48 @@ class TurnLog(LmdbStore):
     def _derive_chunk(self, txn: Any, session_id: str, turns: list[Turn],
                       vectors: np.ndarray, embedder: Any) -> None:
         skey = _session_key(session_id)
-        prog = json.loads(txn.get(skey, db=self.dbs[b"progress"]) or
-                          json.dumps({"derived_upto": 0, "model_id": embedder.model_id,
-                                      "next_thread": 1, "active_thread": None}))
-        # Bounded: the latest threads only (a topic dormant for longer starts a
-        # new thread; its turns stay reachable through recall), so deriving a
-        # chunk costs the same at turn 1,000 and at turn 1,000,000.
-        threads = self._load_threads(txn, skey, limit=_THREADS_ASSIGNABLE)
-        active = prog.get("active_thread")
-        if active and active not in threads:
-            raw = txn.get(skey + _U64.pack(int(active[1:])), db=self.dbs[b"threads"])
-            if raw is not None:
-                threads[active] = json.loads(raw)
-        touched: set[str] = set()
-        centroids = {tid: np.frombuffer(txn.get(skey + _U64.pack(int(tid[1:])),
-                                                db=self.dbs[b"centroids"]), dtype=np.float32).copy()
-                     for tid in threads}
-        recent = {tid: [np.frombuffer(txn.get(skey + _U64.pack(t), db=self.dbs[b"vectors"]),
-                                      dtype=np.float32)
-                        for t in info.get("user_turns", [])[-_NEIGHBOURS:]]
-                  for tid, info in threads.items()}
-        join = float(embedder.thresholds["thread_join"])
-        previous_thread = prog["active_thread"]
-        for turn, vec in zip(turns, vectors):
-            key = skey + _U64.pack(turn.turn_id)
+        raw = txn.get(skey, db=self.dbs[b"progress"])
+        prog = json.loads(raw) if raw else derivation.fresh_progress(embedder.model_id)
+        out = derivation.derive_chunk(_Records(self, txn, skey), prog, turns, vectors, embedder)
+        for turn_id, record, vec in out.turns:
+            key = skey + _U64.pack(turn_id)
             txn.put(key, vec.astype(np.float32).tobytes(), db=self.dbs[b"vectors"])
-            if turn.role == "system":               # instructions belong to no topic
-                txn.put(key, json.dumps({"thread_id": "", "entities": [], "references": [],
-                                         "tool_calls": [], "model_id": embedder.model_id}).encode(),
-                        db=self.dbs[b"derived"])
-                prog["derived_upto"] = turn.turn_id
-                continue
-            thread_id = self._assign(turn, vec, threads, recent, join, previous_thread, prog)
-            touched.add(thread_id)
-            info = threads[thread_id]
-            info["turn_ids"].append(turn.turn_id)
-            info["turn_count"] = info.get("turn_count", 0) + 1
-            # Bounded records: a thread keeps its latest members here (the
-            # per-turn thread id in `derived` stays complete).
-            del info["turn_ids"][:-_KEPT_MEMBERS]
-            if turn.role == "user":
-                info.setdefault("user_turns", []).append(turn.turn_id)
-                del info["user_turns"][:-_NEIGHBOURS]
-                recent.setdefault(thread_id, []).append(vec)
-                recent[thread_id] = recent[thread_id][-_NEIGHBOURS:]
-            info["last_active_turn"] = turn.turn_id
-            centroids[thread_id] = centroids.get(thread_id, np.zeros_like(vec)) + vec
-            if turn.role == "user":
-                prog["active_thread"] = thread_id
-            previous_thread = thread_id
-            txn.put(key, json.dumps({"thread_id": thread_id,
-                                     "entities": extract_entities(derived_text(turn.content)),
-                                     "references": [], "tool_calls": _tool_call_ids(turn),
-                                     "model_id": embedder.model_id}).encode(),
-                    db=self.dbs[b"derived"])
-            prog["derived_upto"] = turn.turn_id
-        for tid in touched:
-            info = threads[tid]
-            num = _U64.pack(int(tid[1:]))
-            txn.put(skey + num, json.dumps(info).encode(), db=self.dbs[b"threads"])
-            txn.put(skey + num, centroids[tid].astype(np.float32).tobytes(), db=self.dbs[b"centroids"])
-        txn.put(skey, json.dumps(prog).encode(), db=self.dbs[b"progress"])
+            txn.put(key, json.dumps(record).encode(), db=self.dbs[b"derived"])
+        for num, info, centroid in out.threads:
+            txn.put(skey + _U64.pack(num), json.dumps(info).encode(), db=self.dbs[b"threads"])
+            txn.put(skey + _U64.pack(num), centroid.tobytes(), db=self.dbs[b"centroids"])
+        for label, thread_id in out.labels:
+            txn.put(skey + label.encode("utf-8"), thread_id.encode(), db=self.dbs[b"labels"])
+        txn.put(skey, json.dumps(out.progress).encode(), db=self.dbs[b"progress"])
 
-    @staticmethod
-    def _assign(turn: Turn, vec: np.ndarray, threads: dict[str, dict],
-                recent: dict[str, list[np.ndarray]], join: float, previous: str | None,
-                prog: dict[str, Any]) -> str:
-        if previous and turn.role != "user":
-            return previous                      # replies stay with what they answer
-        if previous and len(set(tokenize(turn.content))) < _SHORT_TURN_TERMS:
-            return prog["active_thread"] or previous
-        # Nearest-neighbour linkage on the thread's latest user turns: a topic
-        # that returns after a digression matches its own earlier questions,
-        # which a centroid of a long, drifting thread would blur.
-        best, best_sim = None, -1.0
-        for tid, vecs in recent.items():
-            if not vecs:
-                continue
-            sim = max(float(v @ vec) for v in vecs)
-            if sim > best_sim:
-                best, best_sim = tid, sim
-        if best is not None and best_sim >= join:
-            return best
-        tid = f"T{prog['next_thread']}"
-        prog["next_thread"] += 1
-        threads[tid] = {"thread_id": tid, "label": _label(turn.content,
-                                                          {t["label"] for t in threads.values()}),
-                        "turn_ids": [], "user_turns": [], "last_active_turn": turn.turn_id,
-                        "override": None}
-        return tid
+    def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
+        """The candidate threads for the session's next turn (read only)."""
+        skey = _session_key(session_id)
 
-    def _load_threads(self, txn: Any, skey: bytes,
-                      limit: int | None = None) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+        def read(txn: Any) -> ThreadBook:
+            raw = txn.get(skey, db=self.dbs[b"progress"])
+            return derivation.load_book(_Records(self, txn, skey),
+                                        json.loads(raw) if raw else {}, thresholds)
+        return self.read(read)
+
+    def next_label(self, session_id: str, text: str) -> tuple[str, str]:
+        """The id and label a new thread started by ``text`` would get now."""
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> tuple[str, str]:
+            raw = txn.get(skey, db=self.dbs[b"progress"])
+            return derivation.next_label(_Records(self, txn, skey),
+                                         json.loads(raw) if raw else {}, text)
+        return self.read(read)
+
+    def _load_threads(self, txn: Any, skey: bytes) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
         cursor = txn.cursor(db=self.dbs[b"threads"])
-        if limit is not None:
-            # The ``limit`` latest-started threads, read backwards.
-            positioned = cursor.prev() if cursor.set_range(skey + b"\xff" * 8) else cursor.last()
-            while positioned and len(out) < limit and cursor.key().startswith(skey):
-                info = json.loads(cursor.value())
-                out[info["thread_id"]] = info
-                positioned = cursor.prev()
-            return out
         if cursor.set_range(skey):
             for key, value in cursor:
                 if not key.startswith(skey):
                     break
-                info = json.loads(value)
-                out[info["thread_id"]] = info
+                out.append(json.loads(value))
         return out
 
     # -- reading -----------------------------------------------------------
@@ -479,83 +332,43 @@ class TurnLog(LmdbStore):
 
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         raw = self.read(lambda txn: self._load_threads(txn, _session_key(session_id)))
-        return [self._info(session_id, info, transcript) for info in
-                sorted(raw.values(), key=lambda i: int(i["thread_id"][1:]))]
+        return [thread_info(session_id, info, transcript) for info in
+                sorted(raw, key=lambda i: int(i["thread_id"][1:]))]
 
     def recent_threads(self, session_id: str, n: int) -> list[ThreadInfo]:
         """The ``n`` most recently started threads, read backwards (bounded work)."""
         skey = _session_key(session_id)
-
-        def read(txn: Any) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
-            cursor = txn.cursor(db=self.dbs[b"threads"])
-            if not cursor.set_range(skey + b"\xff" * 8):
-                if not cursor.last():
-                    return out
-            elif not cursor.prev():
-                return out
-            while len(out) < n:
-                key = cursor.key()
-                if not key.startswith(skey):
-                    break
-                out.append(json.loads(cursor.value()))
-                if not cursor.prev():
-                    break
-            return out
-        return [self._info(session_id, info, None) for info in self.read(read)]
+        raw = self.read(lambda txn: _Records(self, txn, skey).latest_threads(max(0, int(n))))
+        return [thread_info(session_id, info, None) for info in raw]
 
     def thread(self, session_id: str, thread_id: str, transcript: Any = None) -> ThreadInfo:
         """One thread, its state derived from its own latest turns only (one record read)."""
-        num = thread_id[1:] if isinstance(thread_id, str) and thread_id[:1] == "T" else ""
-        raw = None
-        if num.isdigit():
-            key = _session_key(session_id) + _U64.pack(int(num))
-            raw = self.read(lambda txn: txn.get(key, db=self.dbs[b"threads"]))
+        return thread_info(session_id, self._thread_record(session_id, thread_id), transcript)
+
+    def _thread_record(self, session_id: str, thread_id: str, txn: Any = None) -> dict[str, Any]:
+        num = thread_num(thread_id)
+        key = _session_key(session_id) + _U64.pack(num or 0)
+        raw = None if num is None else (
+            txn.get(key, db=self.dbs[b"threads"]) if txn is not None else
+            self.read(lambda t: t.get(key, db=self.dbs[b"threads"])))
         if raw is None:
             raise InvalidArgumentError(
                 f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-        return self._info(session_id, json.loads(raw), transcript)
-
-    def _info(self, session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
-        override = info.get("override")
-        if override:
-            state = ThreadState(info["thread_id"], **override)
-        elif transcript is not None:
-            ids = info["turn_ids"][-40:]          # the state of a topic lives in its recent turns
-            # Turns never change: the same members always derive the same state.
-            memo_key = (getattr(transcript, "path", id(transcript)), session_id, info["thread_id"],
-                        tuple(ids))
-            derived = _STATE_MEMO.get(memo_key)
-            if derived is None:
-                derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
-                keep(_STATE_MEMO, memo_key, derived, _STATE_MEMO_MAX)
-            state = dataclasses.replace(derived, established=list(derived.established),
-                                        open_questions=list(derived.open_questions),
-                                        user_constraints=list(derived.user_constraints))
-        else:
-            state = ThreadState(info["thread_id"], last_active_turn=info["last_active_turn"])
-        return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
-                          info["last_active_turn"], state, list(info.get("user_turns", [])),
-                          info.get("turn_count", len(info["turn_ids"])))
+        return json.loads(raw)
 
     def set_thread_state(self, session_id: str, thread_id: str, *, established: list[str] | None = None,
                          open_questions: list[str] | None = None,
                          user_constraints: list[str] | None = None) -> None:
-        """Set a thread's state by hand; derived values no longer replace it."""
-        skey = _session_key(session_id)
+        """Set fields of a thread's state by hand: a field given replaces the
+        derived one from now on, a field not given stays as it was."""
+        fields = {"established": established, "open_questions": open_questions,
+                  "user_constraints": user_constraints}
 
         def write(txn: Any) -> None:
-            threads = self._load_threads(txn, skey)
-            if thread_id not in threads:
-                raise InvalidArgumentError(
-                    f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-            info = threads[thread_id]
-            info["override"] = {"established": list(established or []),
-                                "open_questions": list(open_questions or []),
-                                "user_constraints": list(user_constraints or []),
-                                "last_active_turn": info["last_active_turn"]}
-            txn.put(skey + _U64.pack(int(thread_id[1:])), json.dumps(info).encode(),
-                    db=self.dbs[b"threads"])
+            info = derivation.with_state_fields(self._thread_record(session_id, thread_id, txn),
+                                                fields)
+            txn.put(_session_key(session_id) + _U64.pack(thread_num(thread_id)),
+                    json.dumps(info).encode(), db=self.dbs[b"threads"])
         self.write(write)
 
     def set_references(self, session_id: str, turn_id: int, references: list[int]) -> None:
@@ -570,12 +383,6 @@ class TurnLog(LmdbStore):
             rec["references"] = sorted({int(r) for r in references})
             txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
         self.write(write)
-
-
-# Derived thread states by (store path, session, thread, member turn ids); a
-# turn log serves the same few threads turn after turn.
-_STATE_MEMO: dict[tuple[Any, ...], ThreadState] = {}
-_STATE_MEMO_MAX = 512
 
 
 def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.ndarray,
@@ -613,13 +420,6 @@ def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.
     return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)
 
 
-def _progress_bar(total: int, wanted: bool, desc: str) -> Any:
-    if not wanted or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="turn")
-
-
 # -- the functions library(ctxrelay) calls (plain values in and out) ----------------------
 # Each takes the store's Stores (ctxrelay.storage.stores) and reaches the turn log as
 # ``stores.turnlog`` and the transcript as ``stores.transcript``.
@@ -651,7 +451,7 @@ def api_derived(stores: Any, session_id: str, turn_id: int) -> Any:
 
 def api_threads(stores: Any, session_id: str) -> list[dict[str, Any]]:
     stores.transcript.session(session_id)     # an unknown session is an error, not []
-    return [t.to_dict() for t in stores.turnlog.threads(session_id)]
+    return [t.to_dict() for t in stores.turnlog.threads(session_id, stores.transcript)]
 
 
 def api_thread(stores: Any, session_id: str, thread_id: str) -> dict[str, Any]:

@@ -130,12 +130,24 @@ CREATE INDEX scratch_entries_expiry ON scratch_entries (expires_us)
     WHERE NOT pinned AND expires_us IS NOT NULL;
 """
 
+_THREAD_LABELS = """
+-- Topic thread labels (storage/turnlog_derivation.py): one row per label, so a new
+-- thread's label is unique in its session; derived like the rest of the turn log.
+CREATE TABLE turnlog_labels (
+    session_id text NOT NULL,
+    label      text NOT NULL,
+    num        integer NOT NULL,          -- thread "T<num>"
+    PRIMARY KEY (session_id, label)
+);
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
     (2, "turn log: derived turns, vectors, topic threads", _TURNLOG),
     (3, "warm artifacts", _WARM),
     (4, "scratch buffer: entries with their blobs", _SCRATCH),
+    (5, "turn log: topic thread labels", _THREAD_LABELS),
 ]
 
 

@@ -1,11 +1,14 @@
-"""The turn log in PostgreSQL (tables of migration 2).
+"""The turn log in PostgreSQL (tables of migrations 2 and 5).
 
-The same derivation as the embedded turn log (:mod:`ctxrelay.storage.lmdb.turnlog`:
-its thread assignment, entity extraction, thread states and bounds are
-reused, not re-implemented), kept in three tables: ``turnlog_progress`` (per
-session: how far it is derived, with which embedder, the active thread),
-``turnlog_turns`` (per turn: its derived record and vector) and
-``turnlog_threads`` (per thread: its record and centroid).
+The derivation is the one every back end shares
+(:mod:`ctxrelay.storage.turnlog_derivation`: thread placement by the thread
+rules, labels, entity extraction, thread states and bounds), so the same
+turns give the same thread ids and labels as the embedded turn log.  This
+module only keeps its records, in four tables: ``turnlog_progress`` (per
+session: how far it is derived, with which embedder, the active and recent
+threads), ``turnlog_turns`` (per turn: its derived record and vector),
+``turnlog_threads`` (per thread: its record and centroid) and
+``turnlog_labels`` (per thread label, unique in a session).
 
 A sync derives a chunk of turns in one transaction that first locks the
 session's progress row, so two processes syncing one session take turns and
@@ -14,7 +17,6 @@ is the same as one process deriving alone.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -23,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError
-from ctxrelay.memo import keep
+from ctxrelay.storage import turnlog_derivation as derivation
+from ctxrelay.storage.lmdb.turnlog import TurnLog
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
-from ctxrelay.storage.lmdb.turnlog import (_DENSE_SESSIONS, _DENSE_WINDOW, _KEPT_MEMBERS,
-                                           _NEIGHBOURS, _STATE_MEMO, _STATE_MEMO_MAX,
-                                           _SYNC_CHUNK, _THREADS_ASSIGNABLE, DerivedTurn,
-                                           ThreadInfo, ThreadState, TurnLog, _progress_bar,
-                                           _tool_call_ids, derive_state, extract_entities)
+from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, SYNC_CHUNK,
+                                                 DerivedTurn, ThreadInfo, progress_bar,
+                                                 thread_info, thread_num)
 from ctxrelay.text.bounds import derived_text
+from ctxrelay.text.threads import ThreadBook
 from ctxrelay.types import Turn
 
 __all__ = ["PgTurnLog"]
@@ -40,10 +42,48 @@ def _vec(raw: bytes) -> np.ndarray:
     return np.frombuffer(bytes(raw), dtype=np.float32)
 
 
-def _thread_num(thread_id: Any) -> int | None:
-    if isinstance(thread_id, str) and thread_id[:1] == "T" and thread_id[1:].isdigit():
-        return int(thread_id[1:])
-    return None
+class _Records:
+    """One session's records in one transaction, as the derivation reads them
+    (:class:`ctxrelay.storage.turnlog_derivation.RecordReader`); each read is one
+    statement, whatever the number of records."""
+
+    def __init__(self, cur: Any, session_id: str) -> None:
+        self.cur, self.session_id = cur, session_id
+
+    def threads(self, nums: list[int]) -> dict[int, dict[str, Any]]:
+        if not nums:
+            return {}
+        rows = self.cur.execute("SELECT num, info FROM turnlog_threads WHERE session_id = %s "
+                                "AND num = ANY(%s)", (self.session_id, nums)).fetchall()
+        return {n: json.loads(info) for n, info in rows}
+
+    def latest_threads(self, limit: int) -> list[dict[str, Any]]:
+        rows = self.cur.execute("SELECT info FROM turnlog_threads WHERE session_id = %s "
+                                "ORDER BY num DESC LIMIT %s", (self.session_id, limit)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def vectors(self, turn_ids: list[int]) -> dict[int, np.ndarray]:
+        if not turn_ids:
+            return {}
+        rows = self.cur.execute("SELECT turn_id, vector FROM turnlog_turns WHERE session_id = %s "
+                                "AND turn_id = ANY(%s)", (self.session_id, turn_ids)).fetchall()
+        return {t: _vec(v) for t, v in rows}
+
+    def turn(self, turn_id: int) -> dict[str, Any] | None:
+        row = self.cur.execute("SELECT record FROM turnlog_turns WHERE session_id = %s "
+                               "AND turn_id = %s", (self.session_id, turn_id)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def centroids(self, nums: list[int]) -> dict[int, np.ndarray]:
+        if not nums:
+            return {}
+        rows = self.cur.execute("SELECT num, centroid FROM turnlog_threads WHERE session_id = %s "
+                                "AND num = ANY(%s)", (self.session_id, nums)).fetchall()
+        return {n: _vec(c) for n, c in rows}
+
+    def label_taken(self, label: str) -> bool:
+        return self.cur.execute("SELECT 1 FROM turnlog_labels WHERE session_id = %s "
+                                "AND label = %s", (self.session_id, label)).fetchone() is not None
 
 
 class PgTurnLog:
@@ -109,10 +149,10 @@ class PgTurnLog:
         end = transcript.turn_count(session_id)
         if start > end:
             return 0
-        bar = _progress_bar(end - start + 1, progress, f"deriving {session_id}")
+        bar = progress_bar(end - start + 1, progress, f"deriving {session_id}")
         done = 0
-        for lo in range(start, end + 1, _SYNC_CHUNK):
-            turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
+        for lo in range(start, end + 1, SYNC_CHUNK):
+            turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
             vectors = embedder.embed_batch([derived_text(t.content) for t in turns])
             done += self._run(lambda cur: self._derive_chunk(cur, session_id, turns, vectors,
                                                              embedder))
@@ -125,7 +165,8 @@ class PgTurnLog:
     def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
                   progress: bool = True) -> int:
         def drop(cur: Any) -> None:
-            for table in ("turnlog_turns", "turnlog_threads", "turnlog_progress"):
+            for table in ("turnlog_turns", "turnlog_threads", "turnlog_labels",
+                          "turnlog_progress"):
                 cur.execute(f"DELETE FROM {table} WHERE session_id = %s", (session_id,))
         self._run(drop)
         return self.sync(transcript, session_id, embedder, progress=progress)
@@ -141,93 +182,53 @@ class PgTurnLog:
 
     def _derive_chunk(self, cur: Any, session_id: str, turns: list[Turn],
                       vectors: np.ndarray, embedder: Any) -> int:
-        fresh = {"derived_upto": 0, "model_id": embedder.model_id, "next_thread": 1,
-                 "active_thread": None}
+        fresh = derivation.fresh_progress(embedder.model_id)
         cur.execute("INSERT INTO turnlog_progress (session_id, state) VALUES (%s, %s) "
                     "ON CONFLICT (session_id) DO NOTHING", (session_id, json.dumps(fresh)))
         # The lock that makes concurrent syncs of one session take turns.
         prog = json.loads(cur.execute("SELECT state FROM turnlog_progress WHERE session_id = %s "
                                       "FOR UPDATE", (session_id,)).fetchone()[0])
-        pairs = [(t, v) for t, v in zip(turns, vectors) if t.turn_id > prog["derived_upto"]]
-        if not pairs:
+        out = derivation.derive_chunk(_Records(cur, session_id), prog, turns, vectors, embedder)
+        if not out.turns:
             return 0                           # another process derived them meanwhile
-        threads, centroids = self._load_threads(cur, session_id, limit=_THREADS_ASSIGNABLE)
-        active = prog.get("active_thread")
-        if active and active not in threads and _thread_num(active) is not None:
-            row = cur.execute("SELECT info, centroid FROM turnlog_threads "
-                              "WHERE session_id = %s AND num = %s",
-                              (session_id, _thread_num(active))).fetchone()
-            if row is not None:
-                threads[active], centroids[active] = json.loads(row[0]), _vec(row[1]).copy()
-        wanted = sorted({t for info in threads.values()
-                         for t in info.get("user_turns", [])[-_NEIGHBOURS:]})
-        stored = {}
-        if wanted:
-            cur.execute("SELECT turn_id, vector FROM turnlog_turns WHERE session_id = %s "
-                        "AND turn_id = ANY(%s)", (session_id, wanted))
-            stored = {t: _vec(v) for t, v in cur.fetchall()}
-        recent = {tid: [stored[t] for t in info.get("user_turns", [])[-_NEIGHBOURS:]
-                        if t in stored]
-                  for tid, info in threads.items()}
-        join = float(embedder.thresholds["thread_join"])
-        previous_thread = prog["active_thread"]
-        touched: set[str] = set()
-        rows: list[tuple] = []
-        for turn, vec in pairs:
-            vec = np.asarray(vec, dtype=np.float32)
-            if turn.role == "system":               # instructions belong to no topic
-                record = {"thread_id": "", "entities": [], "references": [],
-                          "tool_calls": [], "model_id": embedder.model_id}
-                rows.append((session_id, turn.turn_id, json.dumps(record), vec.tobytes()))
-                prog["derived_upto"] = turn.turn_id
-                continue
-            thread_id = TurnLog._assign(turn, vec, threads, recent, join, previous_thread, prog)
-            touched.add(thread_id)
-            info = threads[thread_id]
-            info["turn_ids"].append(turn.turn_id)
-            info["turn_count"] = info.get("turn_count", 0) + 1
-            del info["turn_ids"][:-_KEPT_MEMBERS]
-            if turn.role == "user":
-                info.setdefault("user_turns", []).append(turn.turn_id)
-                del info["user_turns"][:-_NEIGHBOURS]
-                recent.setdefault(thread_id, []).append(vec)
-                recent[thread_id] = recent[thread_id][-_NEIGHBOURS:]
-            info["last_active_turn"] = turn.turn_id
-            centroids[thread_id] = centroids.get(thread_id, np.zeros_like(vec)) + vec
-            if turn.role == "user":
-                prog["active_thread"] = thread_id
-            previous_thread = thread_id
-            record = {"thread_id": thread_id,
-                      "entities": extract_entities(derived_text(turn.content)),
-                      "references": [], "tool_calls": _tool_call_ids(turn),
-                      "model_id": embedder.model_id}
-            rows.append((session_id, turn.turn_id, json.dumps(record), vec.tobytes()))
-            prog["derived_upto"] = turn.turn_id
         with cur.connection.pipeline():
             cur.executemany("INSERT INTO turnlog_turns (session_id, turn_id, record, vector) "
-                            "VALUES (%s, %s, %s, %s)", rows)
-            if touched:
+                            "VALUES (%s, %s, %s, %s)",
+                            [(session_id, t, json.dumps(rec), vec.astype(np.float32).tobytes())
+                             for t, rec, vec in out.turns])
+            if out.threads:
                 cur.executemany(
                     "INSERT INTO turnlog_threads (session_id, num, info, centroid) "
                     "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, num) DO UPDATE "
                     "SET info = EXCLUDED.info, centroid = EXCLUDED.centroid",
-                    [(session_id, _thread_num(tid), json.dumps(threads[tid]),
-                      centroids[tid].astype(np.float32).tobytes()) for tid in sorted(touched)])
+                    [(session_id, num, json.dumps(info), centroid.tobytes())
+                     for num, info, centroid in sorted(out.threads, key=lambda t: t[0])])
+            if out.labels:
+                cur.executemany("INSERT INTO turnlog_labels (session_id, label, num) "
+                                "VALUES (%s, %s, %s)",
+                                [(session_id, label, thread_num(tid))
+                                 for label, tid in out.labels])
             cur.execute("UPDATE turnlog_progress SET state = %s WHERE session_id = %s",
-                        (json.dumps(prog), session_id))
-        return len(pairs)
+                        (json.dumps(out.progress), session_id))
+        return len(out.turns)
 
-    def _load_threads(self, cur: Any, session_id: str, limit: int | None = None
-                      ) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray]]:
-        cur.execute("SELECT info, centroid FROM turnlog_threads WHERE session_id = %s "
-                    "ORDER BY num DESC LIMIT %s", (session_id, limit))
-        threads: dict[str, dict[str, Any]] = {}
-        centroids: dict[str, np.ndarray] = {}
-        for info, centroid in cur.fetchall():
-            info = json.loads(info)
-            threads[info["thread_id"]] = info
-            centroids[info["thread_id"]] = _vec(centroid).copy()
-        return threads, centroids
+    def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
+        """The candidate threads for the session's next turn (read only)."""
+        def read(cur: Any) -> ThreadBook:
+            row = cur.execute("SELECT state FROM turnlog_progress WHERE session_id = %s",
+                              (session_id,)).fetchone()
+            return derivation.load_book(_Records(cur, session_id),
+                                        {} if row is None else json.loads(row[0]), thresholds)
+        return self._read(read)
+
+    def next_label(self, session_id: str, text: str) -> tuple[str, str]:
+        """The id and label a new thread started by ``text`` would get now."""
+        def read(cur: Any) -> tuple[str, str]:
+            row = cur.execute("SELECT state FROM turnlog_progress WHERE session_id = %s",
+                              (session_id,)).fetchone()
+            return derivation.next_label(_Records(cur, session_id),
+                                         {} if row is None else json.loads(row[0]), text)
+        return self._read(read)
 
     # -- per turn ----------------------------------------------------------------------
 
@@ -260,17 +261,17 @@ class PgTurnLog:
         for key in [k for k in cache if k[0] == session_id]:
             del cache[key]
         cache[space] = (ids, rows, have)
-        while len(cache) > _DENSE_SESSIONS:
+        while len(cache) > DENSE_SESSIONS:
             cache.popitem(last=False)
         if have < upto:
-            lo = max(have + 1, upto - _DENSE_WINDOW + 1)
+            lo = max(have + 1, upto - DENSE_WINDOW + 1)
             new = self.vectors(session_id, range(lo, upto + 1))
             if new:
                 new_ids = np.fromiter(sorted(new), dtype=np.int64)
                 new_rows = np.stack([new[t] for t in sorted(new)])
                 ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
                 rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
-                ids, rows = ids[-_DENSE_WINDOW:], rows[-_DENSE_WINDOW:]
+                ids, rows = ids[-DENSE_WINDOW:], rows[-DENSE_WINDOW:]
             cache[space] = (ids, rows, upto)
         if rows is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
@@ -310,50 +311,33 @@ class PgTurnLog:
         rows = self._read(lambda cur: cur.execute(
             "SELECT info FROM turnlog_threads WHERE session_id = %s ORDER BY num",
             (session_id,)).fetchall())
-        return [self._info(session_id, json.loads(r[0]), transcript) for r in rows]
+        return [thread_info(session_id, json.loads(r[0]), transcript) for r in rows]
 
     def recent_threads(self, session_id: str, n: int) -> list[ThreadInfo]:
         rows = self._read(lambda cur: cur.execute(
             "SELECT info FROM turnlog_threads WHERE session_id = %s ORDER BY num DESC LIMIT %s",
             (session_id, max(0, int(n)))).fetchall())
-        return [self._info(session_id, json.loads(r[0]), None) for r in rows]
+        return [thread_info(session_id, json.loads(r[0]), None) for r in rows]
 
     def thread(self, session_id: str, thread_id: str, transcript: Any = None) -> ThreadInfo:
-        num = _thread_num(thread_id)
+        num = thread_num(thread_id)
         row = None if num is None else self._read(lambda cur: cur.execute(
             "SELECT info FROM turnlog_threads WHERE session_id = %s AND num = %s",
             (session_id, num)).fetchone())
         if row is None:
             raise InvalidArgumentError(
                 f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-        return self._info(session_id, json.loads(row[0]), transcript)
-
-    def _info(self, session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
-        override = info.get("override")
-        if override:
-            state = ThreadState(info["thread_id"], **override)
-        elif transcript is not None:
-            ids = info["turn_ids"][-40:]
-            memo_key = (getattr(transcript, "path", id(transcript)), session_id,
-                        info["thread_id"], tuple(ids))
-            derived = _STATE_MEMO.get(memo_key)
-            if derived is None:
-                derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
-                keep(_STATE_MEMO, memo_key, derived, _STATE_MEMO_MAX)
-            state = dataclasses.replace(derived, established=list(derived.established),
-                                        open_questions=list(derived.open_questions),
-                                        user_constraints=list(derived.user_constraints))
-        else:
-            state = ThreadState(info["thread_id"], last_active_turn=info["last_active_turn"])
-        return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
-                          info["last_active_turn"], state, list(info.get("user_turns", [])),
-                          info.get("turn_count", len(info["turn_ids"])))
+        return thread_info(session_id, json.loads(row[0]), transcript)
 
     def set_thread_state(self, session_id: str, thread_id: str, *,
                          established: list[str] | None = None,
                          open_questions: list[str] | None = None,
                          user_constraints: list[str] | None = None) -> None:
-        num = _thread_num(thread_id)
+        """Set fields of a thread's state by hand: a field given replaces the
+        derived one from now on, a field not given stays as it was."""
+        num = thread_num(thread_id)
+        fields = {"established": established, "open_questions": open_questions,
+                  "user_constraints": user_constraints}
 
         def write(cur: Any) -> None:
             row = None if num is None else cur.execute(
@@ -362,12 +346,7 @@ class PgTurnLog:
             if row is None:
                 raise InvalidArgumentError(
                     f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
-            info = json.loads(row[0])
-            info["override"] = {"established": list(established or []),
-                                "open_questions": list(open_questions or []),
-                                "user_constraints": list(user_constraints or []),
-                                "last_active_turn": info["last_active_turn"]}
+            info = derivation.with_state_fields(json.loads(row[0]), fields)
             cur.execute("UPDATE turnlog_threads SET info = %s WHERE session_id = %s AND num = %s",
                         (json.dumps(info), session_id, num))
         self._run(write)
-

@@ -1,0 +1,617 @@
+:- module(ctxrelay_thread_rules,
+          [ thread_decision/3,      % +Text, +Context, -Decision
+            return_target/2,        % +Tokens, -Target
+            % extension points (multifile, dynamic)
+            return_cue/2,           % ?Before, ?After
+            open_target_word/1,     % ?Word
+            follow_up_marker/1,     % ?Words
+            topic_opener/1,         % ?Words
+            request_opener/1        % ?Words
+          ]).
+:- use_module(library(error)).
+:- use_module(library(lists)).
+:- use_module(library(apply)).
+:- use_module(library(aggregate)).
+:- use_module(library(yall)).
+:- use_module(library(ctxrelay/references)).
+:- use_module(library(ctxrelay/references/tokens), [word_parts/2]).
+:- use_module(library(ctxrelay/intent), [clarify_marker/1, topic_shift_marker/1]).
+
+/** <module> Which topic thread a user turn joins (CRP-SPEC-028 §3.3)
+
+One home for the decision: the turn log calls thread_decision/3 for every
+stored user turn it derives, and an assembly for the new message, with
+the numbers Python computed (ctxrelay.text.threads): for each
+candidate thread (the most recently active ones, most recent first) its
+similarity to the message (`sim`, the largest cosine against its latest
+turns), the share of the message's content words it used (`overlap`,
+0..1, rarer words weigh more) and those words (`shared`).  The rules,
+first match wins:
+
+  1. `first`: no thread yet -> a new thread.
+  2. `return_cue`: an explicit return ("back to etcd", "returning to the
+     TLS question", "about the backups again", "as for Postgres, ...")
+     names a topic; the thread that shared most of its words is
+     resumed (its words, not the embedding, decide).
+  3. `return_cue_similar`: a return naming a topic in words no thread
+     used ("back to the bread" when the thread spoke of loaves) resumes
+     the earlier thread the message is most about, if any shares a word
+     or the `same` similarity; `return_cue_earlier`: a return that names
+     no topic ("back to what we were discussing") resumes the most
+     recent thread before the current one.
+  4. `clarify`: a clarification ("what do you mean by ...", "explain
+     again") stays in the thread of the turn it asks about.
+  5. `follow_up`: a follow-up of the previous turn stays in its thread:
+     a follow-up marker ("go on", "tell me more", "why?"), a reference
+     to prior content ("that bug", "the second option", "what you said"),
+     a pronoun that opens the turn ("does it ...", "is that ..."), or a
+     turn without a content word ("thanks!") -- unless the message names
+     another thread the current one never used, or announces a new
+     topic (ctxrelay_intent:topic_shift_marker/1).
+  6. `similar`: an earlier thread joins the turn if its similarity
+     reaches the embedder's `join` threshold or its overlap reaches flag
+     ctxrelay_thread_overlap_join, and beats the current thread, which
+     gets flag ctxrelay_thread_continuity as a bonus (conversations
+     stay on topic more often than they jump) except after a
+     topic-shift marker.  `shared_words`: a message that uses none of
+     the current thread's words but an earlier thread's goes back to
+     it.  `continuity`: without a topic-shift marker the current thread
+     keeps the turn unless it is a stand-alone question on another
+     subject (standalone/4).  The current thread also keeps a turn its
+     evidence reaches the bar for; after a topic-shift marker only on
+     its words, not on similarity alone.
+  7. `new`: otherwise a new thread.
+
+The cue and marker phrases are facts users extend, in the syntax of
+ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
+
+    :- multifile ctxrelay_thread_rules:return_cue/2.
+    ctxrelay_thread_rules:return_cue([picking, up], [again]).
+*/
+
+:- multifile return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
+             request_opener/1.
+:- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
+           request_opener/1.
+
+:- create_prolog_flag(ctxrelay_thread_overlap_join, 0.4, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_overlap_same, 0.2, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_continuity, 0.25, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_standalone_terms, 4, [keep(true), type(integer)]).
+:- create_prolog_flag(ctxrelay_thread_standalone_overlap, 0.25, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_standalone_similarity, 1.0, [keep(true), type(float)]).
+
+:- det(thread_decision/3).
+
+%!  thread_decision(+Text, +Context:dict, -Decision:dict) is det.
+%
+%   Decide the thread of the user turn Text.  Context has:
+%
+%     - previous: the thread of the turn before (text; "" for none)
+%     - candidates: a list of dicts, most recently active first, each
+%       with thread (text), sim, overlap (numbers), shared (list of
+%       text: the message's words the thread used) and optionally
+%       recent (integer: how many of them the thread's latest exchange
+%       used; 0 when absent), rank and turns
+%     - join, same: the embedder's thread_join and topic_same
+%       similarity thresholds (numbers)
+%     - terms: the number of content words of Text (optional)
+%
+%   Decision is decision{action:Action, thread:Thread, rule:Rule,
+%   restore:Bool}: Action is `continue` (the previous thread), `resume`
+%   (an earlier thread the message returns to by name), `join` (an
+%   earlier thread it is about) or `new` (Thread is ""); Rule names the
+%   rule that decided (see the module doc); Restore says whether the
+%   thread's dormant turns and state come back into the pack (on a
+%   resume, and on a join whose similarity reaches `join`).
+%
+%   @error type_error(text, Text)
+%   @error type_error(dict, Context)
+%   @error existence_error(key, Key, Context) for a missing candidates,
+%          join or same
+%   @error type_error(number, X) for a non-numeric threshold or score
+
+thread_decision(Text, Context, Decision) :-
+    must_be(text, Text),
+    must_be(dict, Context),
+    context_value(candidates, Context, Cands0),
+    must_be(list, Cands0),
+    maplist(candidate, Cands0, Cands),
+    context_value(join, Context, Join),
+    must_be(number, Join),
+    context_value(same, Context, Same),
+    must_be(number, Same),
+    (   get_dict(previous, Context, P0), P0 \== "", P0 \== '', \+ no_value(P0)
+    ->  text_to_string(P0, Previous)
+    ;   Previous = none
+    ),
+    (   get_dict(terms, Context, Terms), integer(Terms) -> true ; Terms = unknown ),
+    text_tokens(Text, Tokens),
+    decide(Tokens, Terms, Previous, Cands, Join-Same, Action, Thread, Rule),
+    restore(Action, Rule, Thread, Cands, Join, Restore),
+    Decision = decision{action:Action, thread:Thread, rule:Rule, restore:Restore}.
+
+%   restore(+Action, +Rule, +Thread, +Cands, +Join, -Bool)
+%
+%   Whether the assembly brings the thread's dormant turns and its state
+%   back (§3.3, §6.2): on an explicit return, and on a join the embedding
+%   confirms (similarity at the join threshold).  A join on shared words
+%   alone places the turn without spending the budget on the old turns
+%   (recall still finds the ones that match).
+restore(resume, _, _, _, _, true) :- !.
+restore(join, _, Thread, Cands, Join, true) :-
+    memberchk(c(Thread, Sim, _, _, _), Cands),
+    Sim >= Join,
+    !.
+restore(_, _, _, _, _, false).
+
+context_value(Key, Dict, Value) :-
+    (   get_dict(Key, Dict, Value)
+    ->  true
+    ;   existence_error(key, Key, Dict)
+    ).
+
+no_value(@(none)).
+no_value(none).
+
+%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared, Recent))
+candidate(D, c(Thread, Sim, Overlap, Shared, Recent)) :-
+    must_be(dict, D),
+    context_value(thread, D, T0),
+    text_to_string(T0, Thread),
+    context_value(sim, D, Sim),
+    must_be(number, Sim),
+    context_value(overlap, D, Overlap),
+    must_be(number, Overlap),
+    (   get_dict(shared, D, S0) -> must_be(list, S0) ; S0 = [] ),
+    maplist(shared_atom, S0, Shared),
+    (   get_dict(recent, D, Recent), integer(Recent) -> true ; Recent = 0 ).
+
+shared_atom(S, A) :-
+    (   atom(S) -> A = S ; atom_string(A, S) ).
+
+%   decide(+Tokens, +Terms, +Previous, +Cands, +Join-Same, -Action, -Thread, -Rule)
+decide(_, _, _, [], _, new, "", first) :-
+    !.
+decide(Tokens, _, Previous, Cands, _, Action, Thread, return_cue) :-
+    return_target(Tokens, Target),
+    Target = [_|_],
+    best_named(Target, Previous, Cands, Thread),
+    !,
+    action(Previous, Thread, resume, Action).
+decide(Tokens, _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
+    return_target(Tokens, [_|_]),              % names a topic in words no thread used:
+    findall(E-T, ( member(c(T, Sim, O, _, _), Cands), T \== Previous,   % the earlier thread
+                   ( O > 0 ; Sim >= Same ),                            % the message is most
+                   evidence(T, Cands, Join, E) ), Earlier),             % about
+    max_member(_-Thread, Earlier),
+    !.
+decide(Tokens, _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
+    return_target(Tokens, []),
+    member(c(Thread, _, _, _, _), Cands),
+    Thread \== Previous,
+    !.
+decide(Tokens, _, Previous, _, _, continue, Previous, clarify) :-
+    Previous \== none,
+    marker_match(clarify_marker, Tokens, _, _),
+    !.
+decide(Tokens, Terms, Previous, Cands, _, continue, Previous, follow_up) :-
+    Previous \== none,
+    \+ marker_match(topic_shift_marker, Tokens, _, _),
+    follow_up(Tokens, Terms, Previous, Cands),
+    \+ names_another_thread(Previous, Cands),
+    !.
+decide(Tokens, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
+    (   marker_match(topic_shift_marker, Tokens, _, _) -> Shift = true ; Shift = false ),
+    (   (   memberchk(t('?', punct, _, _), Tokens)
+        ;   marker_match(request_opener, Tokens, _, _)
+        )
+    ->  (   marker_match(topic_opener, Tokens, _, _)
+        ->  Terms = opener(Terms0)
+        ;   Terms = Terms0
+        )
+    ;   Terms = statement
+    ),
+    current_prolog_flag(ctxrelay_thread_continuity, Bonus),
+    evidence(Previous, Cands, Join, EP),
+    findall(E-T, ( member(c(T, _, _, _, _), Cands), T \== Previous,
+                   evidence(T, Cands, Join, E) ), Others),
+    (   Shift == false -> Stay is EP + Bonus ; Stay = EP ),
+    (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay
+    ->  Thread = TO, Rule = similar                      % clearly about an earlier thread
+    ;   Shift == false,
+        back_in_old_words(Previous, Cands, TN)
+    ->  Thread = TN, Rule = shared_words                 % a new question in an old topic's words
+    ;   Previous \== none, Shift == false,
+        \+ standalone(Terms, Previous, Cands, Same)
+    ->  Thread = Previous, Rule = continuity            % nothing says the topic changed
+    ;   Previous \== none, EP >= 1.0,
+        stays_after_shift(Shift, Previous, Cands)
+    ->  Thread = Previous, Rule = similar
+    ),
+    !,
+    action(Previous, Thread, join, Action).
+decide(_, _, _, _, _, new, "", new).
+
+action(Previous, Thread, _, continue) :-
+    Thread == Previous,
+    !.
+action(_, _, Earlier, Earlier).
+
+%   evidence(+Thread, +Cands, +Join, -E)
+%
+%   How strongly the message is about Thread, 1 at the bar of joining:
+%   its similarity over the embedder's join threshold, or its overlap
+%   over flag ctxrelay_thread_overlap_join, whichever is larger.
+evidence(none, _, _, 0) :-
+    !.
+evidence(Thread, Cands, Join, E) :-
+    memberchk(c(Thread, Sim, Overlap, _, _), Cands),
+    !,
+    current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
+    E is max(Sim / max(Join, 0.01), Overlap / max(OJ, 0.01)).
+evidence(_, _, _, 0).
+
+%   back_in_old_words(+Previous, +Cands, -Thread)
+%
+%   The message uses none of the current thread's words (and none of its
+%   latest exchange) but at least flag ctxrelay_thread_overlap_same of an
+%   earlier thread's: "should I prune the tomato suckers?" while talking
+%   compost goes back to the tomatoes.
+back_in_old_words(Previous, Cands, Thread) :-
+    memberchk(c(Previous, _, OP, _, 0), Cands),
+    OP =:= 0,
+    current_prolog_flag(ctxrelay_thread_overlap_same, OS),
+    findall(O-T, ( member(c(T, _, O, _, _), Cands), T \== Previous, O >= OS ), Named),
+    max_member(_-Thread, Named).
+
+%   stays_after_shift(+Shift, +Previous, +Cands)
+%
+%   After a topic-shift marker ("by the way", "unrelated") the user says
+%   the subject changes: the current thread keeps the turn only if the
+%   message uses its words (overlap at flag ctxrelay_thread_overlap_join),
+%   not on embedding similarity alone ("by the way, how often should I
+%   replace running shoes?" is near a marathon thread, yet not about it).
+stays_after_shift(false, _, _) :-
+    !.
+stays_after_shift(true, Previous, Cands) :-
+    memberchk(c(Previous, _, Overlap, _, _), Cands),
+    current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
+    Overlap >= OJ.
+
+%   standalone(+Terms, +Previous, +Cands, +Same)
+%
+%   The message reads as a question of its own on another subject: a
+%   question or a request (Terms is `statement` for a message with
+%   neither a question mark nor a request_opener/1: "the walls are dark
+%   red" answers the last turn) with at least
+%   flag ctxrelay_thread_standalone_terms content words, (almost) none
+%   of which the current thread used, none of its latest exchange (the
+%   candidate's `recent`: "how many members can fail?" after an answer
+%   about each member follows it up), and no similarity to it.  After a
+%   topic opener ("Actually, ...", "Also, ...") one content word is
+%   enough and the latest exchange does not count.
+standalone(Terms0, Previous, Cands, Same) :-
+    (   Terms0 = opener(Terms)
+    ->  Min = 1,                             % "Actually, what's a good backup?"
+        Opener = true
+    ;   Terms = Terms0,
+        current_prolog_flag(ctxrelay_thread_standalone_terms, Min),
+        Opener = false
+    ),
+    integer(Terms),
+    Terms >= Min,
+    memberchk(c(Previous, Sim, Overlap, _, Recent), Cands),
+    current_prolog_flag(ctxrelay_thread_standalone_overlap, OS),
+    Overlap < OS,
+    (   Opener == true
+    ->  true
+    ;   Recent =:= 0                         % "how many members can fail?" after an
+    ),                                       % answer about each member follows it up
+    current_prolog_flag(ctxrelay_thread_standalone_similarity, K),
+    Sim < K * Same.
+
+%   best_named(+Target, +Previous, +Cands, -Thread)
+%
+%   The thread that used the most words of Target (at least one); among
+%   equals an earlier thread before the current one (the cue says the
+%   topic is not the current one), then the larger overlap, then the
+%   more recently active.
+best_named(Target, Previous, Cands, Thread) :-
+    findall(k(N, Earlier, Overlap, I)-T,
+            ( nth0(I0, Cands, c(T, _, Overlap, Shared, _)),
+              I is -I0,
+              aggregate_all(count, ( member(W, Target), target_word_shared(W, Shared) ), N),
+              N > 0,
+              ( T == Previous -> Earlier = 0 ; Earlier = 1 ) ),
+            Found),
+    Found \== [],
+    max_member(_-Thread, Found).
+
+target_word_shared(W, Shared) :-
+    memberchk(W, Shared),
+    !.
+target_word_shared(W, Shared) :-
+    atom_concat(B, '\'s', W),
+    memberchk(B, Shared),
+    !.
+target_word_shared(W, Shared) :-
+    word_parts(W, [_,_|_]),
+    word_parts(W, Parts),
+    member(P, Parts),
+    memberchk(P, Shared),
+    !.
+
+%   names_another_thread(+Previous, +Cands)
+%
+%   The message uses words of another candidate thread (at least half
+%   of its content words by weight) and none the current thread used.
+names_another_thread(Previous, Cands) :-
+    memberchk(c(Previous, _, OP, _, _), Cands),
+    OP =:= 0,
+    current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
+    member(c(T, _, Overlap, _, _), Cands),
+    T \== Previous,
+    Overlap >= OJ,
+    !.
+
+		 /*******************************
+		 *      RETURNS, FOLLOW-UPS     *
+		 *******************************/
+
+%!  return_target(+Tokens, -Target:list(atom)) is semidet.
+%
+%   Tokens (text_tokens/2) hold an explicit return to an earlier topic:
+%   a return_cue/2 phrase.  Target holds the content words of the topic
+%   it names ("back to the etcd TLS setup" gives [etcd, tls, setup]);
+%   [] when it names none ("back to what we were discussing", "back to
+%   the earlier question").  Fails without a cue.
+
+return_target(Tokens, Target) :-
+    return_cue(Before, After),
+    marker_match(=(Before), Tokens, _, Start-End),
+    \+ not_a_return(Tokens, Start),
+    tokens_after(Tokens, End, Rest),
+    target_words(Rest, After, Words),
+    !,
+    exclude(open_or_function_word, Words, Target).
+
+%   "roll back to 3.4", "fall back to polling": a verb that takes "back"
+%   itself, not a return to a topic.
+not_a_return(Tokens, Start) :-
+    append(_, [t(W, word, _, _), t(_, word, Start, _)|_], Tokens),
+    !,
+    memberchk(W, [roll, rolled, rolling, fall, falls, falling, fell, scale, scaled,
+                  switch, switched, switching, write, writes, call, bring, set, step,
+                  revert, reverting, downgrade, cut, pull, trace, map, maps, link,
+                  links, points, point, redirect, redirects, defaults, default]).
+
+tokens_after([], _, []).
+tokens_after([T|Ts], End, Rest) :-
+    T = t(_, _, S, _),
+    (   S >= End
+    ->  Rest = [T|Ts]
+    ;   tokens_after(Ts, End, Rest)
+    ).
+
+%   target_words(+Tokens, +After, -Words)
+%
+%   The words naming the topic: up to the After phrase when the cue has
+%   one ("about X again"), else up to the end of the clause; at most six.
+target_words(Tokens, [], Words) :-
+    !,
+    clause_words(Tokens, 6, Words).
+target_words(Tokens, After, Words) :-
+    append(Before, AfterTokens, Tokens),
+    length(Before, N),
+    N =< 6,
+    maplist([t(W, word, _, _), W]>>true, Before, Words),
+    words_prefix(After, AfterTokens),
+    !.
+
+words_prefix([], _).
+words_prefix([W|Ws], [t(W, word, _, _)|Ts]) :-
+    words_prefix(Ws, Ts).
+
+clause_words([t(W, word, _, _)|Ts], N, [W|Ws]) :-
+    N > 0,
+    \+ clause_stop(W),
+    !,
+    N1 is N - 1,
+    clause_words(Ts, N1, Ws).
+clause_words(_, _, []).
+
+%   Words that end the named topic: the question that follows it.
+clause_stop(W) :-
+    memberchk(W, [what, how, why, when, where, which, who, can, could, should, would,
+                  is, are, do, does, did, will, i, we, you, and, but, so, then, now,
+                  again, please, for, with]).
+
+open_or_function_word(W) :- open_target_word(W), !.
+open_or_function_word(W) :- memberchk(W, [the, a, an, this, that, these, those, our, my,
+                                          your, its, their, of, on, about, to, in, at,
+                                          it, them, one, bit, stuff, part]).
+
+%   follow_up(+Tokens, +Terms, +Previous, +Cands)
+follow_up(Tokens, _, _, _) :-
+    marker_match(follow_up_marker, Tokens, _, _),
+    !.
+follow_up(Tokens, Terms, _, _) :-
+    token_references(Tokens, Refs),
+    member(ref(Type, D, _), Refs),
+    backward_reference(Type, D, Terms),
+    !.
+follow_up(Tokens, Terms, Previous, Cands) :-
+    opening_pronoun(Tokens),
+    (   integer(Terms), Terms =< 2
+    ->  true
+    ;   memberchk(c(Previous, _, Overlap, _, _), Cands),  % "is it possible to run X" is
+        Overlap > 0                                     % about X, not about "it"
+    ),
+    !.
+follow_up(_, Terms, _, _) :-
+    Terms == 0.
+
+backward_reference(turn, _, _).
+backward_reference(action, _, _).
+backward_reference(tool, _, _).
+backward_reference(ordinal, _, Terms) :-       % "the second one", not "job number 2
+    integer(Terms), Terms =< 2.                 % of our Postgres backups"
+backward_reference(entity, D, _) :-
+    get_dict(determiner, D, Det),
+    \+ weak_determiner(Det).
+
+%   A pronoun among the first four words of the turn points at what was
+%   just said ("does it scale?", "is that safe?", "why do they ...").
+opening_pronoun(Tokens) :-
+    first_words(Tokens, 4, Words),
+    member(W, Words),
+    memberchk(W, [it, 'it\'s', its, they, them, 'they\'re', that, 'that\'s', this, these,
+                  those, he, she, him, her]),
+    !.
+
+first_words([t(W, word, _, _)|Ts], N, [W|Ws]) :-
+    N > 0,
+    !,
+    N1 is N - 1,
+    first_words(Ts, N1, Ws).
+first_words([t(P, punct, _, _)|Ts], N, Ws) :-
+    N > 0,
+    \+ memberchk(P, ['.', '?', '!', '\n']),
+    !,
+    first_words(Ts, N, Ws).
+first_words(_, _, []).
+
+
+		 /*******************************
+		 *        LEXICON (user)        *
+		 *******************************/
+
+%!  return_cue(?Before, ?After) is nondet.
+%
+%   A return to an earlier topic: the words Before name the return, the
+%   topic follows them, up to the words After when there are any ("about
+%   X again") or the end of the clause.
+return_cue([back, to], []).
+return_cue([back, on], []).
+return_cue([returning, to], []).
+return_cue([return, to], []).
+return_cue([coming, back, to], []).
+return_cue([circling, back, to], []).
+return_cue([getting, back, to], []).
+return_cue([revisit], []).
+return_cue([revisiting], []).
+return_cue([about], [again]).
+return_cue([on], [again]).
+return_cue(['^', as, for], []).
+return_cue(['^', regarding], []).
+return_cue(['^', re], []).
+return_cue([where, were, we], []).
+return_cue([one, more, thing, about], []).     % "one more thing about Lisbon: ..."
+return_cue([one, more, thing, on], []).
+return_cue([one, more, about], []).            % "one more about the database: ..."
+return_cue([one, more, on], []).
+return_cue([last, thing, about], []).
+return_cue([last, thing, on], []).
+return_cue([last, question, about], []).
+return_cue([more, questions, about], []).
+return_cue([where, we, left, off], []).
+return_cue([as, i, was, saying], []).
+
+%!  open_target_word(?Word) is nondet.
+%
+%   Words that point back without naming the topic ("back to the
+%   earlier question", "back to what we were discussing"): a return
+%   whose topic holds only these resumes the thread before the current
+%   one.
+open_target_word(W) :-
+    memberchk(W, [previous, earlier, original, main, other, first, last, old, before,
+                  topic, topics, question, questions, subject, thing, things, discussion,
+                  point, conversation, thread, problem, issue, business, we, were,
+                  discussing, talking, said, was, saying, what]).
+
+%!  follow_up_marker(?Words) is nondet.
+%
+%   Phrases that continue the previous turn whatever words they use.
+follow_up_marker([go, on]).
+follow_up_marker([keep, going]).
+follow_up_marker([carry, on]).
+follow_up_marker(['^', continue]).
+follow_up_marker([tell, me, more]).
+follow_up_marker([say, more]).
+follow_up_marker([more, detail]).
+follow_up_marker([more, details]).
+follow_up_marker(['^', and, then]).
+follow_up_marker([then, what]).
+follow_up_marker([what, next]).
+follow_up_marker(['what\'s', next]).
+follow_up_marker([next, step]).
+follow_up_marker([next, steps]).
+follow_up_marker([after, that]).
+follow_up_marker(['^', why]).
+follow_up_marker(['^', how, come]).
+follow_up_marker(['^', how, so]).
+follow_up_marker(['^', such, as]).
+follow_up_marker(['^', like, what]).
+follow_up_marker([for, example, '$']).
+follow_up_marker([an, example]).
+follow_up_marker([another, example]).
+follow_up_marker([what, else]).
+follow_up_marker([anything, else]).
+follow_up_marker([are, you, sure]).
+follow_up_marker(['^', really]).
+follow_up_marker(['^', ok]).
+follow_up_marker(['^', okay]).
+follow_up_marker(['^', thanks]).
+follow_up_marker(['^', thank, you]).
+follow_up_marker(['^', got, it]).
+follow_up_marker(['^', makes, sense]).
+follow_up_marker(['^', sounds, good]).
+follow_up_marker(['^', great]).
+follow_up_marker(['^', perfect]).
+follow_up_marker(['^', yes]).
+follow_up_marker(['^', no]).
+follow_up_marker(['^', yeah]).
+follow_up_marker(['^', hmm]).
+follow_up_marker(['^', wait]).
+follow_up_marker([in, that, case]).
+follow_up_marker([what, if]).
+follow_up_marker([instead, '$']).
+follow_up_marker([step, by, step]).
+follow_up_marker([the, same, way]).
+
+%!  topic_opener(?Words) is nondet.
+%
+%   Openers that often bring a new subject without announcing it ("Actually,
+%   what's a good backup?"): after one, a question of a single content
+%   word the current thread never used starts a thread.
+topic_opener(['^', actually]).
+topic_opener(['^', also]).
+topic_opener(['^', oh, and]).
+topic_opener(['^', one, more, thing]).
+topic_opener(['^', another, thing]).
+topic_opener(['^', quick, question]).
+topic_opener(['^', random, question]).
+topic_opener(['^', while, 'i\'m', at, it]).
+topic_opener(['^', i, also, want]).            % "I also want to start composting."
+topic_opener(['^', i, also, need]).
+topic_opener(['^', we, also, want]).
+topic_opener(['^', we, also, need]).
+topic_opener(['^', separately]).
+topic_opener(['^', on, another, subject]).
+
+%!  request_opener(?Words) is nondet.
+%
+%   Openers of a request, which asks like a question without a question
+%   mark ("Tell me about coral reefs.").
+request_opener(['^', tell, me]).
+request_opener(['^', explain]).
+request_opener(['^', describe]).
+request_opener(['^', show, me]).
+request_opener(['^', give, me]).
+request_opener(['^', help, me]).
+request_opener(['^', i, want, to, know]).
+request_opener(['^', i, need, help]).
+request_opener(['^', can, you]).
+request_opener(['^', could, you]).
+request_opener(['^', please]).

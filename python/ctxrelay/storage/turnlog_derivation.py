@@ -1,0 +1,303 @@
+"""The turn log's derivation, one home for every back end.
+
+What a turn log derives from stored turns -- which topic thread each turn
+joins, a new thread's label, the thread records, the per-turn records, the
+candidate threads of the next turn -- is decided here, on plain records,
+and each back end (``storage/lmdb/turnlog.py``, ``storage/postgres/turnlog.py``)
+only reads and writes them.  So the same turns give the same thread ids and
+labels whatever holds them.
+
+A back end hands the derivation a :class:`RecordReader` over one
+transaction (the one that will write the chunk, or a read-only one for
+:func:`load_book`) and writes the :class:`ChunkWrites` it gets back in that
+same transaction.  Records are JSON-shaped dicts:
+
+- progress (per session): ``derived_upto``, ``model_id``, ``next_thread``,
+  ``active_thread``, ``recent`` (the most recently active threads, newest first);
+- thread (per ``T<n>``): ``thread_id``, ``label``, ``turn_ids`` (the latest
+  :data:`KEPT_MEMBERS`), ``user_turns``, ``recent_turns``, ``terms``,
+  ``exchange_terms``, ``turn_count``, ``last_active_turn``, ``override``;
+- turn: ``thread_id``, ``entities``, ``references``, ``tool_calls``, ``model_id``.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ctxrelay.memo import keep
+from ctxrelay.text import threads as thread_numbers
+from ctxrelay.text.bounds import derived_text
+from ctxrelay.text.threads import (STATE_FIELDS, STATE_TURNS, ThreadBook, ThreadEntry,
+                                   ThreadState, derive_state, make_label, with_override)
+from ctxrelay.types import Turn
+
+__all__ = ["SYNC_CHUNK", "KEPT_MEMBERS", "DENSE_WINDOW", "DENSE_SESSIONS", "ThreadInfo",
+           "DerivedTurn", "RecordReader", "ChunkWrites", "fresh_progress", "derive_chunk",
+           "load_book", "next_label", "thread_info", "with_state_fields", "thread_num",
+           "extract_entities", "tool_call_ids", "progress_bar"]
+
+SYNC_CHUNK = 128            # turns derived (embedded and written) per transaction
+KEPT_MEMBERS = 256          # member turn ids kept in a thread record (the latest)
+DENSE_WINDOW = 2000         # turns a dense recall scans (the latest; older ones via BM25, context/3)
+DENSE_SESSIONS = 8          # sessions whose dense window a process keeps in memory
+
+_ENTITY = re.compile(r"`([^`]{2,60})`|\b([A-Za-z]+[-_.][A-Za-z0-9][\w.-]*|[A-Za-z]*\d[\w.-]*[A-Za-z][\w.-]*)\b"
+                     r"|(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z]{2,}(?:\s[A-Z][a-zA-Z]{2,})*)")
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    thread_id: str
+    label: str
+    turn_ids: list[int]            # the latest members (at most KEPT_MEMBERS)
+    last_active_turn: int
+    state: ThreadState
+    user_turns: list[int] = field(default_factory=list)   # latest user turns
+    turn_count: int = 0
+    recent_turns: list[int] = field(default_factory=list)  # latest turns, any role
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"thread_id": self.thread_id, "label": self.label, "turn_ids": list(self.turn_ids),
+                "last_active_turn": self.last_active_turn, "state": self.state.to_dict(),
+                "user_turns": list(self.user_turns), "turn_count": self.turn_count,
+                "recent_turns": list(self.recent_turns)}
+
+
+@dataclass(frozen=True)
+class DerivedTurn:
+    turn_id: int
+    thread_id: str
+    entities: list[str]
+    references: list[int]
+    tool_calls: list[str]
+    model_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def extract_entities(text: str) -> list[str]:
+    """Named things a later turn may point back to: code spans, ids, proper names."""
+    found: list[str] = []
+    for m in _ENTITY.finditer(text):
+        ent = next(g for g in m.groups() if g)
+        ent = ent.strip(".-_")
+        if len(ent) >= 2 and ent not in found:
+            found.append(ent)
+    return found[:24]
+
+
+def tool_call_ids(turn: Turn) -> list[str]:
+    """The tool call ids a turn carries (and its scratch entry, if any)."""
+    calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
+    ids = [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id")] \
+        if isinstance(calls, list) else []
+    scratch = turn.metadata.get("scratch_id") if isinstance(turn.metadata, dict) else None
+    return ids + ([str(scratch)] if scratch else [])
+
+
+def thread_num(thread_id: Any) -> int | None:
+    """n of a thread id ``"T<n>"`` (None for anything else)."""
+    if isinstance(thread_id, str) and thread_id[:1] == "T" and thread_id[1:].isdigit():
+        return int(thread_id[1:])
+    return None
+
+
+def progress_bar(total: int, wanted: bool, desc: str) -> Any:
+    if not wanted or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="turn")
+
+
+# -- what a back end provides ----------------------------------------------------------
+
+class RecordReader(Protocol):
+    """Reads of one session's records inside one transaction of a back end."""
+
+    def threads(self, nums: list[int]) -> dict[int, dict[str, Any]]:
+        """The thread records numbered ``nums`` that exist."""
+
+    def latest_threads(self, limit: int) -> list[dict[str, Any]]:
+        """The ``limit`` latest-started thread records, newest first."""
+
+    def vectors(self, turn_ids: list[int]) -> dict[int, np.ndarray]:
+        """The stored vectors of ``turn_ids`` (float32) that exist."""
+
+    def turn(self, turn_id: int) -> dict[str, Any] | None:
+        """A turn's derived record."""
+
+    def centroids(self, nums: list[int]) -> dict[int, np.ndarray]:
+        """The stored centroids (sums of member vectors) of threads ``nums``."""
+
+    def label_taken(self, label: str) -> bool:
+        """Whether a thread of the session has ``label``."""
+
+
+@dataclass
+class ChunkWrites:
+    """What deriving a chunk writes, in the same transaction as its reads."""
+
+    progress: dict[str, Any]
+    turns: list[tuple[int, dict[str, Any], np.ndarray]] = field(default_factory=list)
+    threads: list[tuple[int, dict[str, Any], np.ndarray]] = field(default_factory=list)
+    labels: list[tuple[str, str]] = field(default_factory=list)      # (label, thread id)
+
+
+def fresh_progress(model_id: str) -> dict[str, Any]:
+    return {"derived_upto": 0, "model_id": model_id, "next_thread": 1, "active_thread": None}
+
+
+# -- deriving -------------------------------------------------------------------------
+
+def load_book(reader: RecordReader, prog: dict[str, Any],
+              thresholds: dict[str, float]) -> ThreadBook:
+    """The session's candidate threads for its next user turn: the most recently
+    active first, with the vectors of their latest turns."""
+    limit = thread_numbers.RECENT_THREADS
+    order = list(prog.get("recent") or [])[:limit]
+    if order:
+        nums = [n for n in (thread_num(t) for t in order) if n is not None]
+        found = reader.threads(nums)
+        records = [found[n] for n in nums if n in found]
+    else:                              # a turn log derived before recency was kept
+        records = reader.latest_threads(limit)
+    previous = prog.get("active_thread")
+    last = prog.get("derived_upto", 0)
+    if last:
+        rec = reader.turn(last)
+        if rec is not None and rec.get("thread_id"):
+            previous = rec["thread_id"]
+    # The thread of the last turn is the most recently active one; a turn log
+    # derived before recency was kept may not have it among the latest started.
+    if thread_num(previous) is not None and all(r["thread_id"] != previous for r in records):
+        records = [*reader.threads([thread_num(previous)]).values(), *records]
+    wanted = {t: None for info in records
+              for t in (info.get("recent_turns") or info.get("user_turns", []))}
+    stored = reader.vectors(list(wanted))
+    entries = [ThreadEntry(info, [stored[t] for t in
+                                  (info.get("recent_turns") or info.get("user_turns", []))
+                                  if t in stored])
+               for info in records]
+    return ThreadBook(entries, previous, dict(thresholds))
+
+
+def derive_chunk(reader: RecordReader, prog: dict[str, Any], turns: list[Turn],
+                 vectors: np.ndarray, embedder: Any) -> ChunkWrites:
+    """Derive ``turns`` (with their ``vectors``) after the session's progress
+    ``prog``: each user turn is placed by the thread rules among the most
+    recently active threads, as an assembly places a new message
+    (``ThreadBook.place``: the same rule on the same numbers); assistant and
+    tool turns stay in the thread of the turn they answer; instructions
+    belong to no thread.  Turns at or before ``derived_upto`` are skipped
+    (another process derived them)."""
+    prog = dict(prog)
+    out = ChunkWrites(prog)
+    pairs = [(t, np.asarray(v, dtype=np.float32)) for t, v in zip(turns, vectors)
+             if t.turn_id > prog.get("derived_upto", 0)]
+    if not pairs:
+        return out
+    book = load_book(reader, prog, embedder.thresholds)
+    new_labels: dict[str, str] = {}
+    touched: dict[str, None] = {}
+    sums: dict[str, np.ndarray] = {}
+    for turn, vec in pairs:
+        if turn.role == "system":
+            out.turns.append((turn.turn_id, {"thread_id": "", "entities": [], "references": [],
+                                             "tool_calls": [], "model_id": embedder.model_id},
+                              vec))
+            prog["derived_upto"] = turn.turn_id
+            continue
+        if turn.role != "user" and book.previous:
+            thread_id = book.previous              # replies stay with what they answer
+        else:
+            placed = book.place(turn.content, vec)
+            thread_id = placed.thread_id if placed.action != "new" else \
+                _new_thread(reader, book, prog, turn, new_labels)
+        touched[thread_id] = None
+        info = book.record_turn(thread_id, turn, vec)
+        # Bounded records: a thread keeps its latest members here (the
+        # per-turn thread id stays complete).
+        del info["turn_ids"][:-KEPT_MEMBERS]
+        sums[thread_id] = sums.get(thread_id, np.zeros_like(vec)) + vec
+        if turn.role == "user":
+            prog["active_thread"] = thread_id
+        book.previous = thread_id
+        out.turns.append((turn.turn_id, {"thread_id": thread_id,
+                                         "entities": extract_entities(derived_text(turn.content)),
+                                         "references": [], "tool_calls": tool_call_ids(turn),
+                                         "model_id": embedder.model_id}, vec))
+        prog["derived_upto"] = turn.turn_id
+    nums = {tid: thread_num(tid) for tid in touched}
+    stored = reader.centroids([n for n in nums.values() if n is not None])
+    for tid, num in nums.items():
+        base = stored.get(num)
+        centroid = sums[tid] if base is None else base.astype(np.float32) + sums[tid]
+        out.threads.append((num, book.entries[tid].record, centroid.astype(np.float32)))
+    out.labels = [(label, tid) for label, tid in new_labels.items()]
+    prog["recent"] = list(book.order)
+    return out
+
+
+def _new_thread(reader: RecordReader, book: ThreadBook, prog: dict[str, Any], turn: Turn,
+                new_labels: dict[str, str]) -> str:
+    """Number and label a thread started by ``turn``; the label is unique in the session."""
+    tid = f"T{prog['next_thread']}"
+    prog["next_thread"] += 1
+    label = make_label(turn.content, lambda l: l in new_labels or reader.label_taken(l))
+    new_labels[label] = tid
+    book.add(ThreadEntry({"thread_id": tid, "label": label, "turn_ids": [], "user_turns": [],
+                          "recent_turns": [], "terms": {}, "turn_count": 0,
+                          "last_active_turn": turn.turn_id, "override": None}))
+    return tid
+
+
+def next_label(reader: RecordReader, prog: dict[str, Any], text: str) -> tuple[str, str]:
+    """The id and label a new thread started by ``text`` would get now."""
+    return f"T{prog.get('next_thread', 1)}", make_label(text, reader.label_taken)
+
+
+# -- reading threads ------------------------------------------------------------------
+
+# Derived thread states by (store path, session, thread, member turn ids); a
+# turn log serves the same few threads turn after turn.
+_STATE_MEMO: dict[tuple[Any, ...], ThreadState] = {}
+_STATE_MEMO_MAX = 512
+
+
+def thread_info(session_id: str, info: dict[str, Any], transcript: Any) -> ThreadInfo:
+    """A thread record as a :class:`ThreadInfo`; with ``transcript``, its state is
+    derived from its latest turns by the state rules (hand-set fields win)."""
+    override = info.get("override")
+    if transcript is not None:
+        ids = info["turn_ids"][-STATE_TURNS:]   # the state of a topic lives in its recent turns
+        # Turns never change: the same members always derive the same state.
+        memo_key = (getattr(transcript, "path", id(transcript)), session_id, info["thread_id"],
+                    tuple(ids))
+        derived = _STATE_MEMO.get(memo_key)
+        if derived is None:
+            derived = derive_state(info["thread_id"], transcript.turns(session_id, ids))
+            keep(_STATE_MEMO, memo_key, derived, _STATE_MEMO_MAX)
+        state = with_override(derived, override)
+    else:
+        state = with_override(ThreadState(info["thread_id"],
+                                          last_active_turn=info["last_active_turn"]), override)
+    return ThreadInfo(info["thread_id"], info["label"], list(info["turn_ids"]),
+                      info["last_active_turn"], state, list(info.get("user_turns", [])),
+                      info.get("turn_count", len(info["turn_ids"])),
+                      list(info.get("recent_turns", [])))
+
+
+def with_state_fields(info: dict[str, Any], fields: dict[str, list[str] | None]) -> dict[str, Any]:
+    """``info`` with the state fields given in ``fields`` set by hand (a field
+    given replaces the derived one from now on; None leaves it as it was)."""
+    override = dict(info.get("override") or {})
+    for name in STATE_FIELDS:
+        value = fields.get(name)
+        if value is not None:
+            override[name] = [str(v) for v in value]
+    return {**info, "override": override}

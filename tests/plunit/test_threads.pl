@@ -1,0 +1,210 @@
+:- use_module(library(plunit)).
+:- use_module(library(lists)).
+:- use_module(library(ctxrelay/threads/rules)).
+:- use_module(library(ctxrelay/threads/state)).
+:- use_module(library(ctxrelay/intent)).
+:- use_module(library(ctxrelay/references)).
+
+%   A candidate thread as Python hands it over.
+cand(T, Sim, Overlap, Shared, _{thread:T, sim:Sim, overlap:Overlap, shared:Shared}).
+
+ctx(Previous, Cands, Terms, _{previous:Previous, candidates:Cands, join:0.26, same:0.14,
+                              terms:Terms}).
+
+decision(Text, Previous, Cands, Terms, Action-Thread-Rule) :-
+    ctx(Previous, Cands, Terms, Ctx),
+    thread_decision(Text, Ctx, D),
+    Action = D.action, Thread = D.thread, Rule = D.rule.
+
+etcd(C)    :- cand("T1", 0.05, 0.3, ["etcd"], C).
+backup(C)  :- cand("T2", 0.05, 0.0, [], C).
+quiet1(C)  :- cand("T1", 0.02, 0.0, [], C).
+
+:- begin_tests(thread_rules).
+
+test(first_turn_starts_a_thread, R == new-""-first) :-
+    decision("How do I configure etcd?", "", [], 2, R).
+test(return_cue_names_the_topic, R == resume-"T1"-return_cue) :-
+    backup(B), etcd(E),
+    decision("Back to etcd - what about TLS?", "T2", [B, E], 2, R).
+test(return_cue_variants, Rules == [return_cue, return_cue, return_cue, return_cue]) :-
+    backup(B), etcd(E),
+    findall(Rule, ( member(Text, ["Returning to etcd: how do I add a member?",
+                                  "About etcd again, is 3.5 stable?",
+                                  "As for etcd, which port do peers use?",
+                                  "Going back to etcd, what about snapshots?"]),
+                    decision(Text, "T2", [B, E], 3, resume-"T1"-Rule) ), Rules).
+test(return_cue_prefers_an_earlier_thread_on_a_tie, R == resume-"T1"-return_cue) :-
+    cand("T2", 0.1, 0.3, ["etcd"], B), etcd(E),
+    decision("Back to etcd, please.", "T2", [B, E], 1, R).
+test(bare_return_resumes_the_thread_before, R == resume-"T1"-return_cue_earlier) :-
+    backup(B), quiet1(Q),
+    decision("Anyway, back to what we were discussing.", "T2", [B, Q], 0, R).
+test(return_in_other_words_goes_to_the_nearest_earlier_thread, R == resume-"T1"-return_cue_similar) :-
+    backup(B), cand("T1", 0.05, 0.2, ["loaf"], L),
+    decision("Back to the bread - my loaf comes out flat.", "T2", [B, L], 3, R).
+test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
+    backup(B), cand("T1", 0.05, 0.3, ["version"], V),
+    decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).
+test(clarification_stays, R == continue-"T1"-clarify) :-
+    quiet1(Q), backup(B),
+    decision("What do you mean by peer certificates? Explain again.", "T1", [Q, B], 2, R).
+test(go_on_stays, R == continue-"T1"-follow_up) :-
+    quiet1(Q), backup(B),
+    decision("Go on.", "T1", [Q, B], 0, R).
+test(opening_pronoun_stays, R == continue-"T1"-follow_up) :-
+    quiet1(Q),
+    decision("Does it need a restart of the clients too?", "T1", [Q], 2, R).
+test(follow_up_naming_another_thread_moves, R == join-"T2"-similar) :-
+    quiet1(Q), cand("T2", 0.1, 0.9, ["backups"], B),
+    decision("Tell me more about backups", "T1", [Q, B], 1, R).
+test(topic_shift_marker_starts_a_thread, R == new-""-new) :-
+    cand("T1", 0.05, 0.05, [], Q),
+    decision("Unrelated, but which laptop should I buy for writing?", "T1", [Q], 3, R).
+test(standalone_question_starts_a_thread, R == new-""-new) :-
+    quiet1(Q),
+    decision("What's a good recipe for banana bread with walnuts?", "T1", [Q], 4, R).
+test(a_statement_continues, R == continue-"T1"-continuity) :-
+    quiet1(Q),
+    decision("The walls are dark red and I want white.", "T1", [Q], 4, R).
+test(similar_earlier_thread_is_joined, R == join-"T2"-similar) :-
+    quiet1(Q), cand("T2", 0.4, 0.5, ["postgres", "wal"], B),
+    decision("How long should we keep the Postgres WAL archive?", "T1", [Q, B], 4, R).
+test(shared_words_of_an_old_topic, R == join-"T2"-shared_words) :-
+    quiet1(Q), cand("T2", 0.05, 0.2, ["tomato"], T),
+    decision("Should I prune the tomato suckers and side shoots?", "T1", [Q, T], 5, R).
+test(strong_current_thread_survives_a_shift_marker, R == continue-"T1"-similar) :-
+    cand("T1", 0.5, 0.8, ["etcd"], E),
+    decision("By the way, for etcd, should I enable auto-compaction?", "T1", [E], 3, R).
+test(one_more_thing_about_x_resumes_x, Rs == [resume-"T1"-return_cue, resume-"T1"-return_cue]) :-
+    backup(B), cand("T1", 0.05, 0.3, ["lisbon"], L),
+    findall(R, ( member(T, ["One more thing about Lisbon: do I need cash there?",
+                            "One more on Lisbon: is the tram worth it?"]),
+                 decision(T, "T2", [B, L], 3, R) ), Rs).
+test(a_shift_marker_outweighs_similarity_alone, R == new-""-new) :-
+    cand("T1", 0.6, 0.17, ["running"], M),
+    decision("By the way, how often should I replace running shoes?", "T1", [M], 3, R).
+test(picking_up_the_last_answer_is_no_new_question, R == continue-"T1"-continuity) :-
+    cand("T1", 0.06, 0.09, ["members"], C0), C = C0.put(recent, 1),
+    decision("How many members can fail before we lose quorum?", "T1", [C], 4, R).
+test(without_it_the_same_question_stands_alone, R == new-""-new) :-
+    cand("T1", 0.06, 0.09, ["members"], C0), C = C0.put(recent, 0),
+    decision("How many members can fail before we lose quorum?", "T1", [C], 4, R).
+test(an_old_topics_words_outweigh_continuity, R == join-"T1"-shared_words) :-
+    cand("T2", 0.05, 0.0, [], Compost), cand("T1", 0.05, 0.3, ["tomato"], Tomato),
+    decision("Should I prune the tomato suckers?", "T2", [Compost, Tomato], 3, R).
+test(flags_are_read_at_call_time, [setup(current_prolog_flag(ctxrelay_thread_standalone_terms, Old)),
+                                   cleanup(set_prolog_flag(ctxrelay_thread_standalone_terms, Old)),
+                                   R == continue-"T1"-continuity]) :-
+    set_prolog_flag(ctxrelay_thread_standalone_terms, 9),
+    quiet1(Q),
+    decision("What's a good recipe for banana bread with walnuts?", "T1", [Q], 4, R).
+
+
+restore(Text, Previous, Cands, Terms, Restore) :-
+    ctx(Previous, Cands, Terms, Ctx),
+    thread_decision(Text, Ctx, D),
+    Restore = D.restore.
+
+test(a_return_restores_the_thread, R == true) :-
+    backup(B), etcd(E),
+    restore("Back to etcd - what about TLS?", "T2", [B, E], 2, R).
+test(a_join_the_embedding_confirms_restores, R == true) :-
+    quiet1(Q), cand("T2", 0.4, 0.5, ["postgres", "wal"], B),
+    restore("How long should we keep the Postgres WAL archive?", "T1", [Q, B], 4, R).
+test(a_join_on_shared_words_alone_does_not, R == false) :-
+    quiet1(Q), cand("T2", 0.05, 0.2, ["tomato"], T),
+    restore("Should I prune the tomato suckers and side shoots?", "T1", [Q, T], 5, R).
+test(continuing_restores_nothing, R == false) :-
+    quiet1(Q), restore("Go on.", "T1", [Q], 0, R).
+
+:- end_tests(thread_rules).
+
+:- begin_tests(thread_rules_errors).
+
+test(text, [error(type_error(text, 42))]) :-
+    thread_decision(42, _{candidates:[], join:0.3, same:0.1}, _).
+test(context, [error(type_error(dict, nope))]) :-
+    thread_decision("x", nope, _).
+test(missing_join, [error(existence_error(key, join, _))]) :-
+    thread_decision("x", _{candidates:[], same:0.1}, _).
+test(bad_similarity, [error(type_error(number, high))]) :-
+    thread_decision("x", _{candidates:[_{thread:"T1", sim:high, overlap:0}], join:0.3, same:0.1}, _).
+
+:- end_tests(thread_rules_errors).
+
+:- begin_tests(return_target).
+
+test(named, T == [etcd, tls, setup]) :-
+    text_tokens("Back to the etcd TLS setup - is it done?", Ts), return_target(Ts, T).
+test(about_again, T == [backups]) :-
+    text_tokens("About the backups again: how long?", Ts), return_target(Ts, T).
+test(bare, T == []) :-
+    text_tokens("Back to what we were discussing.", Ts), return_target(Ts, T).
+test(none, fail) :-
+    text_tokens("How do I configure etcd?", Ts), return_target(Ts, _).
+
+:- end_tests(return_target).
+
+turns(Ts) :-
+    Ts = [ _{turn_id:1, role:user,
+             content:"We run etcd v3.5 on a 3-node cluster. We must not restart all members at once. Which CA should sign the peer certs?"},
+           _{turn_id:2, role:assistant,
+             content:"Use the internal CA. Set --peer-cert-file on each member. The TLS approach is not yet decided."},
+           _{turn_id:3, role:user, content:"Perfect. How do I rotate them?"} ].
+
+texts(Items, Texts) :- maplist([I, T]>>get_dict(text, I, T), Items, Texts).
+
+:- begin_tests(thread_state).
+
+test(constraints_point_at_their_turn, Cs == [item{text:"We must not restart all members at once.", turns:[1]}]) :-
+    turns(Ts), thread_state(Ts, S), Cs = S.user_constraints.
+test(user_facts_are_established) :-
+    turns(Ts), thread_state(Ts, S),
+    memberchk(item{text:"We run etcd v3.5 on a 3-node cluster.", turns:[1]}, S.established).
+test(accepted_and_concrete_answers_are_established) :-
+    turns(Ts), thread_state(Ts, S),
+    memberchk(item{text:"Use the internal CA.", turns:[2, 3]}, S.established),
+    memberchk(item{text:"Set --peer-cert-file on each member.", turns:[2]}, S.established).
+test(answered_questions_close, Open == ["The TLS approach is not yet decided.", "How do I rotate them?"]) :-
+    turns(Ts), thread_state(Ts, S), texts(S.open_questions, Open).
+test(settled_points_close, Open == []) :-
+    thread_state([ _{turn_id:1, role:assistant, content:"The TLS approach is not yet decided."},
+                   _{turn_id:2, role:user, content:"We decided: the TLS approach uses our internal CA."} ],
+                 S),
+    texts(S.open_questions, Open).
+test(bounded, N == 8) :-
+    findall(_{turn_id:I, role:user, content:C},
+            ( between(1, 20, I), format(string(C), "We must keep replica ~w online.", [I]) ), Ts),
+    thread_state(Ts, S), length(S.user_constraints, N).
+test(empty, S == state{established:[], open_questions:[], user_constraints:[]}) :-
+    thread_state([], S).
+test(bad_turn, [error(existence_error(key, content, _))]) :-
+    thread_state([_{turn_id:1, role:user}], _).
+
+:- end_tests(thread_state).
+
+:- begin_tests(thread_summary).
+
+test(spec_shape, X == "Active thread: etcd-config.\nEstablished: user runs v3.5, 3-node cluster.\nOpen: TLS setup approach not yet decided.") :-
+    thread_summary('etcd-config', _{established:["user runs v3.5, 3-node cluster."],
+                                     open_questions:[item{text:"TLS setup approach not yet decided", turns:[3]}],
+                                     user_constraints:[]}, X).
+test(questions_keep_their_mark, X == "Active thread: t.\nOpen: Which CA?") :-
+    thread_summary(t, _{established:[], open_questions:["Which CA?"], user_constraints:[]}, X).
+
+:- end_tests(thread_summary).
+
+:- begin_tests(intent_topic).
+
+test(new_thread_explores, I == explore) :-
+    classify_intent("How do I configure etcd?", _{topic:new, topic_similarity:0.9}, I, _).
+test(same_thread_continues, I-M == continue-topic(same)) :-
+    classify_intent("How do I configure etcd?", _{topic:same, topic_similarity:0.0}, I, E),
+    M = E.matched.
+test(markers_still_come_first, I == clarify) :-
+    classify_intent("What do you mean by peers?", _{topic:new}, I, _).
+test(bad_topic, [error(domain_error(topic, maybe))]) :-
+    classify_intent("x", _{topic:maybe}, _, _).
+
+:- end_tests(intent_topic).
