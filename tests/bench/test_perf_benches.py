@@ -61,5 +61,7 @@ def test_startup_bench_reports_commands_embedders_and_first_turn(tmp_path):
                                      "ctxrelay search ops quota", "ctxrelay stats"}
     # A store command that imported an embedder's library would be listed here.
     assert all(c["heavy_modules_imported"] == [] for c in data["commands"].values())
+    assert data["relay_start_s"]["readyz_s_median"] > 0
+    assert "numpy" not in data["commands"]["ctxrelay sessions"]["also_imported"]
     assert data["embedder_cold_start_ms"]["minilm-onnx"]["first_embed_ms"] > 0
     assert data["first_semantic_turn_of_a_process_ms"]["first_turn_ms"] > 0
