@@ -16,6 +16,16 @@ provider    the echo provider's reply
 commit      storing the message and the reply, deriving their turn-log entries,
             recording references, promoting durable values
 
+Inside prepare and commit, the Python functions Prolog calls for each part are
+timed too (CPU, each part without the parts it calls; ``stages_in_split_turn``):
+
+embedding   the embedder's model runs (texts not in the vector memo)
+transcript  storing the turns (``bridge.stores.commit_turns``)
+turnlog     deriving the new turns' entries (``TurnLog.sync``, without embedding)
+references  recording the turns the message resolved (``api_set_references``)
+promotion   the promotion's evidence, similarities and writes
+rest        everything else: the Prolog rules, assembly, janus crossings
+
     .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME]
 
 Writes ``bench/results/turn_cost.json``.
@@ -23,6 +33,7 @@ Writes ``bench/results/turn_cost.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import random
 import statistics
@@ -30,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_rev, machine, write
@@ -48,6 +60,48 @@ def cpu_ms(samples: list[float]) -> dict[str, float]:
             "mean_ms": round(statistics.fmean(ms), 3)}
 
 
+class StageClock:
+    """CPU time of the Python functions a turn's stages run, each without its callees."""
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.acc: dict[tuple[str, str], float] = {}
+        self._stack: list[list[float]] = []     # [start, time spent in callees]
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def timed(*a: Any, **k: Any) -> Any:
+            if self.phase is None:
+                return fn(*a, **k)
+            frame = [time.process_time(), 0.0]
+            self._stack.append(frame)
+            try:
+                return fn(*a, **k)
+            finally:
+                self._stack.pop()
+                spent = time.process_time() - frame[0]
+                key = (self.phase, label)
+                self.acc[key] = self.acc.get(key, 0.0) + spent - frame[1]
+                if self._stack:
+                    self._stack[-1][1] += spent
+        setattr(owner, name, timed)
+
+    def install(self) -> None:
+        from ctxrelay.bridge import stores
+        from ctxrelay.knowledge import promotion
+        from ctxrelay.storage.lmdb import turnlog
+        from ctxrelay.text import embed_hashing, embed_onnx
+        self.wrap(embed_hashing.HashingEmbedder, "_embed", "embedding")
+        self.wrap(embed_onnx.OnnxMiniLMEmbedder, "_embed", "embedding")
+        self.wrap(stores, "commit_turns", "transcript")
+        self.wrap(turnlog.TurnLog, "sync", "turnlog")
+        self.wrap(turnlog, "api_set_references", "references")
+        for name in ("evidence", "antecedents", "similarities", "apply"):
+            self.wrap(promotion, name, "promotion")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=1000)
@@ -60,6 +114,8 @@ def main() -> int:
     cost: dict[str, list[float]] = {k: [] for k in (
         "assemble", "managed_turn", "assemble_beside_split", "split_turn", "prepare",
         "provider", "commit")}
+    clock = StageClock()
+    clock.install()
     with tempfile.TemporaryDirectory() as tmp, Runtime(Path(tmp) / "store") as rt:
         rt.import_jsonl(io.StringIO(synthetic_jsonl("s", args.turns, seed=3)).getvalue(),
                         session_id="s")
@@ -84,12 +140,16 @@ def main() -> int:
                     rt.managed_turn("s", text, **policy)
                     c_turn = time.process_time() - c0
                 else:
+                    clock.phase = "prepare" if i >= 0 else None
                     prepared = rt.prepare_turn("s", text, **policy)
+                    clock.phase = None
                     c1 = time.process_time()
                     # what the echo provider would return for this request
                     reply = echo_text(prepared.result.messages)
                     c2 = time.process_time()
+                    clock.phase = "commit" if i >= 0 else None
                     rt.commit_turn(prepared, reply, provider="echo")
+                    clock.phase = None
                     c3 = time.process_time()
                     if i >= 0:
                         cost["prepare"].append(c1 - c0)
@@ -104,6 +164,14 @@ def main() -> int:
     ratio = round(stats["managed_turn"]["median_ms"] / stats["assemble"]["median_ms"], 3)
     split = {k: round(stats[k]["median_ms"] / stats["assemble_beside_split"]["median_ms"], 3)
              for k in ("split_turn", "prepare", "provider", "commit")}
+    split_rounds = len(cost["commit"])
+    inside: dict[str, dict[str, float]] = {}
+    for phase in ("prepare", "commit"):
+        parts = {label: round(clock.acc.get((phase, label), 0.0) * 1000 / split_rounds, 3)
+                 for label in ("embedding", "transcript", "turnlog", "references", "promotion")}
+        parts["rest"] = round(stats[phase]["mean_ms"] - sum(parts.values()), 3)
+        inside[phase] = parts
+    print(f"inside the split turn, mean CPU ms: {inside}")
     payload = {
         "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
         "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
@@ -111,6 +179,7 @@ def main() -> int:
         "cpu": stats,
         "ratio_managed_turn_over_assemble": ratio,
         "stages_over_assemble": split,
+        "stages_in_split_turn_mean_cpu_ms": inside,
         "target": f"managed turn CPU <= {TARGET}x assemble CPU",
         "target_met": ratio <= TARGET,
     }

@@ -48,6 +48,11 @@ def test_turn_cost_bench_times_every_stage(tmp_path):
     for stage in ("assemble", "managed_turn", "split_turn", "prepare", "provider", "commit"):
         assert data["cpu"][stage]["n"] == 2
     assert data["ratio_managed_turn_over_assemble"] > 0
+    inside = data["stages_in_split_turn_mean_cpu_ms"]
+    # The commit stores two turns and derives their entries: those parts took time.
+    assert inside["commit"]["transcript"] > 0 and inside["commit"]["turnlog"] > 0
+    assert set(inside["prepare"]) == {"embedding", "transcript", "turnlog", "references",
+                                      "promotion", "rest"}
 
 
 @pytest.mark.slow
