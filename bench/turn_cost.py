@@ -26,7 +26,14 @@ references  recording the turns the message resolved (``api_set_references``)
 promotion   the promotion's evidence, similarities and writes
 rest        everything else: the Prolog rules, assembly, janus crossings
 
-    .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME]
+With ``--relay`` the same session is then served by the relay itself, in this
+process (its ASGI app through httpx's ASGI transport, echo upstream, one request at
+a time): the CPU of each relay turn (HTTP, JSON, gate, prepare, commit, metrics; the
+event loop and the Prolog threads alike) against ``Runtime.assemble`` under the
+relay's policy for that request (the client's model, strict alternation, no history
+tools), alternating.  This is the issue's figure: a relay turn against an assembly.
+
+    .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME] [--relay]
 
 Writes ``bench/results/turn_cost.json``.
 """
@@ -102,11 +109,63 @@ class StageClock:
             self.wrap(promotion, name, "promotion")
 
 
+RELAY_MODEL = "gpt-4o"
+
+
+def relay_arm(store: Path, rounds: int, rng: random.Random) -> dict[str, Any]:
+    """CPU of relay turns (in-process ASGI app, echo upstream) and of assemblies under
+    the relay's policy, alternating, on session ``s`` of ``store``."""
+    import asyncio
+
+    import httpx
+
+    from ctxrelay.apps.server.app import create_app
+    from ctxrelay.apps.server.config import ServerConfig
+
+    # What request.policy_for gives a plain request with "model" to an echo relay.
+    relay_policy = {"model": RELAY_MODEL, "alternation": "strict", "history_access": "none"}
+    cost: dict[str, list[float]] = {"relay_turn": [], "assemble_relay_policy": []}
+
+    async def run() -> None:
+        app = create_app(ServerConfig(store=store, upstream="echo"))
+        relay = app.state.relay
+        async with app.router.lifespan_context(app):
+            await relay.ready.wait()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://relay") as http:
+                for i in range(-4, rounds):
+                    asked = QUESTIONS[i % 4].format(t=rng.choice(TOPICS),
+                                                    i=rng.randrange(5000)) + f" (ra{i})"
+                    text = QUESTIONS[(i + 1) % 4].format(t=rng.choice(TOPICS),
+                                                         i=rng.randrange(5000)) + f" (rt{i})"
+                    for step in (("turn", "assemble") if i % 4 >= 2 else ("assemble", "turn")):
+                        c0 = time.process_time()
+                        if step == "assemble":
+                            await relay.call(lambda rt: rt.assemble("s", asked, **relay_policy))
+                        else:
+                            r = await http.post("/v1/chat/completions",
+                                                headers={"CRP-Session-Id": "s"},
+                                                json={"model": RELAY_MODEL, "messages": [
+                                                    {"role": "user", "content": text}]})
+                            if r.status_code != 200:
+                                raise SystemExit(f"relay turn failed: {r.status_code} {r.text}")
+                        if i >= 0:
+                            cost["relay_turn" if step == "turn" else
+                                 "assemble_relay_policy"].append(time.process_time() - c0)
+
+    asyncio.run(run())
+    stats = {k: cpu_ms(v) for k, v in cost.items()}
+    return {"cpu": stats, "ratio_relay_turn_over_assemble": round(
+        stats["relay_turn"]["median_ms"] / stats["assemble_relay_policy"]["median_ms"], 3)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--embedder", default=None, help="default: the default embedder")
+    ap.add_argument("--relay", action="store_true",
+                    help="also time turns of the relay (in process) against assemblies")
     ap.add_argument("--out", default="turn_cost")
     args = ap.parse_args()
     policy = {"embedder": args.embedder} if args.embedder else {}
@@ -160,6 +219,10 @@ def main() -> int:
                 cost["assemble" if i % 2 == 0 else "assemble_beside_split"].append(c_asm)
                 cost["managed_turn" if i % 2 == 0 else "split_turn"].append(c_turn)
         turns_after = rt.turn_count("s")
+        relay = relay_arm(Path(tmp) / "store", args.rounds, rng) if args.relay else None
+        if relay is not None:
+            turns_after = rt.turn_count("s")
+            print(f"relay turn / assemble CPU: {relay['ratio_relay_turn_over_assemble']}")
     stats = {k: cpu_ms(v) for k, v in cost.items()}
     ratio = round(stats["managed_turn"]["median_ms"] / stats["assemble"]["median_ms"], 3)
     split = {k: round(stats[k]["median_ms"] / stats["assemble_beside_split"]["median_ms"], 3)
@@ -180,6 +243,7 @@ def main() -> int:
         "ratio_managed_turn_over_assemble": ratio,
         "stages_over_assemble": split,
         "stages_in_split_turn_mean_cpu_ms": inside,
+        **({"relay": relay} if relay is not None else {}),
         "target": f"managed turn CPU <= {TARGET}x assemble CPU",
         "target_met": ratio <= TARGET,
     }

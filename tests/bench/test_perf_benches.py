@@ -42,9 +42,12 @@ def test_e2e_bench_runs_both_sides_and_writes_ratios(tmp_path):
 def test_turn_cost_bench_times_every_stage(tmp_path):
     out = tmp_path / "turn_cost"
     run_bench(["bench/turn_cost.py", "--turns", "60", "--rounds", "4", "--embedder", "hashing",
-               "--out", str(out)])
+               "--relay", "--out", str(out)])
     data = json.loads(out.with_suffix(".json").read_text())
-    assert data["turns_after"] == 60 + 2 * 8            # 4 warm-up rounds + 4, two turns each
+    # 4 warm-up rounds + 4, two turns each, in the Runtime and again through the relay
+    assert data["turns_after"] == 60 + 2 * 8 + 2 * 8
+    assert data["relay"]["cpu"]["relay_turn"]["n"] == 4
+    assert data["relay"]["ratio_relay_turn_over_assemble"] > 0
     for stage in ("assemble", "managed_turn", "split_turn", "prepare", "provider", "commit"):
         assert data["cpu"][stage]["n"] == 2
     assert data["ratio_managed_turn_over_assemble"] > 0
