@@ -211,6 +211,7 @@ def _reset_caches() -> None:
     """Forget every loaded vocabulary (for tests)."""
     vocab.reset()
     _exact_builtins.clear()
+    _ESTIMATORS.clear()
 
 
 
@@ -245,11 +246,21 @@ def _estimate_base(text: str) -> int:
     return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
 
 
+_ESTIMATORS: dict[int, Callable[[str], int]] = {}
+
+
 def _estimator(percent: int) -> Callable[[str], int]:
+    """One counter per percentage, kept: assembly keys its memo of priced turns on the
+    counter's identity, and a new closure per resolve made every turn of an estimated
+    model (gpt-4o without the o200k_base file) be priced again on every assembly."""
+    found = _ESTIMATORS.get(percent)
+    if found is not None:
+        return found
+
     def estimate(text: str) -> int:
         return -(-_estimate_base(text) * percent // 100)   # ceil, integer arithmetic
 
-    return estimate
+    return _ESTIMATORS.setdefault(percent, estimate)
 
 
 def _estimated(name: str, framing: FramingRule, why: str) -> Tokenizer:
