@@ -192,10 +192,14 @@ class Relay:
 
 
 def _warm_up(_rt: Runtime | None = None) -> None:
-    """Load the embedder now rather than on the first request (seconds for MiniLM)."""
+    """Load the embedder and the token vocabulary now rather than on the first request
+    (seconds for MiniLM; cl100k_base's BPE ranks, which every turn counts with, took
+    ~1 s on a loaded machine)."""
     started = time.monotonic()
     try:
+        from ctxrelay.storage.lmdb.transcript.records import load_encoding
         from ctxrelay.text import embed
+        load_encoding()
         embed.get_embedder().embed_batch(["warm up"])
     except Exception as e:  # noqa: BLE001 - a failed warm-up only moves the cost to turn one
         log.warning("ctxrelay relay: embedder warm-up failed (%s: %s); the first turn will "
