@@ -240,7 +240,7 @@ def _estimate_base(text: str) -> int:
     if enc is not None:
         # cl100k_base's counter and its memo (the transcript's stored counts are
         # remembered there): a model that is estimated (gpt-4o without the o200k_base
-        # file) re-ran BPE on every candidate of every turn, 9,000 encodings a turn
+        # file) re-ran BPE on every candidate of every turn, ~900 encodings a turn
         # in the relay, where an exact model counts each text once.
         return _tiktoken_counter(enc)(text)
     return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
