@@ -166,21 +166,24 @@ class Relay:
     def wait_ready(self, timeout: float = 600) -> dict[str, float]:
         deadline = time.perf_counter() + timeout
         healthy = ready = None
-        while time.perf_counter() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the relay exited with {self.proc.returncode}")
-            try:
-                if healthy is None and httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    healthy = time.perf_counter() - self.spawned
-                r = httpx.get(f"{self.url}/readyz", timeout=1)
-                if r.status_code == 200 and ready is None:
-                    ready = time.perf_counter() - self.spawned
-                if r.status_code == 200 and r.json().get("embedder") == "ready":
-                    return {"healthz_s": round(healthy or 0, 3), "readyz_s": round(ready, 3),
-                            "embedder_ready_s": round(time.perf_counter() - self.spawned, 3)}
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.01)
+        # One client for every poll: httpx.get() builds a client and its TLS context per
+        # call, which took a good share of a 2-core machine from the relay it waited for.
+        with httpx.Client(timeout=1) as http:
+            while time.perf_counter() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the relay exited with {self.proc.returncode}")
+                try:
+                    if healthy is None and http.get(f"{self.url}/healthz").status_code == 200:
+                        healthy = time.perf_counter() - self.spawned
+                    r = http.get(f"{self.url}/readyz")
+                    if r.status_code == 200 and ready is None:
+                        ready = time.perf_counter() - self.spawned
+                    if r.status_code == 200 and r.json().get("embedder") == "ready":
+                        return {"healthz_s": round(healthy or 0, 3), "readyz_s": round(ready, 3),
+                                "embedder_ready_s": round(time.perf_counter() - self.spawned, 3)}
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.01)
         raise RuntimeError("the relay did not become ready")
 
     def stop(self) -> int:

@@ -16,29 +16,45 @@ embedders       a fresh process importing the embedder module, loading the model
 first turn      a fresh process opening a store of a 200-turn session (turn log
                 derived) and running one managed turn with the default embedder:
                 the whole process, and the turn alone
+relay           seconds from spawning the relay (``python -m ctxrelay.apps.server``,
+                echo upstream, one worker, that store) to ``/readyz`` answering 200
+                (target: 2 s) and to its body saying ``"embedder": "ready"``.  The
+                poller is http.client on one socket per try every 10 ms: a poller that
+                builds an httpx client (and its TLS context) per try takes a good share
+                of a 2-core machine away from the relay it waits for
 
-    .venv/bin/python bench/startup_bench.py [--runs 7] [--torch]
+    .venv/bin/python bench/startup_bench.py [--runs 7] [--relay-runs 5] [--torch] [--baseline DIR]
+
+With ``--baseline DIR`` (a checkout, e.g. ``git archive main | tar -x -C DIR``) the
+commands and the relay start of that checkout are timed too, interleaved with this one's.
 
 Writes ``bench/results/startup.json``.
 """
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_rev, machine, write
 from cli_startup_bench import PYTHON, ROOT, SCRIPT, make_store, run_once, summary
 
 TARGET_MS = 500
+READY_TARGET_S = 2.0
 HEAVY = ("onnxruntime", "tokenizers", "torch", "sentence_transformers", "hnswlib")
+#: Not an embedder, but tens of milliseconds each: shown, not a failure (search needs numpy).
+ALSO = ("numpy", "tiktoken", "httpx", "uvicorn")
 
 PROBE = """
 import json, sys
@@ -49,7 +65,8 @@ try:
 except SystemExit:
     pass
 with open(%r, "w") as f:
-    json.dump(sorted(m for m in %r if m in sys.modules), f)
+    json.dump([sorted(m for m in %r if m in sys.modules),
+               sorted(m for m in %r if m in sys.modules)], f)
 """
 
 EMBED = """
@@ -98,16 +115,88 @@ def medians(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0]}
 
 
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def relay_start(store: str, env: dict[str, str]) -> dict[str, float]:
+    """Seconds from spawning the relay to /readyz 200, and to its embedder being loaded."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(PYTHON), "-m", "ctxrelay.apps.server", "--store", store,
+                             "--port", str(port), "--upstream", "echo", "--log-level", "warning"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = None
+    try:
+        while time.perf_counter() - t0 < 300:
+            if proc.poll() is not None:
+                raise SystemExit(f"the relay exited with {proc.returncode}")
+            try:
+                status, body = _get(port, "/readyz")
+            except OSError:
+                status, body = 0, b""
+            now = time.perf_counter() - t0
+            if status == 200:
+                ready = now if ready is None else ready
+                if json.loads(body).get("embedder") == "ready":
+                    return {"readyz_s": round(ready, 3), "embedder_ready_s": round(now, 3)}
+            time.sleep(0.01)
+        raise SystemExit("the relay did not become ready in 300 s")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def timed_commands(commands: dict[str, list[str]], envs: dict[str, dict[str, str]],
+                   runs: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Every command under every checkout's env, interleaved round after round."""
+    for env in envs.values():
+        for argv in commands.values():                   # warm-up: bytecode, .qlf files
+            run_once([str(SCRIPT), *argv], env)
+    samples = {side: {k: [] for k in commands} for side in envs}
+    for _ in range(runs):
+        for name, argv in commands.items():
+            for side, env in envs.items():
+                samples[side][name].append(run_once([str(SCRIPT), *argv], env))
+    return samples
+
+
+def relay_summary(rows: list[dict[str, float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"runs": rows, **{f"{k}_median": round(statistics.median(r[k] for r in rows), 3)
+                                            for k in rows[0]}}
+    out["readyz_under_target"] = out["readyz_s_median"] <= READY_TARGET_S
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--turn-runs", type=int, default=3)
+    ap.add_argument("--relay-runs", type=int, default=5)
     ap.add_argument("--torch", action="store_true", help="also time the torch MiniLM embedder")
+    ap.add_argument("--baseline", type=Path,
+                    help="a checkout (e.g. `git archive main | tar -x -C DIR`) whose commands "
+                         "and relay start are timed beside this one's, interleaved")
     ap.add_argument("--out", default="startup")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items()
            if k not in ("CTXRELAY_STORE", "CTXRELAY_QLF", "PYTHONDONTWRITEBYTECODE")}
     env["PYTHONPATH"] = str(ROOT / "python")
+    envs = {"this": env}
+    if args.baseline is not None:
+        envs["baseline"] = {**env, "PYTHONPATH": str(args.baseline.resolve() / "python")}
     load_at_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         store = str(Path(tmp) / "store")
@@ -120,21 +209,30 @@ def main() -> int:
             "ctxrelay stats": ["--store", store, "stats"],
         }
         imported: dict[str, list[str]] = {}
+        also: dict[str, list[str]] = {}
         probe_out = Path(tmp) / "probe.json"
         for name, argv in commands.items():
-            subprocess.run([str(PYTHON), "-c", PROBE % (str(probe_out), HEAVY), json.dumps(argv)],
-                           env=env, capture_output=True, check=False)
-            imported[name] = json.loads(probe_out.read_text())
-        for argv in commands.values():                       # warm-up: bytecode, .qlf files
-            run_once([str(SCRIPT), *argv], env)
-        samples: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
-        for _ in range(args.runs):
-            for name, argv in commands.items():
-                samples[name].append(run_once([str(SCRIPT), *argv], env))
+            subprocess.run([str(PYTHON), "-c", PROBE % (str(probe_out), HEAVY, ALSO),
+                            json.dumps(argv)], env=env, capture_output=True, check=False)
+            imported[name], also[name] = json.loads(probe_out.read_text())
+        samples = timed_commands(commands, envs, args.runs)
         cmd = {name: {**summary(s), "heavy_modules_imported": imported[name],
+                      "also_imported": also[name],
                       "under_target": statistics.median(w for w, _ in s) < TARGET_MS}
-               for name, s in samples.items()}
-        print(json.dumps(cmd, indent=1), flush=True)
+               for name, s in samples["this"].items()}
+        baseline_cmd = {name: summary(s) for name, s in samples.get("baseline", {}).items()}
+        print(json.dumps({"this": cmd, "baseline": baseline_cmd}, indent=1), flush=True)
+
+        # The relay's start on the same store (before its turn log is derived: the
+        # relay does not derive at start), the checkouts interleaved.
+        relay_rows: dict[str, list[dict[str, float]]] = {side: [] for side in envs}
+        for i in range(args.relay_runs):
+            for side, side_env in envs.items():
+                copy = Path(tmp) / f"relay-{side}-{i}"
+                subprocess.run(["cp", "-r", store, str(copy)], check=True)
+                relay_rows[side].append(relay_start(str(copy), side_env))
+        relay = {side: relay_summary(rows) for side, rows in relay_rows.items()}
+        print(json.dumps(relay, indent=1), flush=True)
 
         names = ["minilm-onnx", "hashing"] + (["minilm"] if args.torch else [])
         embed_rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
@@ -158,12 +256,18 @@ def main() -> int:
     payload = {
         "benchmark": "startup", "commit": git_rev(), "machine": machine(),
         "loadavg_at_start": load_at_start, "loadavg_at_end": os.getloadavg(),
-        "runs": args.runs, "turn_runs": args.turn_runs,
+        "runs": args.runs, "turn_runs": args.turn_runs, "relay_runs": args.relay_runs,
+        "baseline": None if args.baseline is None else str(args.baseline),
         "commands": cmd, "embedder_cold_start_ms": embedders,
         "first_semantic_turn_of_a_process_ms": first_turn,
+        "relay_start_s": relay["this"],
+        **({"baseline_commands": baseline_cmd, "baseline_relay_start_s": relay["baseline"]}
+           if args.baseline is not None else {}),
         "target": f"--help and store commands under {TARGET_MS} ms wall (median); "
-                  "no store command imports an embedder",
+                  f"no store command imports an embedder; relay /readyz within "
+                  f"{READY_TARGET_S:g} s (median)",
         "target_met": {"wall": all(c["under_target"] for c in cmd.values()),
+                       "relay_readyz": relay["this"]["readyz_under_target"],
                        "no_embedder_imported": not any(c["heavy_modules_imported"]
                                                        for c in cmd.values())},
     }

@@ -16,13 +16,31 @@ provider    the echo provider's reply
 commit      storing the message and the reply, deriving their turn-log entries,
             recording references, promoting durable values
 
-    .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME]
+Inside prepare and commit, the Python functions Prolog calls for each part are
+timed too (CPU, each part without the parts it calls; ``stages_in_split_turn``):
+
+embedding   the embedder's model runs (texts not in the vector memo)
+transcript  storing the turns (``bridge.stores.commit_turns``)
+turnlog     deriving the new turns' entries (``TurnLog.sync``, without embedding)
+references  recording the turns the message resolved (``api_set_references``)
+promotion   the promotion's evidence, similarities and writes
+rest        everything else: the Prolog rules, assembly, janus crossings
+
+With ``--relay`` the same session is then served by the relay itself, in this
+process (its ASGI app through httpx's ASGI transport, echo upstream, one request at
+a time): the CPU of each relay turn (HTTP, JSON, gate, prepare, commit, metrics; the
+event loop and the Prolog threads alike) against ``Runtime.assemble`` under the
+relay's policy for that request (the client's model, strict alternation, no history
+tools), alternating.  This is the issue's figure: a relay turn against an assembly.
+
+    .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME] [--relay]
 
 Writes ``bench/results/turn_cost.json``.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import random
 import statistics
@@ -30,6 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_rev, machine, write
@@ -48,11 +67,105 @@ def cpu_ms(samples: list[float]) -> dict[str, float]:
             "mean_ms": round(statistics.fmean(ms), 3)}
 
 
+class StageClock:
+    """CPU time of the Python functions a turn's stages run, each without its callees."""
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.acc: dict[tuple[str, str], float] = {}
+        self._stack: list[list[float]] = []     # [start, time spent in callees]
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def timed(*a: Any, **k: Any) -> Any:
+            if self.phase is None:
+                return fn(*a, **k)
+            frame = [time.process_time(), 0.0]
+            self._stack.append(frame)
+            try:
+                return fn(*a, **k)
+            finally:
+                self._stack.pop()
+                spent = time.process_time() - frame[0]
+                key = (self.phase, label)
+                self.acc[key] = self.acc.get(key, 0.0) + spent - frame[1]
+                if self._stack:
+                    self._stack[-1][1] += spent
+        setattr(owner, name, timed)
+
+    def install(self) -> None:
+        from ctxrelay.bridge import stores
+        from ctxrelay.knowledge import promotion
+        from ctxrelay.storage.lmdb import turnlog
+        from ctxrelay.text import embed_hashing, embed_onnx
+        self.wrap(embed_hashing.HashingEmbedder, "_embed", "embedding")
+        self.wrap(embed_onnx.OnnxMiniLMEmbedder, "_embed", "embedding")
+        self.wrap(stores, "commit_turns", "transcript")
+        self.wrap(turnlog.TurnLog, "sync", "turnlog")
+        self.wrap(turnlog, "api_set_references", "references")
+        for name in ("evidence", "antecedents", "similarities", "apply"):
+            self.wrap(promotion, name, "promotion")
+
+
+RELAY_MODEL = "gpt-4o"
+
+
+def relay_arm(store: Path, rounds: int, rng: random.Random) -> dict[str, Any]:
+    """CPU of relay turns (in-process ASGI app, echo upstream) and of assemblies under
+    the relay's policy, alternating, on session ``s`` of ``store``."""
+    import asyncio
+
+    import httpx
+
+    from ctxrelay.apps.server.app import create_app
+    from ctxrelay.apps.server.config import ServerConfig
+
+    # What request.policy_for gives a plain request with "model" to an echo relay.
+    relay_policy = {"model": RELAY_MODEL, "alternation": "strict", "history_access": "none"}
+    cost: dict[str, list[float]] = {"relay_turn": [], "assemble_relay_policy": []}
+
+    async def run() -> None:
+        app = create_app(ServerConfig(store=store, upstream="echo"))
+        relay = app.state.relay
+        async with app.router.lifespan_context(app):
+            await relay.ready.wait()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://relay") as http:
+                for i in range(-4, rounds):
+                    asked = QUESTIONS[i % 4].format(t=rng.choice(TOPICS),
+                                                    i=rng.randrange(5000)) + f" (ra{i})"
+                    text = QUESTIONS[(i + 1) % 4].format(t=rng.choice(TOPICS),
+                                                         i=rng.randrange(5000)) + f" (rt{i})"
+                    for step in (("turn", "assemble") if i % 4 >= 2 else ("assemble", "turn")):
+                        c0 = time.process_time()
+                        if step == "assemble":
+                            await relay.call(lambda rt: rt.assemble("s", asked, **relay_policy))
+                        else:
+                            r = await http.post("/v1/chat/completions",
+                                                headers={"CRP-Session-Id": "s"},
+                                                json={"model": RELAY_MODEL, "messages": [
+                                                    {"role": "user", "content": text}]})
+                            if r.status_code != 200:
+                                raise SystemExit(f"relay turn failed: {r.status_code} {r.text}")
+                        if i >= 0:
+                            cost["relay_turn" if step == "turn" else
+                                 "assemble_relay_policy"].append(time.process_time() - c0)
+
+    asyncio.run(run())
+    stats = {k: cpu_ms(v) for k, v in cost.items()}
+    return {"cpu": stats, "ratio_relay_turn_over_assemble": round(
+        stats["relay_turn"]["median_ms"] / stats["assemble_relay_policy"]["median_ms"], 3)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--embedder", default=None, help="default: the default embedder")
+    ap.add_argument("--relay", action="store_true",
+                    help="also time turns of the relay (in process) against assemblies")
     ap.add_argument("--out", default="turn_cost")
     args = ap.parse_args()
     policy = {"embedder": args.embedder} if args.embedder else {}
@@ -60,6 +173,8 @@ def main() -> int:
     cost: dict[str, list[float]] = {k: [] for k in (
         "assemble", "managed_turn", "assemble_beside_split", "split_turn", "prepare",
         "provider", "commit")}
+    clock = StageClock()
+    clock.install()
     with tempfile.TemporaryDirectory() as tmp, Runtime(Path(tmp) / "store") as rt:
         rt.import_jsonl(io.StringIO(synthetic_jsonl("s", args.turns, seed=3)).getvalue(),
                         session_id="s")
@@ -84,12 +199,16 @@ def main() -> int:
                     rt.managed_turn("s", text, **policy)
                     c_turn = time.process_time() - c0
                 else:
+                    clock.phase = "prepare" if i >= 0 else None
                     prepared = rt.prepare_turn("s", text, **policy)
+                    clock.phase = None
                     c1 = time.process_time()
                     # what the echo provider would return for this request
                     reply = echo_text(prepared.result.messages)
                     c2 = time.process_time()
+                    clock.phase = "commit" if i >= 0 else None
                     rt.commit_turn(prepared, reply, provider="echo")
+                    clock.phase = None
                     c3 = time.process_time()
                     if i >= 0:
                         cost["prepare"].append(c1 - c0)
@@ -100,10 +219,22 @@ def main() -> int:
                 cost["assemble" if i % 2 == 0 else "assemble_beside_split"].append(c_asm)
                 cost["managed_turn" if i % 2 == 0 else "split_turn"].append(c_turn)
         turns_after = rt.turn_count("s")
+        relay = relay_arm(Path(tmp) / "store", args.rounds, rng) if args.relay else None
+        if relay is not None:
+            turns_after = rt.turn_count("s")
+            print(f"relay turn / assemble CPU: {relay['ratio_relay_turn_over_assemble']}")
     stats = {k: cpu_ms(v) for k, v in cost.items()}
     ratio = round(stats["managed_turn"]["median_ms"] / stats["assemble"]["median_ms"], 3)
     split = {k: round(stats[k]["median_ms"] / stats["assemble_beside_split"]["median_ms"], 3)
              for k in ("split_turn", "prepare", "provider", "commit")}
+    split_rounds = len(cost["commit"])
+    inside: dict[str, dict[str, float]] = {}
+    for phase in ("prepare", "commit"):
+        parts = {label: round(clock.acc.get((phase, label), 0.0) * 1000 / split_rounds, 3)
+                 for label in ("embedding", "transcript", "turnlog", "references", "promotion")}
+        parts["rest"] = round(stats[phase]["mean_ms"] - sum(parts.values()), 3)
+        inside[phase] = parts
+    print(f"inside the split turn, mean CPU ms: {inside}")
     payload = {
         "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
         "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
@@ -111,6 +242,8 @@ def main() -> int:
         "cpu": stats,
         "ratio_managed_turn_over_assemble": ratio,
         "stages_over_assemble": split,
+        "stages_in_split_turn_mean_cpu_ms": inside,
+        **({"relay": relay} if relay is not None else {}),
         "target": f"managed turn CPU <= {TARGET}x assemble CPU",
         "target_met": ratio <= TARGET,
     }

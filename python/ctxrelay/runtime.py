@@ -6,6 +6,7 @@ There is one implementation of each operation, not one per language.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import re
@@ -493,9 +494,16 @@ class Runtime:
             raise InvalidArgumentError(f"reply must be a str, not {type(reply).__name__}")
         answer: Any = reply if metadata is None else \
             {"content": reply, "metadata": json_object(metadata, "metadata")}
-        r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=prepared.turn, A=answer,
+        # turn_commit/4 reads the turn's `commit` and `headers` only, and hands the rest
+        # back unchanged: the pack (messages, ledger, units: thousands of strings) stays
+        # on this side instead of crossing janus twice more and being converted again.
+        turn = {"commit": prepared.turn["commit"], "headers": prepared.turn["headers"]}
+        r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=turn, A=answer,
                        I={"provider": provider, "usage": dict(usage or {})})["R"]
-        return _result(r)
+        return dataclasses.replace(
+            prepared.result, headers={str(k): v for k, v in r["headers"].items()},
+            reply=r.get("reply"), user_turn=r.get("user_turn"),
+            assistant_turn=r.get("assistant_turn"))
 
     def assemble(self, session_id: str, message: str, **policy: Any) -> TurnResult:
         """The best pack for ``message`` as the next turn: nothing appended, no provider call.

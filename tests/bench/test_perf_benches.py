@@ -42,12 +42,20 @@ def test_e2e_bench_runs_both_sides_and_writes_ratios(tmp_path):
 def test_turn_cost_bench_times_every_stage(tmp_path):
     out = tmp_path / "turn_cost"
     run_bench(["bench/turn_cost.py", "--turns", "60", "--rounds", "4", "--embedder", "hashing",
-               "--out", str(out)])
+               "--relay", "--out", str(out)])
     data = json.loads(out.with_suffix(".json").read_text())
-    assert data["turns_after"] == 60 + 2 * 8            # 4 warm-up rounds + 4, two turns each
+    # 4 warm-up rounds + 4, two turns each, in the Runtime and again through the relay
+    assert data["turns_after"] == 60 + 2 * 8 + 2 * 8
+    assert data["relay"]["cpu"]["relay_turn"]["n"] == 4
+    assert data["relay"]["ratio_relay_turn_over_assemble"] > 0
     for stage in ("assemble", "managed_turn", "split_turn", "prepare", "provider", "commit"):
         assert data["cpu"][stage]["n"] == 2
     assert data["ratio_managed_turn_over_assemble"] > 0
+    inside = data["stages_in_split_turn_mean_cpu_ms"]
+    # The commit stores two turns and derives their entries: those parts took time.
+    assert inside["commit"]["transcript"] > 0 and inside["commit"]["turnlog"] > 0
+    assert set(inside["prepare"]) == {"embedding", "transcript", "turnlog", "references",
+                                      "promotion", "rest"}
 
 
 @pytest.mark.slow
@@ -61,5 +69,7 @@ def test_startup_bench_reports_commands_embedders_and_first_turn(tmp_path):
                                      "ctxrelay search ops quota", "ctxrelay stats"}
     # A store command that imported an embedder's library would be listed here.
     assert all(c["heavy_modules_imported"] == [] for c in data["commands"].values())
+    assert data["relay_start_s"]["readyz_s_median"] > 0
+    assert "numpy" not in data["commands"]["ctxrelay sessions"]["also_imported"]
     assert data["embedder_cold_start_ms"]["minilm-onnx"]["first_embed_ms"] > 0
     assert data["first_semantic_turn_of_a_process_ms"]["first_turn_ms"] > 0

@@ -52,6 +52,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.types import Turn
 
@@ -180,15 +181,26 @@ def _numbers(text: str) -> set[str]:
     return {m.group(0) for m in re.finditer(r"\d+(?:[.,]\d+)*", text)}
 
 
-def specifics(text: str) -> set[str]:
+_SPECIFICS: dict[str, frozenset[str]] = {}
+_SPECIFICS_MAX = 8192
+
+
+def specifics(text: str) -> frozenset[str]:
     """The concrete values of a text: numbers, identifiers and proper names.
 
     A statement establishes a fact only through these ("three nodes in
     eu-west-1 with 8 GiB"); two sentences built from the same phrasing
-    with other values state different facts."""
-    from ctxrelay.storage.lmdb.turnlog import extract_entities
-    found = _numbers(text)
-    found.update(e.casefold() for e in extract_entities(text))
+    with other values state different facts.  Memoised (a pure function of
+    the text): every commit compares its turns with the same nearest earlier
+    statements again."""
+    found = _SPECIFICS.get(text)
+    if found is None:
+        from ctxrelay.storage.lmdb.turnlog import extract_entities
+        values = _numbers(text)
+        values.update(e.casefold() for e in extract_entities(text))
+        found = frozenset(values)
+        if len(text) <= 4096:
+            keep(_SPECIFICS, text, found, _SPECIFICS_MAX)
     return found
 
 

@@ -46,9 +46,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:          # numpy loads on the first vector: a store command never needs it
+    import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage.interfaces.cache import HotCacheBackend  # noqa: F401  (re-exported)
@@ -131,6 +132,7 @@ class SignProjection:
             with self._lock:
                 planes = self._planes.get(dim)
                 if planes is None:
+                    import numpy as np
                     rng = np.random.default_rng((self.seed, dim))
                     planes = rng.standard_normal((self.bits, dim)).astype(np.float32)
                     planes.setflags(write=False)
@@ -138,6 +140,7 @@ class SignProjection:
         return planes
 
     def bucket(self, vector: np.ndarray) -> int:
+        import numpy as np
         side = (self.planes(vector.shape[0]) @ vector) > 0
         return int.from_bytes(np.packbits(side, bitorder="little").tobytes(), "little")
 
@@ -152,6 +155,7 @@ def _text(value: Any, what: str) -> str:
 
 
 def _unit(embedding: Any) -> np.ndarray:
+    import numpy as np
     vector = np.asarray(embedding)
     if vector.ndim != 1 or vector.shape[0] == 0 or vector.dtype.kind != "f":
         raise InvalidEmbeddingError(

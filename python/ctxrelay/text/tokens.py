@@ -211,6 +211,7 @@ def _reset_caches() -> None:
     """Forget every loaded vocabulary (for tests)."""
     vocab.reset()
     _exact_builtins.clear()
+    _ESTIMATORS.clear()
 
 
 
@@ -237,15 +238,29 @@ def remember_count(model_or_encoding: str, text: str, n: int) -> bool:
 def _estimate_base(text: str) -> int:
     enc = _load("cl100k_base").encoding
     if enc is not None:
-        return len(enc.encode(text, disallowed_special=()))
+        # cl100k_base's counter and its memo (the transcript's stored counts are
+        # remembered there): a model that is estimated (gpt-4o without the o200k_base
+        # file) re-ran BPE on every candidate of every turn, ~900 encodings a turn
+        # in the relay, where an exact model counts each text once.
+        return _tiktoken_counter(enc)(text)
     return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
 
 
+_ESTIMATORS: dict[int, Callable[[str], int]] = {}
+
+
 def _estimator(percent: int) -> Callable[[str], int]:
+    """One counter per percentage, kept: assembly keys its memo of priced turns on the
+    counter's identity, and a new closure per resolve made every turn of an estimated
+    model (gpt-4o without the o200k_base file) be priced again on every assembly."""
+    found = _ESTIMATORS.get(percent)
+    if found is not None:
+        return found
+
     def estimate(text: str) -> int:
         return -(-_estimate_base(text) * percent // 100)   # ceil, integer arithmetic
 
-    return estimate
+    return _ESTIMATORS.setdefault(percent, estimate)
 
 
 def _estimated(name: str, framing: FramingRule, why: str) -> Tokenizer:

@@ -75,20 +75,18 @@ class Relay:
         self._executor = ThreadPoolExecutor(max_workers=self.config.threads,
                                             thread_name_prefix="ctxrelay-prolog")
         loop = asyncio.get_running_loop()
-        # The embedder loads on one thread while Prolog opens the store on another: the
-        # two halves of start-up overlap (readiness waits for both).
-        self._warm = asyncio.create_task(self._warm_up())
         try:
             self._runtime = await loop.run_in_executor(
                 self._executor, functools.partial(Runtime, self.config.store,
                                                   max_turn_bytes=self.config.max_turn_bytes))
         except BaseException:
-            self._warm.cancel()
-            with contextlib.suppress(BaseException):
-                await self._warm
             self._executor.shutdown(wait=True)
             self._executor = None
             raise
+        # The embedder loads once the store is open (/readyz answers 200 then): loading it
+        # beside the store's opening made both slower on a busy 2-core machine (importing
+        # onnxruntime holds the GIL), and a turn that comes before it is loaded waits for it.
+        self._warm = asyncio.create_task(self._warm_up())
         self.gate = SessionGate(self.config.lock_file if self.config.cross_process_locks
                                 else None, max_waiting=self.config.session_queue,
                                 max_wait=self.config.session_wait)
@@ -194,10 +192,14 @@ class Relay:
 
 
 def _warm_up(_rt: Runtime | None = None) -> None:
-    """Load the embedder now rather than on the first request (seconds for MiniLM)."""
+    """Load the embedder and the token vocabulary now rather than on the first request
+    (seconds for MiniLM; cl100k_base's BPE ranks, which every turn counts with, took
+    ~1 s on a loaded machine)."""
     started = time.monotonic()
     try:
+        from ctxrelay.storage.lmdb.transcript.records import load_encoding
         from ctxrelay.text import embed
+        load_encoding()
         embed.get_embedder().embed_batch(["warm up"])
     except Exception as e:  # noqa: BLE001 - a failed warm-up only moves the cost to turn one
         log.warning("ctxrelay relay: embedder warm-up failed (%s: %s); the first turn will "

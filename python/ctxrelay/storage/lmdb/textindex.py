@@ -44,9 +44,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:     # numpy loads on the first ranked query: listing or reading turns never needs it
+    import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage.lmdb.base import prefixed
@@ -64,7 +65,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _POSTING = struct.Struct(">QII")      # doc_id, term frequency, document length
-_POSTING_DTYPE = np.dtype([("doc", ">u8"), ("tf", ">u4"), ("len", ">u4")])
+_POSTING_FIELDS = [("doc", ">u8"), ("tf", ">u4"), ("len", ">u4")]   # numpy dtype of _POSTING
 _NS_STATS = struct.Struct(">QQ")      # document count, total length
 _MAX_TERM_BYTES = 256                 # LMDB keys are at most 511 bytes
 _U32_MAX = 2**32 - 1
@@ -282,6 +283,7 @@ class TextIndex:
         are accepted, so a caller that must load a document to decide pays for
         few loads.
         """
+        import numpy as np
         ids, scores = self._scores(txn, namespace, query, max_postings)
         # Best first, ties: the newest document (the larger id).
         order = np.lexsort((-ids, -scores))
@@ -308,6 +310,7 @@ class TextIndex:
         (a query reads thousands of them); each document's terms are summed
         in query order, as :func:`bm25_term` would one by one.
         """
+        import numpy as np
         terms = list(dict.fromkeys(tokenize(query)))   # distinct, query order
         stats = self.stats(txn, namespace)
         empty = np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -332,7 +335,7 @@ class TextIndex:
             idfs.append(np.full(len(values), bm25_idf(stats.doc_count, df)))
         if not parts:
             return empty
-        post = np.frombuffer(b"".join(parts), dtype=_POSTING_DTYPE)
+        post = np.frombuffer(b"".join(parts), dtype=np.dtype(_POSTING_FIELDS))
         tf = post["tf"].astype(np.float64)
         norm = 1.0 - B + B * (post["len"] / avgdl if avgdl else 0.0)
         contrib = np.concatenate(idfs) * (tf * (K1 + 1.0) / (tf + K1 * norm))
