@@ -685,16 +685,32 @@ rstages([rc(Opts, _)|Classes], [F|Bounds], [Rest|Rests], [Cheap|Cheaps], States0
     Need is max(T, IU+1),
     Lag = lag(Q, _, K0, _),
     NeedL is Q*Need - K0,
-    findall(S, ( member(O, Opts),
-                 member(S0, States0),
-                 extend(S0, O, Budget, F, NeedL, Rest, Dirs, Bs, S) ),
-            Cands),
+    extend_all(Opts, States0, x(Budget, F, NeedL, Rest, Dirs, Bs), Cands),
     mc_pareto(Dirs, Cands, States),
     (   States == []
     ->  true
     ;   try_complete(States, Cheap, Budget, Dirs, Bs, Box),
         rstages(Classes, Bounds, Rests, Cheaps, States, Ctx, Box)
     ).
+
+%   extend_all(+Opts, +States, +X, -Cands): every state extended by
+%   every option (options outer, as the order of the candidates decides
+%   which of two equal ones the Pareto filter keeps).  Plain recursion,
+%   not findall/3: a state's selection list grows with the stages, and
+%   findall/3 would copy it for every candidate.
+extend_all([], _, _, []).
+extend_all([O|Os], States, X, Cands) :-
+    extend_each(States, O, X, Cands, Tail),
+    extend_all(Os, States, X, Tail).
+
+extend_each([], _, _, Tail, Tail).
+extend_each([S0|Ss], O, X, Cands, Tail) :-
+    X = x(Budget, F, NeedL, Rest, Dirs, Bs),
+    (   extend(S0, O, Budget, F, NeedL, Rest, Dirs, Bs, S)
+    ->  Cands = [S|Cands1]
+    ;   Cands = Cands1
+    ),
+    extend_each(Ss, O, X, Cands1, Tail).
 
 extend(s(C0, U0, R0, L0, Sels), ol(OC, OU, ORv, OL, OSel), Budget, F, NeedL,
        mm(Mn, Mx), Dirs, Bs, s(C, U, Rv, L, [OSel|Sels])) :-
