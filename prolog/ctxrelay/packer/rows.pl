@@ -113,31 +113,46 @@ cost_key(Item, k(C, NU)) :-
     arg(2, Item, U),
     NU is -U.
 
-%   Items come by increasing cost; MaxU is the best utility kept so far:
-%   an item more useful than every kept one is dominated by none of them
-%   (the common case once the rows no longer separate states).
+%   Items come by increasing cost.  An item is dominated when a kept one
+%   is as useful or more and not worse on any row.  Rows are clamped
+%   (reachable/6), so the kept items have few distinct row vectors: the
+%   test runs over Best, one entry b(Rv, U) per distinct row vector with
+%   the best utility kept at it, not over every kept item.  MaxU is the
+%   best utility kept so far: an item more useful than every kept one is
+%   dominated by none of them (the common case once the rows no longer
+%   separate states).
 mc_filter(Items, Dirs, Kept0, Kept) :-
-    mc_filter(Items, Dirs, -1, Kept0, Kept).
+    mc_filter(Items, Dirs, -1, [], Kept0, Kept).
 
-mc_filter([], _, _, Kept, Kept).
-mc_filter([X|Xs], Dirs, MaxU, Kept, Out) :-
-    arg(2, X, U),
-    (   U > MaxU
-    ->  mc_filter(Xs, Dirs, U, [X|Kept], Out)
-    ;   dominated(Kept, Dirs, X)
-    ->  mc_filter(Xs, Dirs, MaxU, Kept, Out)
-    ;   mc_filter(Xs, Dirs, MaxU, [X|Kept], Out)
-    ).
-
-dominated([K|Ks], Dirs, X) :-
+mc_filter([], _, _, _, Kept, Kept).
+mc_filter([X|Xs], Dirs, MaxU, Best0, Kept, Out) :-
     arg(2, X, U),
     arg(3, X, Rv),
-    (   arg(2, K, UK),
-        UK >= U,
-        arg(3, K, RvK),
+    (   U > MaxU
+    ->  best_update(Best0, Rv, U, Best),
+        mc_filter(Xs, Dirs, U, Best, [X|Kept], Out)
+    ;   dominated(Best0, Dirs, U, Rv)
+    ->  mc_filter(Xs, Dirs, MaxU, Best0, Kept, Out)
+    ;   best_update(Best0, Rv, U, Best),
+        mc_filter(Xs, Dirs, MaxU, Best, [X|Kept], Out)
+    ).
+
+dominated([b(RvK, UK)|Bs], Dirs, U, Rv) :-
+    (   UK >= U,
         rv_dominates(Dirs, RvK, Rv)
     ->  true
-    ;   dominated(Ks, Dirs, X)
+    ;   dominated(Bs, Dirs, U, Rv)
+    ).
+
+%   best_update(+Best0, +Rv, +U, -Best): U is kept at Rv.  An entry at
+%   the same vector has a lower utility (else the item was dominated).
+best_update([], Rv, U, [b(Rv, U)]).
+best_update([B|Bs], Rv, U, Out) :-
+    (   B = b(Rv0, _),
+        Rv0 == Rv
+    ->  Out = [b(Rv, U)|Bs]
+    ;   Out = [B|Out1],
+        best_update(Bs, Rv, U, Out1)
     ).
 
 rv_dominates([], [], []).
