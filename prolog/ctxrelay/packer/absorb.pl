@@ -3,6 +3,7 @@
             absorb_rows/5,          % +Classes0, +Table0, -Classes, -Table, -Keep
             project_rows/5          % +Keep, +Table0, +Classes0, -Table, -Classes
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(apply)).
 :- use_module(library(lists)).

@@ -5,6 +5,7 @@
             rclass_best/5,          % +PL, +QL, +Lag, +Options, -Best
             key_rows_hold/2         % +Table, +Key
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(assoc)).
 :- use_module(library(lists)).
