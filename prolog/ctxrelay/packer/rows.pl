@@ -404,7 +404,7 @@ rsolve_result(P, Box, Status, sol(Key, Cost, Util, Status, Enum)) :-
     append(Sels, Key0),
     msort(Key0, Key),
     key_cost_util(P, Key, Cost, Util1),
-    assertion(Util1 =:= Util),
+    call(assertion, Util1 =:= Util),        % called: optimise would drop it
     arg(3, Box, PL/QL),
     arg(4, Box, ClassInfo),
     (   ClassInfo = ci(Classes, Units, Lag)
