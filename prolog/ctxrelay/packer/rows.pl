@@ -145,15 +145,31 @@ dominated([b(RvK, UK)|Bs], Dirs, U, Rv) :-
     ;   dominated(Bs, Dirs, U, Rv)
     ).
 
-%   best_update(+Best0, +Rv, +U, -Best): U is kept at Rv.  An entry at
-%   the same vector has a lower utility (else the item was dominated).
-best_update([], Rv, U, [b(Rv, U)]).
-best_update([B|Bs], Rv, U, Out) :-
+%   best_update(+Best0, +Rv, +U, -Best): U is kept at Rv, in front (the
+%   most useful entries are tested first).  An entry at the same vector
+%   has a lower utility (else the item was dominated) and is dropped.
+best_update(Best0, Rv, U, Best) :-
+    (   Best0 = [b(Rv0, _)|Bs],
+        Rv0 == Rv
+    ->  Best = [b(Rv, U)|Bs]
+    ;   has_rv(Best0, Rv)
+    ->  drop_rv(Best0, Rv, Bs),
+        Best = [b(Rv, U)|Bs]
+    ;   Best = [b(Rv, U)|Best0]
+    ).
+
+has_rv([b(Rv0, _)|Bs], Rv) :-
+    (   Rv0 == Rv
+    ->  true
+    ;   has_rv(Bs, Rv)
+    ).
+
+drop_rv([B|Bs], Rv, Out) :-
     (   B = b(Rv0, _),
         Rv0 == Rv
-    ->  Out = [b(Rv, U)|Bs]
+    ->  Out = Bs
     ;   Out = [B|Out1],
-        best_update(Bs, Rv, U, Out1)
+        drop_rv(Bs, Rv, Out1)
     ).
 
 rv_dominates([], [], []).
