@@ -1,7 +1,8 @@
 :- module(ctxrelay_packer_absorb,
           [ row_filter/4,           % +Rounds, +Table, +Classes0, -Classes
             absorb_rows/5,          % +Classes0, +Table0, -Classes, -Table, -Keep
-            project_rows/5          % +Keep, +Table0, +Classes0, -Table, -Classes
+            project_rows/5,         % +Keep, +Table0, +Classes0, -Table, -Classes
+            project_table/3         % +Table0, +Keep, -Table
           ]).
 :- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).

@@ -17,7 +17,7 @@
 :- use_module(classes).
 :- use_module(bound, [lp/5, class_greedy/4, suffix_bounds/2, suffix_value/3]).
 :- use_module(lagrange, [multipliers/5]).
-:- use_module(absorb, [row_filter/4, absorb_rows/5, project_rows/5]).
+:- use_module(absorb, [row_filter/4, absorb_rows/5, project_rows/5, project_table/3]).
 :- use_module(search, [search_classes/5, class_best/4]).
 
 /** <module> The exact search under users' linear constraints (rows)
@@ -387,6 +387,14 @@ rsolve(prep(_, P, X, St0), Restr, Lag0, Deadline, Result) :-
     ).
 
 rcut_result(P, X, St, R, Table, Box, Result) :-
+    (   arg(1, Box, inc(IU00, Sels0)),      % found under a relaxation (rows
+        IU00 >= 0,                          % deferred or left out): it
+        append(Sels0, Key00),               % counts only if it meets them
+        msort(Key00, Key0),
+        \+ key_rows_hold(Table, Key0)
+    ->  nb_setarg(1, Box, inc(-1, none))
+    ;   true
+    ),
     arg(1, Box, inc(IU0, _)),
     (   IU0 < 0,
         initial_allowed_r(P, R, Allowed),
@@ -439,18 +447,146 @@ rc_best(PL, QL, Opts, Best) :-
 %   rexact(+P, +X, +St, +R, +Budget, +Table, +Lag0, +Deadline, !Box)
 %   is semidet: the classes, the multipliers, an incumbent if the greedy
 %   over the Lagrangian hulls satisfies the rows, and the windows.
+%
+%   Rows that the greedy pack meets with room to spare are deferred: the
+%   classes are built without them (a floor on the turns' tokens touches
+%   most classes and makes every subset of turns an option of its own,
+%   yet seldom binds).  That solves a relaxation: when its pack meets the
+%   deferred rows it is the optimum; otherwise the search runs again
+%   with every row.  Fails when no pack satisfies the rows.
 
 rexact(P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
-    rclasses(P, X, St, R, Table0, Deadline, Classes00, Units0),
-    row_filter(5, Table0, Classes00, Classes01),
-    pairs_keys_values(Pairs0, Classes01, Units0),
-    absorb_rows(Pairs0, Table0, Pairs, Table, Keep),
-    pairs_keys_values(Pairs, Classes0, Units),
-    (   Table == none
-    ->  maplist(plain_class, Classes0, Plain),
-        search_classes(Plain, Units, Budget, Deadline, Box)
-    ;   rexact_(P, Classes0, Units, Budget, Table, Keep, Lag0, Deadline, Box)
+    defer_mask(P, X, St, R, Table0, Build),
+    (   memberchk(false, Build)
+    ->  rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box),
+        arg(1, Box, inc(IU, Sels)),
+        (   IU < 0
+        ->  true
+        ;   append(Sels, Key0),
+            msort(Key0, Key),
+            key_rows_hold(Table0, Key)
+        ->  true
+        ;   maplist([_, true]>>true, Build, All),
+            box_reset(Box),
+            rexact_built(All, P, X, St, R, Budget, Table0, Lag0, Deadline, Box)
+        )
+    ;   rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box)
     ).
+
+box_reset(Box) :-
+    nb_setarg(1, Box, inc(-1, none)),
+    nb_setarg(2, Box, none),
+    nb_setarg(3, Box, 0/1),
+    nb_setarg(4, Box, none).
+
+%   defer_mask(+P, +X, +St, +R, +Table, -Build): per row, false for a
+%   `>=` row that a quick fill of the problem meets with room to spare
+%   (r > b), true otherwise.  Only floors: a greedy packs less than the
+%   optimum, so a floor it meets is seldom broken by the optimum, while a
+%   cap it meets often is (on the bench instances, deferring caps too
+%   made 31 of 200 searches run twice; floors alone, none).  The fill
+%   only guesses (exactness comes from the check of the pack found), so
+%   it ignores the structural constraints: the mandatory units at their
+%   cheapest variant, then variants by decreasing utility per token,
+%   one per unit, while they fit.
+
+defer_mask(P, _X, _St, R, Table, Build) :-
+    Table = rows(Dirs, Bs, Res, Zero),
+    (   memberchk(ge, Dirs)
+    ->  quick_fill(P, R, Key),
+        key_rv(rows(Dirs, Bs, Res, Zero), Key, Rv),
+        maplist(build_row, Dirs, Rv, Bs, Build)
+    ;   maplist([_, true]>>true, Dirs, Build)
+    ).
+
+quick_fill(prob(N, _, Us, _, Budget, _), R, Key) :-
+    numlist_(1, N, Ms),
+    foldl(quick_candidates(Us, R), Ms, Mand-Opt, []-[]),
+    foldl([M-K-C, Ke0-C0, [M-K|Ke0]-C1]>>(C1 is C0+C), Mand, []-0, Key0-Cost0),
+    keysort(Opt, ByDensity),
+    functor(Taken, taken, N),
+    foldl(quick_take(Budget, Taken), ByDensity, Key0-Cost0, Key-_).
+
+quick_candidates(Us, R, M, Mand0-Opt0, Mand-Opt) :-
+    arg(M, Us, u(Vs, Mandatory)),
+    arg(M, R, O),
+    (   Mandatory == true
+    ->  Opt0 = Opt,
+        (   findall(C-K, ( member(K, O), K > 0, memberchk(v(K, _, C, _), Vs) ), CKs),
+            keysort(CKs, [C-K|_])
+        ->  Mand0 = [M-K-C|Mand]
+        ;   Mand0 = Mand
+        )
+    ;   Mand0 = Mand,
+        foldl({M, Vs}/[K, T0, T]>>
+              (   K > 0,
+                  memberchk(v(K, _, C, U), Vs)
+              ->  D is -(U / max(C, 1)),
+                  T0 = [D-(M-K-C)|T]
+              ;   T0 = T
+              ),
+              O, Opt0, Opt)
+    ).
+
+quick_take(Budget, Taken, _-(M-K-C), Key0-Cost0, Key-Cost) :-
+    (   arg(M, Taken, T),
+        var(T),
+        Cost1 is Cost0+C,
+        Cost1 =< Budget
+    ->  nb_setarg(M, Taken, K),
+        Key = [M-K|Key0],
+        Cost = Cost1
+    ;   Key = Key0,
+        Cost = Cost0
+    ).
+
+build_row(le, _, _, true).
+build_row(ge, R, B, Build) :- ( R > B -> Build = false ; Build = true ).
+build_row(eq, _, _, true).
+
+key_rv(rows(_, _, Res, Zero), Key, Rv) :-
+    foldl({Res, Zero}/[M-K, R0, R]>>( unit_rv(Res, Zero, M, K, Rv1), vadd(R0, Rv1, R) ),
+          Key, Zero, Rv).
+
+%   rexact_built(+Build, ...): the search with the classes built under
+%   the rows Build marks (the others are not seen).
+rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
+    (   memberchk(true, Build)
+    ->  (   memberchk(false, Build)
+        ->  project_table(Table0, Build, TableB)
+        ;   TableB = Table0
+        ),
+        rclasses(P, X, St, R, TableB, Deadline, Classes00, Units0),
+        row_filter(5, TableB, Classes00, Classes01),
+        pairs_keys_values(Pairs0, Classes01, Units0),
+        absorb_rows(Pairs0, TableB, Pairs, Table, Keep0),
+        compose_keep(Build, Keep0, Keep),
+        pairs_keys_values(Pairs, Classes0, Units),
+        (   Table == none
+        ->  maplist(plain_class, Classes0, Plain),
+            search_classes(Plain, Units, Budget, Deadline, Box)
+        ;   rexact_(P, Classes0, Units, Budget, Table, Keep, Lag0, Deadline, Box)
+        )
+    ;   Table0 = rows(_, _, Res, _),          % every row deferred
+        functor(Res, F, N),
+        functor(Empty, F, N),
+        forall(between(1, N, M), nb_setarg(M, Empty, [])),
+        rclasses(P, X, St, R, rows([], [], Empty, []), Deadline, Classes0, Units),
+        maplist(plain_class, Classes0, Plain),
+        search_classes(Plain, Units, Budget, Deadline, Box)
+    ).
+
+%   compose_keep(+Build, +Keep0, -Keep): Keep0 marks the rows of the
+%   built table that are left after the merges; Keep marks the
+%   problem's rows that are.
+compose_keep([], _, []).
+compose_keep([B|Bs], Ks0, [K|Ks]) :-
+    (   B == true
+    ->  Ks0 = [K|Ks1]
+    ;   K = false,
+        Ks1 = Ks0
+    ),
+    compose_keep(Bs, Ks1, Ks).
 
 %   A class with no row left: the plain Pareto front of its options.
 plain_class(Opts, Class) :-
