@@ -19,6 +19,8 @@
 :- use_module(lagrange, [multipliers/5]).
 :- use_module(absorb, [row_filter/4, absorb_rows/5, project_rows/5, project_table/3]).
 :- use_module(search, [search_classes/5, class_best/4]).
+:- use_module(mcpareto, [mc_pareto/3]).
+:- use_module(defer, [defer_mask/4, unit_rv/5, key_rv/3]).
 
 /** <module> The exact search under users' linear constraints (rows)
 
@@ -51,22 +53,15 @@ rows holds the best one.
                  *******************************/
 
 %   The row table (ctxrelay_packer_user:row_table/4) gives each variant
-%   of a unit its vector of row coefficients.
-
-unit_rv(Res, Zero, M, K, Rv) :-
-    arg(M, Res, Vecs),
-    (   Vecs == []
-    ->  Rv = Zero
-    ;   nth1(K, Vecs, Rv)
-    ).
+%   of a unit its vector of row coefficients (unit_rv/5).
 
 %!  key_rows_hold(+Table, +Key) is semidet.
 %
 %   The pack Key (a list of Unit-Variant) satisfies every row.
 
-key_rows_hold(rows(Dirs, Bs, Res, Zero), Key) :-
-    foldl({Res, Zero}/[M-K, R0, R]>>( unit_rv(Res, Zero, M, K, Rv), vadd(R0, Rv, R) ),
-          Key, Zero, Rv),
+key_rows_hold(Table, Key) :-
+    key_rv(Table, Key, Rv),
+    Table = rows(Dirs, Bs, _, _),
     rows_hold(Dirs, Rv, Bs).
 
 rows_hold([], [], []).
@@ -92,94 +87,6 @@ dot([], [], S, S).
 dot([P|Ps], [R|Rs], S0, S) :-
     S1 is S0+P*R,
     dot(Ps, Rs, S1, S).
-
-
-                 /*******************************
-                 *   MULTI-CRITERIA PARETO SETS  *
-                 *******************************/
-
-%   mc_pareto(+Dirs, +Items, -Front): the items o(C, U, Rv, ...) or
-%   s(C, U, Rv, ...) that no other item dominates (cheaper or as cheap,
-%   as useful or more, and not worse on any row), sorted by cost.
-
-mc_pareto(Dirs, Items, Front) :-
-    map_list_to_pairs(cost_key, Items, Keyed),
-    keysort(Keyed, Sorted),
-    pairs_values(Sorted, Ordered),
-    mc_filter(Ordered, Dirs, [], Rev),
-    reverse(Rev, Front).
-
-cost_key(Item, k(C, NU)) :-
-    arg(1, Item, C),
-    arg(2, Item, U),
-    NU is -U.
-
-%   Items come by increasing cost.  An item is dominated when a kept one
-%   is as useful or more and not worse on any row.  Rows are clamped
-%   (reachable/6), so the kept items have few distinct row vectors: the
-%   test runs over Best, one entry b(Rv, U) per distinct row vector with
-%   the best utility kept at it, not over every kept item.  MaxU is the
-%   best utility kept so far: an item more useful than every kept one is
-%   dominated by none of them (the common case once the rows no longer
-%   separate states).
-mc_filter(Items, Dirs, Kept0, Kept) :-
-    mc_filter(Items, Dirs, -1, [], Kept0, Kept).
-
-mc_filter([], _, _, _, Kept, Kept).
-mc_filter([X|Xs], Dirs, MaxU, Best0, Kept, Out) :-
-    arg(2, X, U),
-    arg(3, X, Rv),
-    (   U > MaxU
-    ->  best_update(Best0, Rv, U, Best),
-        mc_filter(Xs, Dirs, U, Best, [X|Kept], Out)
-    ;   dominated(Best0, Dirs, U, Rv)
-    ->  mc_filter(Xs, Dirs, MaxU, Best0, Kept, Out)
-    ;   best_update(Best0, Rv, U, Best),
-        mc_filter(Xs, Dirs, MaxU, Best, [X|Kept], Out)
-    ).
-
-dominated([b(RvK, UK)|Bs], Dirs, U, Rv) :-
-    (   UK >= U,
-        rv_dominates(Dirs, RvK, Rv)
-    ->  true
-    ;   dominated(Bs, Dirs, U, Rv)
-    ).
-
-%   best_update(+Best0, +Rv, +U, -Best): U is kept at Rv, in front (the
-%   most useful entries are tested first).  An entry at the same vector
-%   has a lower utility (else the item was dominated) and is dropped.
-best_update(Best0, Rv, U, Best) :-
-    (   Best0 = [b(Rv0, _)|Bs],
-        Rv0 == Rv
-    ->  Best = [b(Rv, U)|Bs]
-    ;   has_rv(Best0, Rv)
-    ->  drop_rv(Best0, Rv, Bs),
-        Best = [b(Rv, U)|Bs]
-    ;   Best = [b(Rv, U)|Best0]
-    ).
-
-has_rv([b(Rv0, _)|Bs], Rv) :-
-    (   Rv0 == Rv
-    ->  true
-    ;   has_rv(Bs, Rv)
-    ).
-
-drop_rv([B|Bs], Rv, Out) :-
-    (   B = b(Rv0, _),
-        Rv0 == Rv
-    ->  Out = Bs
-    ;   Out = [B|Out1],
-        drop_rv(Bs, Rv, Out1)
-    ).
-
-rv_dominates([], [], []).
-rv_dominates([D|Ds], [A|As], [B|Bs]) :-
-    rv_dom(D, A, B),
-    rv_dominates(Ds, As, Bs).
-
-rv_dom(le, A, B) :- A =< B.
-rv_dom(ge, A, B) :- A >= B.
-rv_dom(eq, A, B) :- A =:= B.
 
 
                  /*******************************
@@ -456,7 +363,7 @@ rc_best(PL, QL, Opts, Best) :-
 %   with every row.  Fails when no pack satisfies the rows.
 
 rexact(P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
-    defer_mask(P, X, St, R, Table0, Build),
+    defer_mask(P, R, Table0, Build),
     (   memberchk(false, Build)
     ->  rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box),
         arg(1, Box, inc(IU, Sels)),
@@ -478,75 +385,6 @@ box_reset(Box) :-
     nb_setarg(2, Box, none),
     nb_setarg(3, Box, 0/1),
     nb_setarg(4, Box, none).
-
-%   defer_mask(+P, +X, +St, +R, +Table, -Build): per row, false for a
-%   `>=` row that a quick fill of the problem meets with room to spare
-%   (r > b), true otherwise.  Only floors: a greedy packs less than the
-%   optimum, so a floor it meets is seldom broken by the optimum, while a
-%   cap it meets often is (on the bench instances, deferring caps too
-%   made 31 of 200 searches run twice; floors alone, none).  The fill
-%   only guesses (exactness comes from the check of the pack found), so
-%   it ignores the structural constraints: the mandatory units at their
-%   cheapest variant, then variants by decreasing utility per token,
-%   one per unit, while they fit.
-
-defer_mask(P, _X, _St, R, Table, Build) :-
-    Table = rows(Dirs, Bs, Res, Zero),
-    (   memberchk(ge, Dirs)
-    ->  quick_fill(P, R, Key),
-        key_rv(rows(Dirs, Bs, Res, Zero), Key, Rv),
-        maplist(build_row, Dirs, Rv, Bs, Build)
-    ;   maplist([_, true]>>true, Dirs, Build)
-    ).
-
-quick_fill(prob(N, _, Us, _, Budget, _), R, Key) :-
-    numlist_(1, N, Ms),
-    foldl(quick_candidates(Us, R), Ms, Mand-Opt, []-[]),
-    foldl([M-K-C, Ke0-C0, [M-K|Ke0]-C1]>>(C1 is C0+C), Mand, []-0, Key0-Cost0),
-    keysort(Opt, ByDensity),
-    functor(Taken, taken, N),
-    foldl(quick_take(Budget, Taken), ByDensity, Key0-Cost0, Key-_).
-
-quick_candidates(Us, R, M, Mand0-Opt0, Mand-Opt) :-
-    arg(M, Us, u(Vs, Mandatory)),
-    arg(M, R, O),
-    (   Mandatory == true
-    ->  Opt0 = Opt,
-        (   findall(C-K, ( member(K, O), K > 0, memberchk(v(K, _, C, _), Vs) ), CKs),
-            keysort(CKs, [C-K|_])
-        ->  Mand0 = [M-K-C|Mand]
-        ;   Mand0 = Mand
-        )
-    ;   Mand0 = Mand,
-        foldl({M, Vs}/[K, T0, T]>>
-              (   K > 0,
-                  memberchk(v(K, _, C, U), Vs)
-              ->  D is -(U / max(C, 1)),
-                  T0 = [D-(M-K-C)|T]
-              ;   T0 = T
-              ),
-              O, Opt0, Opt)
-    ).
-
-quick_take(Budget, Taken, _-(M-K-C), Key0-Cost0, Key-Cost) :-
-    (   arg(M, Taken, T),
-        var(T),
-        Cost1 is Cost0+C,
-        Cost1 =< Budget
-    ->  nb_setarg(M, Taken, K),
-        Key = [M-K|Key0],
-        Cost = Cost1
-    ;   Key = Key0,
-        Cost = Cost0
-    ).
-
-build_row(le, _, _, true).
-build_row(ge, R, B, Build) :- ( R > B -> Build = false ; Build = true ).
-build_row(eq, _, _, true).
-
-key_rv(rows(_, _, Res, Zero), Key, Rv) :-
-    foldl({Res, Zero}/[M-K, R0, R]>>( unit_rv(Res, Zero, M, K, Rv1), vadd(R0, Rv1, R) ),
-          Key, Zero, Rv).
 
 %   rexact_built(+Build, ...): the search with the classes built under
 %   the rows Build marks (the others are not seen).
