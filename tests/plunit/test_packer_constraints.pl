@@ -179,6 +179,41 @@ test(a_bare_relation_is_a_constraint, [P1 == P2]) :-
     best([count(kind(fact)) #=< 1], 2000, P1),
     best([constraint(count(kind(fact)) #=< 1)], 2000, P2).
 
+%   Floors the greedy pack meets are deferred: the classes are built
+%   without them and the pack found is checked against them.  Here the
+%   greedy pack {x, y3} meets tokens(kind(x)) >= 30, the optimum without
+%   the floor {y1, y2} (200) breaks it, and the search runs again with
+%   it; with a floor on y the relaxed optimum meets it and stands.
+floor_units([ unit(x, [variant(full, 60, 130)], [kind(x)]),
+              unit(y1, [variant(full, 50, 100)], [kind(y)]),
+              unit(y2, [variant(full, 50, 100)], [kind(y)]),
+              unit(y3, [variant(full, 40, 50)], [kind(y)]) ]).
+
+floor_labelled(Cs, Max) :-
+    floor_units(Us),
+    pack_constraints(Us, Cs, 100, Vars, _, Max),
+    term_variables(Vars, Vs),
+    once(labeling([max(Max)], Vs)).
+
+test(a_deferred_floor_that_the_relaxation_breaks,
+     [true((P == pack([x-full, y3-full], 100, 180, optimal), Sels == Model))]) :-
+    floor_units(Us),
+    Cs = [constraint(tokens(kind(x)) #>= 30)],
+    pack_greedy(Us, [], 100, pack([x-full, y3-full], _, _, _)),   % meets the floor
+    pack_best(Us, [constraint(count(kind(y)) #=< 3)|Cs], 100, P),
+    floor_labelled(Cs, 180),
+    findall(S, pack(Us, Cs, 100, pack(S, _, _, _)), Sels0),
+    msort(Sels0, Sels),
+    model_selections(Us, Cs, 100, Model).
+
+test(a_deferred_floor_that_the_relaxation_meets,
+     [true((P == pack([y1-full, y2-full], 100, 200, optimal), U == Max))]) :-
+    floor_units(Us),
+    Cs = [constraint(tokens(kind(y)) #>= 40), constraint(count(kind(x)) #=< 1)],
+    pack_best(Us, Cs, 100, P),
+    P = pack(_, _, U, _),
+    floor_labelled(Cs, Max).
+
 :- end_tests(packer_user_rows).
 
 

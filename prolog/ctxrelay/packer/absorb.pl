@@ -1,9 +1,10 @@
 :- module(ctxrelay_packer_absorb,
           [ row_filter/4,           % +Rounds, +Table, +Classes0, -Classes
             absorb_rows/5,          % +Classes0, +Table0, -Classes, -Table, -Keep
-            project_rows/5          % +Keep, +Table0, +Classes0, -Table, -Classes
+            project_rows/5,         % +Keep, +Table0, +Classes0, -Table, -Classes
+            project_table/3         % +Table0, +Keep, -Table
           ]).
-:- use_module(library(apply)).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).
@@ -187,15 +188,17 @@ merge(Members, Others, Dirs, Bs, Internal, Options) :-
 merge_step(Dirs, Bs, OMin, OMax, Cap, Opts, mm(RMin, RMax), States0, States) :-
     vadd(OMin, RMin, Min),
     vadd(OMax, RMax, Max),
-    findall(o(C, U, Rv, Sel),
-            ( member(o(C0, U0, R0, S0), States0),
-              member(o(C1, U1, R1, S1), Opts),
-              vadd(R0, R1, Rv),
-              completable(Dirs, Rv, Min, Max, Bs),
-              C is C0+C1,
-              U is U0+U1,
-              append(S0, S1, Sel) ),
-            Cands),
+    Cap1 is Cap+1,                      % stop generating past the cap: most
+    findnsols(Cap1, o(C, U, Rv, Sel),   % merges that fail, fail there
+              ( member(o(C0, U0, R0, S0), States0),
+                member(o(C1, U1, R1, S1), Opts),
+                vadd(R0, R1, Rv),
+                completable(Dirs, Rv, Min, Max, Bs),
+                C is C0+C1,
+                U is U0+U1,
+                append(S0, S1, Sel) ),
+              Cands),
+    !,
     length(Cands, N),
     N =< Cap,
     pareto(Dirs, Cands, States).

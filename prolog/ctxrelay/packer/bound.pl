@@ -6,6 +6,7 @@
             suffix_bounds/2,        % +Classes, -Bounds
             suffix_value/3          % +F, +R, -V
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).

@@ -13,6 +13,7 @@
             dp_context/5,           % +Plan, +Links, +InOpts, +G, -Ctx
             next_sig/6              % +Sig, +Close, +G, +Keep, +Status, -Sig1
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(assoc)).
 :- use_module(library(lists)).

@@ -1,6 +1,7 @@
 :- module(ctxrelay_packer_lagrange,
           [ multipliers/5           % +Classes, +Dirs-Bs, +Budget, -Lag, -Slack
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).

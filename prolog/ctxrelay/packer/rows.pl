@@ -5,6 +5,7 @@
             rclass_best/5,          % +PL, +QL, +Lag, +Options, -Best
             key_rows_hold/2         % +Table, +Key
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(assoc)).
 :- use_module(library(lists)).
@@ -16,8 +17,10 @@
 :- use_module(classes).
 :- use_module(bound, [lp/5, class_greedy/4, suffix_bounds/2, suffix_value/3]).
 :- use_module(lagrange, [multipliers/5]).
-:- use_module(absorb, [row_filter/4, absorb_rows/5, project_rows/5]).
+:- use_module(absorb, [row_filter/4, absorb_rows/5, project_rows/5, project_table/3]).
 :- use_module(search, [search_classes/5, class_best/4]).
+:- use_module(mcpareto, [mc_pareto/3]).
+:- use_module(defer, [defer_mask/4, unit_rv/5, key_rv/3]).
 
 /** <module> The exact search under users' linear constraints (rows)
 
@@ -50,22 +53,15 @@ rows holds the best one.
                  *******************************/
 
 %   The row table (ctxrelay_packer_user:row_table/4) gives each variant
-%   of a unit its vector of row coefficients.
-
-unit_rv(Res, Zero, M, K, Rv) :-
-    arg(M, Res, Vecs),
-    (   Vecs == []
-    ->  Rv = Zero
-    ;   nth1(K, Vecs, Rv)
-    ).
+%   of a unit its vector of row coefficients (unit_rv/5).
 
 %!  key_rows_hold(+Table, +Key) is semidet.
 %
 %   The pack Key (a list of Unit-Variant) satisfies every row.
 
-key_rows_hold(rows(Dirs, Bs, Res, Zero), Key) :-
-    foldl({Res, Zero}/[M-K, R0, R]>>( unit_rv(Res, Zero, M, K, Rv), vadd(R0, Rv, R) ),
-          Key, Zero, Rv),
+key_rows_hold(Table, Key) :-
+    key_rv(Table, Key, Rv),
+    Table = rows(Dirs, Bs, _, _),
     rows_hold(Dirs, Rv, Bs).
 
 rows_hold([], [], []).
@@ -91,63 +87,6 @@ dot([], [], S, S).
 dot([P|Ps], [R|Rs], S0, S) :-
     S1 is S0+P*R,
     dot(Ps, Rs, S1, S).
-
-
-                 /*******************************
-                 *   MULTI-CRITERIA PARETO SETS  *
-                 *******************************/
-
-%   mc_pareto(+Dirs, +Items, -Front): the items o(C, U, Rv, ...) or
-%   s(C, U, Rv, ...) that no other item dominates (cheaper or as cheap,
-%   as useful or more, and not worse on any row), sorted by cost.
-
-mc_pareto(Dirs, Items, Front) :-
-    map_list_to_pairs(cost_key, Items, Keyed),
-    keysort(Keyed, Sorted),
-    pairs_values(Sorted, Ordered),
-    mc_filter(Ordered, Dirs, [], Rev),
-    reverse(Rev, Front).
-
-cost_key(Item, k(C, NU)) :-
-    arg(1, Item, C),
-    arg(2, Item, U),
-    NU is -U.
-
-%   Items come by increasing cost; MaxU is the best utility kept so far:
-%   an item more useful than every kept one is dominated by none of them
-%   (the common case once the rows no longer separate states).
-mc_filter(Items, Dirs, Kept0, Kept) :-
-    mc_filter(Items, Dirs, -1, Kept0, Kept).
-
-mc_filter([], _, _, Kept, Kept).
-mc_filter([X|Xs], Dirs, MaxU, Kept, Out) :-
-    arg(2, X, U),
-    (   U > MaxU
-    ->  mc_filter(Xs, Dirs, U, [X|Kept], Out)
-    ;   dominated(Kept, Dirs, X)
-    ->  mc_filter(Xs, Dirs, MaxU, Kept, Out)
-    ;   mc_filter(Xs, Dirs, MaxU, [X|Kept], Out)
-    ).
-
-dominated([K|Ks], Dirs, X) :-
-    arg(2, X, U),
-    arg(3, X, Rv),
-    (   arg(2, K, UK),
-        UK >= U,
-        arg(3, K, RvK),
-        rv_dominates(Dirs, RvK, Rv)
-    ->  true
-    ;   dominated(Ks, Dirs, X)
-    ).
-
-rv_dominates([], [], []).
-rv_dominates([D|Ds], [A|As], [B|Bs]) :-
-    rv_dom(D, A, B),
-    rv_dominates(Ds, As, Bs).
-
-rv_dom(le, A, B) :- A =< B.
-rv_dom(ge, A, B) :- A >= B.
-rv_dom(eq, A, B) :- A =:= B.
 
 
                  /*******************************
@@ -355,6 +294,14 @@ rsolve(prep(_, P, X, St0), Restr, Lag0, Deadline, Result) :-
     ).
 
 rcut_result(P, X, St, R, Table, Box, Result) :-
+    (   arg(1, Box, inc(IU00, Sels0)),      % found under a relaxation (rows
+        IU00 >= 0,                          % deferred or left out): it
+        append(Sels0, Key00),               % counts only if it meets them
+        msort(Key00, Key0),
+        \+ key_rows_hold(Table, Key0)
+    ->  nb_setarg(1, Box, inc(-1, none))
+    ;   true
+    ),
     arg(1, Box, inc(IU0, _)),
     (   IU0 < 0,
         initial_allowed_r(P, R, Allowed),
@@ -388,7 +335,7 @@ rsolve_result(P, Box, Status, sol(Key, Cost, Util, Status, Enum)) :-
     append(Sels, Key0),
     msort(Key0, Key),
     key_cost_util(P, Key, Cost, Util1),
-    assertion(Util1 =:= Util),
+    call(assertion, Util1 =:= Util),        % called: optimise would drop it
     arg(3, Box, PL/QL),
     arg(4, Box, ClassInfo),
     (   ClassInfo = ci(Classes, Units, Lag)
@@ -407,18 +354,77 @@ rc_best(PL, QL, Opts, Best) :-
 %   rexact(+P, +X, +St, +R, +Budget, +Table, +Lag0, +Deadline, !Box)
 %   is semidet: the classes, the multipliers, an incumbent if the greedy
 %   over the Lagrangian hulls satisfies the rows, and the windows.
+%
+%   Rows that the greedy pack meets with room to spare are deferred: the
+%   classes are built without them (a floor on the turns' tokens touches
+%   most classes and makes every subset of turns an option of its own,
+%   yet seldom binds).  That solves a relaxation: when its pack meets the
+%   deferred rows it is the optimum; otherwise the search runs again
+%   with every row.  Fails when no pack satisfies the rows.
 
 rexact(P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
-    rclasses(P, X, St, R, Table0, Deadline, Classes00, Units0),
-    row_filter(5, Table0, Classes00, Classes01),
-    pairs_keys_values(Pairs0, Classes01, Units0),
-    absorb_rows(Pairs0, Table0, Pairs, Table, Keep),
-    pairs_keys_values(Pairs, Classes0, Units),
-    (   Table == none
-    ->  maplist(plain_class, Classes0, Plain),
-        search_classes(Plain, Units, Budget, Deadline, Box)
-    ;   rexact_(P, Classes0, Units, Budget, Table, Keep, Lag0, Deadline, Box)
+    defer_mask(P, R, Table0, Build),
+    (   memberchk(false, Build)
+    ->  rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box),
+        arg(1, Box, inc(IU, Sels)),
+        (   IU < 0
+        ->  true
+        ;   append(Sels, Key0),
+            msort(Key0, Key),
+            key_rows_hold(Table0, Key)
+        ->  true
+        ;   maplist([_, true]>>true, Build, All),
+            box_reset(Box),
+            rexact_built(All, P, X, St, R, Budget, Table0, Lag0, Deadline, Box)
+        )
+    ;   rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box)
     ).
+
+box_reset(Box) :-
+    nb_setarg(1, Box, inc(-1, none)),
+    nb_setarg(2, Box, none),
+    nb_setarg(3, Box, 0/1),
+    nb_setarg(4, Box, none).
+
+%   rexact_built(+Build, ...): the search with the classes built under
+%   the rows Build marks (the others are not seen).
+rexact_built(Build, P, X, St, R, Budget, Table0, Lag0, Deadline, Box) :-
+    (   memberchk(true, Build)
+    ->  (   memberchk(false, Build)
+        ->  project_table(Table0, Build, TableB)
+        ;   TableB = Table0
+        ),
+        rclasses(P, X, St, R, TableB, Deadline, Classes00, Units0),
+        row_filter(5, TableB, Classes00, Classes01),
+        pairs_keys_values(Pairs0, Classes01, Units0),
+        absorb_rows(Pairs0, TableB, Pairs, Table, Keep0),
+        compose_keep(Build, Keep0, Keep),
+        pairs_keys_values(Pairs, Classes0, Units),
+        (   Table == none
+        ->  maplist(plain_class, Classes0, Plain),
+            search_classes(Plain, Units, Budget, Deadline, Box)
+        ;   rexact_(P, Classes0, Units, Budget, Table, Keep, Lag0, Deadline, Box)
+        )
+    ;   Table0 = rows(_, _, Res, _),          % every row deferred
+        functor(Res, F, N),
+        functor(Empty, F, N),
+        forall(between(1, N, M), nb_setarg(M, Empty, [])),
+        rclasses(P, X, St, R, rows([], [], Empty, []), Deadline, Classes0, Units),
+        maplist(plain_class, Classes0, Plain),
+        search_classes(Plain, Units, Budget, Deadline, Box)
+    ).
+
+%   compose_keep(+Build, +Keep0, -Keep): Keep0 marks the rows of the
+%   built table that are left after the merges; Keep marks the
+%   problem's rows that are.
+compose_keep([], _, []).
+compose_keep([B|Bs], Ks0, [K|Ks]) :-
+    (   B == true
+    ->  Ks0 = [K|Ks1]
+    ;   K = false,
+        Ks1 = Ks0
+    ),
+    compose_keep(Bs, Ks1, Ks).
 
 %   A class with no row left: the plain Pareto front of its options.
 plain_class(Opts, Class) :-
@@ -685,16 +691,32 @@ rstages([rc(Opts, _)|Classes], [F|Bounds], [Rest|Rests], [Cheap|Cheaps], States0
     Need is max(T, IU+1),
     Lag = lag(Q, _, K0, _),
     NeedL is Q*Need - K0,
-    findall(S, ( member(O, Opts),
-                 member(S0, States0),
-                 extend(S0, O, Budget, F, NeedL, Rest, Dirs, Bs, S) ),
-            Cands),
+    extend_all(Opts, States0, x(Budget, F, NeedL, Rest, Dirs, Bs), Cands),
     mc_pareto(Dirs, Cands, States),
     (   States == []
     ->  true
     ;   try_complete(States, Cheap, Budget, Dirs, Bs, Box),
         rstages(Classes, Bounds, Rests, Cheaps, States, Ctx, Box)
     ).
+
+%   extend_all(+Opts, +States, +X, -Cands): every state extended by
+%   every option (options outer, as the order of the candidates decides
+%   which of two equal ones the Pareto filter keeps).  Plain recursion,
+%   not findall/3: a state's selection list grows with the stages, and
+%   findall/3 would copy it for every candidate.
+extend_all([], _, _, []).
+extend_all([O|Os], States, X, Cands) :-
+    extend_each(States, O, X, Cands, Tail),
+    extend_all(Os, States, X, Tail).
+
+extend_each([], _, _, Tail, Tail).
+extend_each([S0|Ss], O, X, Cands, Tail) :-
+    X = x(Budget, F, NeedL, Rest, Dirs, Bs),
+    (   extend(S0, O, Budget, F, NeedL, Rest, Dirs, Bs, S)
+    ->  Cands = [S|Cands1]
+    ;   Cands = Cands1
+    ),
+    extend_each(Ss, O, X, Cands1, Tail).
 
 extend(s(C0, U0, R0, L0, Sels), ol(OC, OU, ORv, OL, OSel), Budget, F, NeedL,
        mm(Mn, Mx), Dirs, Bs, s(C, U, Rv, L, [OSel|Sels])) :-

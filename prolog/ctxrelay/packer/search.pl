@@ -3,6 +3,7 @@
             search_classes/5,       % +Classes, +Units, +Budget, +Deadline, !Box
             class_best/4            % +P, +Q, +Class, -Best
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).
