@@ -36,6 +36,9 @@ class DatabaseUnavailableError(StoreError):
     """The PostgreSQL server cannot be reached (or went away); nothing was written
     by the failed call.  Retry later: the pool reconnects by itself."""
 
+    # Its own kind, so it keeps its class through Prolog (the relay answers it 503).
+    kind = "store_unavailable"
+
 
 class UnsupportedPartError(StoreError):
     """A store part that this back end does not hold yet."""

@@ -130,12 +130,30 @@ CREATE INDEX scratch_entries_expiry ON scratch_entries (expires_us)
     WHERE NOT pinned AND expires_us IS NOT NULL;
 """
 
+# The relay's per-key counters (apps/server/limits.py), shared by every relay on the
+# store: requests and body bytes per key per one-minute window, stored bytes per tenant.
+_RELAY_LIMITS = """
+CREATE TABLE relay_limit_windows (
+    key_id     text NOT NULL,
+    start      bigint NOT NULL,           -- the window's first second (Unix time)
+    requests   integer NOT NULL,
+    body_bytes bigint NOT NULL,
+    PRIMARY KEY (key_id, start)
+);
+CREATE TABLE relay_stored_bytes (
+    tenant text PRIMARY KEY,
+    bytes  bigint NOT NULL
+);
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
     (2, "turn log: derived turns, vectors, topic threads", _TURNLOG),
     (3, "warm artifacts", _WARM),
     (4, "scratch buffer: entries with their blobs", _SCRATCH),
+    # 10: the relay's own tables; versions 5-9 are left to the store's parts (facts).
+    (10, "relay: per-key limit counters", _RELAY_LIMITS),
 ]
 
 
