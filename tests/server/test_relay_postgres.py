@@ -19,7 +19,7 @@ from ctxrelay.apps.server.locks import PgSlots
 from ctxrelay.apps.server.tenants import Tenant
 from ctxrelay.storage import close_all, open_stores
 
-from pg_support import TcpProxy
+from pg_proxy import TcpProxy
 from relay_support import POLICY, start_in_thread
 from services import drop_schema, fresh_schema_url, postgres_url, redis_url
 

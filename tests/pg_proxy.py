@@ -1,10 +1,16 @@
-"""Helpers of the relay tests on PostgreSQL: a TCP proxy that can cut the database off.
+"""A TCP proxy in front of the test PostgreSQL: it can cut the database off, and it
+counts the network round trips of what passes through it.
 
-Cutting the proxy does to the relay what a restart or a failover of PostgreSQL
+Cutting the proxy does to a client what a restart or a failover of PostgreSQL
 does: every open connection is reset (the server rolls back what it was in the
 middle of, as when its client goes away) and new connections are refused until
 the proxy is restored.  It stands in for stopping the shared test server,
 which other tests use at the same time.
+
+:attr:`TcpProxy.round_trips` counts, over every connection, each time the
+client sends after it last received (or first sends): one request burst, one
+wait for the server.  Statements sent together in a pipeline are one round
+trip; BEGIN and COMMIT sent on their own are one each.
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ class TcpProxy:
         self._up = True
         self._closed = False
         self.accepted = 0
+        self.round_trips = 0
+        self._last: dict[int, str] = {}      # connection -> direction of its last data
         threading.Thread(target=self._accept, daemon=True).start()
 
     @classmethod
@@ -57,15 +65,20 @@ class TcpProxy:
                 server.settimeout(None)
                 self._open.update((client, server))
                 self.accepted += 1
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, way in ((client, server, "up"), (server, client, "down")):
+                threading.Thread(target=self._pipe, args=(a, b, way, client.fileno()),
+                                 daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, way: str, conn: int) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                with self._lock:
+                    if way == "up" and self._last.get(conn) != "up":
+                        self.round_trips += 1
+                    self._last[conn] = way
                 dst.sendall(data)
         except OSError:
             pass
