@@ -249,13 +249,17 @@ REFUSED: set[str] = set()         # an error answer: must not be stored
 
 async def _client(http: httpx.AsyncClient, url: str | list[str], session: str,
                   messages: list[str], lat: list[float], errors: list[str],
-                  stop: asyncio.Event | None = None, spread: int = 0) -> None:
+                  stop: asyncio.Event | None = None, spread: int = 0,
+                  sticky: bool = False) -> None:
     """One session's messages in order; with several relays (``url`` a list), turn i
-    goes to relay ``(spread + i) % n``, so every session is served by every relay."""
+    goes to relay ``(spread + i) % n``, so every session is served by every relay
+    (``sticky``: always to relay ``spread % n``, as a load balancer with session
+    affinity would send it)."""
     for i, text in enumerate(messages):
         if stop is not None and stop.is_set():
             break
-        target = url[(spread + i) % len(url)] if isinstance(url, list) else url
+        target = (url[spread % len(url)] if sticky else url[(spread + i) % len(url)]) \
+            if isinstance(url, list) else url
         t0 = time.perf_counter()
         try:
             r = await http.post(f"{target}/v1/chat/completions", headers={"CRP-Session-Id": session},
@@ -277,7 +281,8 @@ def message(session: str, i: int) -> str:
 
 
 async def load(url: str | list[str], sessions: list[str], turns: int,
-               sent: dict[str, list[str]], *, timeout: float = 600) -> dict[str, Any]:
+               sent: dict[str, list[str]], *, timeout: float = 600,
+               sticky: bool = False) -> dict[str, Any]:
     """Every session sends ``turns`` messages one after another, all sessions at once."""
     lat: list[float] = []
     errors: list[str] = []
@@ -286,7 +291,8 @@ async def load(url: str | list[str], sessions: list[str], turns: int,
     limits = httpx.Limits(max_connections=len(sessions) + 4, max_keepalive_connections=len(sessions) + 4)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
         t0 = time.perf_counter()
-        await asyncio.gather(*(_client(http, url, s, plan[s], lat, errors, spread=n)
+        await asyncio.gather(*(_client(http, url, s, plan[s], lat, errors, spread=n,
+                                       sticky=sticky)
                                for n, s in enumerate(sessions)))
         wall = time.perf_counter() - t0
     for s in sessions:
@@ -428,10 +434,11 @@ def arm_startup(template: Path, work: Path, runs: int) -> dict[str, Any]:
 
 
 def arm_pg_relays(sessions: list[str], turns: int, prior: int, relays: int,
-                  round_no: int) -> dict[str, Any]:
+                  round_no: int, sticky: bool = False) -> dict[str, Any]:
     """``relays`` relay processes (1 worker each) on one PostgreSQL + Redis store (a
     fresh schema of the ``make services`` server, seeded like the other arms); each
-    session's turns go round-robin over the relays."""
+    session's turns go round-robin over the relays (``sticky``: each session to one
+    relay)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from services import drop_schema, fresh_schema_url, redis_url
     spec, schema = fresh_schema_url()
@@ -445,8 +452,9 @@ def arm_pg_relays(sessions: list[str], turns: int, prior: int, relays: int,
         startup = [p.wait_ready() for p in procs]
         urls = [p.url for p in procs]
         sent: dict[str, list[str]] = {}
-        warm = asyncio.run(load(urls, sessions, max(2, relays), sent))   # every relay warm
-        result = asyncio.run(load(urls, sessions, turns, sent))
+        warm = asyncio.run(load(urls, sessions, max(2, relays), sent,
+                                sticky=sticky))                      # every relay warm
+        result = asyncio.run(load(urls, sessions, turns, sent, sticky=sticky))
         codes = [p.stop() for p in procs]
         cpu = _children_cpu() - cpu0
         check = verify(spec, sent, prior, UNANSWERED)      # type: ignore[arg-type]
@@ -454,7 +462,7 @@ def arm_pg_relays(sessions: list[str], turns: int, prior: int, relays: int,
         from ctxrelay.storage import close_all
         close_all()
         drop_schema(schema)
-    return {"relays": relays, "round": round_no, "seed_s": round(seed_s, 2),
+    return {"relays": relays, "sticky": sticky, "round": round_no, "seed_s": round(seed_s, 2),
             "loadavg_before": before, "loadavg_after": loadavg(), "startup": startup,
             "warmup": warm, **result, "relay_cpu_s": round(cpu, 2),
             "relay_cpu_s_per_turn": round(cpu / max(1, result["turns"] + warm["turns"]), 3),
@@ -537,24 +545,34 @@ def main() -> int:
             print("slow upstream ratio", results["slow_upstream"]["throughput_ratio_to_bound"],
                   flush=True)
         if "pg_relays" in arms:
-            # 1 relay and 3 relays on one PostgreSQL store, alternated round by round.
-            pg_runs: dict[int, list[dict[str, Any]]] = {1: [], 3: []}
+            # 1 relay, 3 relays (every session through every relay) and 3 relays with
+            # session affinity, on one PostgreSQL store, alternated round by round.
+            pg_configs = {"1_relay": (1, False), "3_relays_spread": (3, False),
+                          "3_relays_sticky": (3, True)}
+            pg_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in pg_configs}
             for r in range(args.rounds):
-                for n in (1, 3):
-                    one = arm_pg_relays(sessions, args.turns, args.prior, n, r)
-                    pg_runs[n].append(one)
-                    print(f"round {r} pg {n} relays", one["throughput_per_s"],
+                for name, (n, sticky) in pg_configs.items():
+                    one = arm_pg_relays(sessions, args.turns, args.prior, n, r, sticky)
+                    pg_runs[name].append(one)
+                    print(f"round {r} pg {name}", one["throughput_per_s"],
                           one["check"]["ok"], one["loadavg_before"], flush=True)
 
-            def pg_rate(n: int) -> float:
-                return sum(x["turns"] for x in pg_runs[n]) / sum(x["wall_s"] for x in pg_runs[n])
+            def pg_rate(name: str) -> float:
+                return sum(x["turns"] for x in pg_runs[name]) / \
+                    sum(x["wall_s"] for x in pg_runs[name])
 
             results["pg_relays"] = {
-                **{f"{n}_relays": {"rounds": pg_runs[n], "throughput_per_s": round(pg_rate(n), 3),
-                                   "checks_ok": all(x["check"]["ok"] for x in pg_runs[n]),
-                                   "errors": sum(x["errors"] for x in pg_runs[n])}
-                   for n in (1, 3)},
-                "throughput_ratio_3_over_1": round(pg_rate(3) / pg_rate(1), 3),
+                **{name: {"rounds": pg_runs[name], "throughput_per_s": round(pg_rate(name), 3),
+                          "relay_cpu_s_per_turn": round(
+                              sum(x["relay_cpu_s"] for x in pg_runs[name])
+                              / sum(x["turns"] + x["warmup"]["turns"] for x in pg_runs[name]), 3),
+                          "checks_ok": all(x["check"]["ok"] for x in pg_runs[name]),
+                          "errors": sum(x["errors"] for x in pg_runs[name])}
+                   for name in pg_configs},
+                "throughput_ratio_3_over_1": round(pg_rate("3_relays_spread")
+                                                   / pg_rate("1_relay"), 3),
+                "throughput_ratio_3_sticky_over_1": round(pg_rate("3_relays_sticky")
+                                                          / pg_rate("1_relay"), 3),
                 "note": f"{os.cpu_count()} cores: 3 relays can use at most that many"}
     results["loadavg_end"] = loadavg()
     summary = {k: results[a][k] for a, k in (("scale", "throughput_ratio"),
@@ -563,6 +581,8 @@ def main() -> int:
                                              ("startup", "readyz_s_median")) if a in results}
     if "pg_relays" in results:
         summary["pg_3_over_1_relays"] = results["pg_relays"]["throughput_ratio_3_over_1"]
+        summary["pg_3_sticky_over_1_relays"] = \
+            results["pg_relays"]["throughput_ratio_3_sticky_over_1"]
     if "scale" in results:
         summary["threads_ratio"] = results["scale"]["threads_ratio"]
     results["summary"] = summary

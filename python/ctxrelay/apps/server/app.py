@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from ctxrelay.errors import CtxRelayError
 from ctxrelay.runtime import Runtime
+from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
 
 from . import observe
 from .config import ServerConfig
@@ -283,6 +284,8 @@ async def session_turns(request: Request) -> Response:
     def read(rt: Runtime) -> list[dict[str, Any]] | None:
         try:
             rt.session(stored)
+        except DatabaseUnavailableError:
+            raise                    # 503: the session may well exist
         except CtxRelayError:
             return None
         return [{"turn": t.turn_id, "role": t.role, "content": t.content}
