@@ -239,3 +239,37 @@ def test_the_relay_on_postgres_answers_503_while_the_database_is_down_then_recov
         relay.stop()
         proxy.close()
     _check_sessions(spec, sent)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_the_store_may_be_a_url_and_its_password_is_never_shown(tmp_path):
+    from pathlib import Path
+
+    from ctxrelay.apps.server.config import ServerConfig
+    from ctxrelay.errors import InvalidArgumentError
+    url = "postgresql://relay:s3cret@db.internal:5432/ctx?schema=prod"
+    config = ServerConfig(store=url, upstream="echo", cache="redis://cache:6379/0?prefix=p")
+    assert config.is_shared and config.store == url
+    assert "s3cret" not in config.store_label and "db.internal:5432" in config.store_label
+    local = ServerConfig(store=f"lmdb://{tmp_path}/s", upstream="echo")
+    assert not local.is_shared and local.store == Path(f"{tmp_path}/s")
+    assert local.lock_file == tmp_path / ".s.relay.locks"
+    with pytest.raises(InvalidArgumentError, match="supported"):
+        ServerConfig(store="mysql://x/y", upstream="echo")
+    with pytest.raises(InvalidArgumentError):
+        ServerConfig(store=tmp_path, upstream="echo", cache="memcached://x")
+
+
+def test_ctxrelay_serve_passes_a_store_url_unchanged(monkeypatch):
+    import argparse
+
+    from ctxrelay.apps.cli.serve import server_argv
+    url = "postgresql://ctxrelay@127.0.0.1:55432/ctxrelay?schema=s1"
+    args = argparse.Namespace(store=url, server_args=["--cache", "redis://127.0.0.1:6379/0"])
+    assert server_argv(args) == ["--store", url, "--cache", "redis://127.0.0.1:6379/0"]
+    monkeypatch.setenv("CTXRELAY_STORE", url)
+    assert server_argv(argparse.Namespace(store=None, server_args=[]))[:2] == ["--store", url]
+    monkeypatch.delenv("CTXRELAY_STORE")
+    assert server_argv(argparse.Namespace(store="dir//x", server_args=[]))[1] == "dir/x"
