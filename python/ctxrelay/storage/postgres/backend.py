@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrelay.storage.postgres.connection import Database, UnsupportedPartError
+from ctxrelay.storage.postgres.connection import Database
 from ctxrelay.storage.postgres.migrations import migrate
 from ctxrelay.storage.spec import StoreSpec
 
@@ -32,12 +32,6 @@ class PostgresBackend:
         from ctxrelay.storage.postgres.transcript import PgTranscript
         return PgTranscript(self.db, max_turn_bytes=self._max_turn_bytes)
 
-    def _unsupported(self, part: str) -> Any:
-        raise UnsupportedPartError(
-            f"the {part} is not kept in PostgreSQL yet (issue 17: everything but the "
-            f"knowledge fabric is); use an embedded store (a directory) for {part} "
-            "features, or move the store back with: ctxrelay migrate --from URL --to DIR")
-
     def open_turnlog(self) -> Any:
         from ctxrelay.storage.postgres.turnlog import PgTurnLog
         return PgTurnLog(self.db)
@@ -51,7 +45,8 @@ class PostgresBackend:
         return PgScratch(self.db)
 
     def open_facts(self) -> Any:
-        return self._unsupported("knowledge fabric")
+        from ctxrelay.storage.postgres.facts import open_fact_store
+        return open_fact_store(self.db)
 
     def open_rolling(self, *, capacity_entries: int, capacity_bytes: int) -> Any:
         # The rolling log is rebuildable: a process-local one is correct (each
@@ -62,9 +57,9 @@ class PostgresBackend:
 
     def has(self, part: str) -> bool:
         table = {"turnlog": "turnlog_progress", "warm": "warm_artifacts",
-                 "scratch": "scratch_entries"}.get(part)
+                 "scratch": "scratch_entries", "facts": "ckf_config"}.get(part)
         if table is None:
-            return False            # the parts not kept here (see _unsupported)
+            return False
         return self.db.read(lambda cur: cur.execute(
             f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0])
 
