@@ -306,6 +306,11 @@ class PgFacts:
         return self._write(ns, lambda w: w.save_communities(membership, keywords, digest,
                                                             now=now))
 
+    def restore_namespace(self, data: Any, record: Callable[[Any, float], dict[str, Any]]
+                          ) -> None:
+        """Write a copied namespace (:mod:`ctxrelay.storage.factcopy`) in one transaction."""
+        self._write(data.name, lambda w: w.restore(data, record))
+
     def checkpoint(self, ns: str, save: Saver) -> Checkpoint | None:
         def body(w: PgFactWriter) -> tuple[Checkpoint, int, int] | None:
             if w.ns_info is None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, TRANSITIONS, FactKeyExistsError,
                                                Linker, NamespaceState, StatusTransitionError,
-                                               UnknownFactError)
+                                               UnknownFactError, epoch_of)
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.postgres.factview import STATUS_CODE, CODE_STATUS, PgFactView, as_uuid
 from ctxrelay.storage.postgres.textindex import doc_terms
@@ -350,3 +350,42 @@ class PgFactWriter(PgFactView):
         """Drop the change-feed entries up to generation ``upto``."""
         self.cur.execute("DELETE FROM ckf_changes WHERE ns_id = %s AND gen <= %s",
                          (self.ns_id, upto))
+
+    def restore(self, data: Any, record: Callable[[Any, float], dict[str, Any]]) -> None:
+        """Write a :class:`ctxrelay.storage.factcopy.NamespaceDump` into this (new)
+        namespace: fact ids, statuses, stored times, access counts, communities,
+        keys, vectors, edges and sources as they were; seqs drawn anew in order."""
+        info, cur, n = self.ns_info, self.cur, len(data.facts)
+        seqs = sorted(int(r[0]) for r in cur.execute(
+            "SELECT nextval('ckf_fact_seq') FROM generate_series(1, %s)", (n,))) if n else []
+        rows, docs = [], []
+        for seq, fact, modified, vec in zip(seqs, data.facts, data.modified, data.vectors):
+            rec = record(fact, modified)
+            erased = fact.status == "DELETED"
+            last = fact.last_accessed_at
+            rows.append((seq, self.ns_id, uuid.UUID(fact.fact_id), STATUS_CODE[fact.status],
+                         rec["importance"], modified, rec.get("ttl_seconds"),
+                         _key(rec.get("key")), codec.due_time(fact.status, rec),
+                         json.dumps(rec), None if erased else np.asarray(vec, np.float32),
+                         fact.access_count, None if last is None else epoch_of(last),
+                         fact.community))
+            info["counts"][fact.status] += 1
+            self.redigest(None, codec.digest_component(fact.fact_id, fact.content_hash,
+                                                       fact.status, modified))
+            if not erased:
+                docs.append((seq, fact.content))
+        if rows:
+            cur.executemany("INSERT INTO ckf_facts (seq, ns_id, fact_id, status, importance, "
+                            "modified_at, ttl_seconds, key, due, record, vector, access_count, "
+                            "last_access, community) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+        self.index_terms(docs, 1)
+        seq_of = {f.fact_id: s for f, s in zip(data.facts, seqs)}
+        self.store_edges((seq_of[a], seq_of[b], w) for a, b, w in data.edges)
+        for src in data.sources:
+            rec = {k: v for k, v in src.items() if k != "namespace"}
+            rec["ingested_at"] = epoch_of(src["ingested_at"])
+            cur.execute("INSERT INTO ckf_sources (ns_id, source_id, record) VALUES (%s, %s, %s)",
+                        (self.ns_id, src["source_id"], json.dumps(rec)))
+        info["labels"] = {str(c): list(k) for c, k in data.keywords.items()}
+        info.update(data.info)
