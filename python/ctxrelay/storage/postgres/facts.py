@@ -85,6 +85,8 @@ class PgFacts:
         self._closed = False
         self._lock = threading.RLock()
         self._local: dict[int, _Local] = {}
+        #: namespace name -> id (fixed when the namespace is made): reads skip a lookup
+        self.nids: dict[str, int] = {}
         db.on_connection(_vector_setup())
         wanted = {"model_id": model_id, "dim": None if dim is None else int(dim),
                   "embedder": embedder_name, "m": int(m),
@@ -158,10 +160,22 @@ class PgFacts:
     # -- reads ---------------------------------------------------------------------------
 
     def snapshot(self, fn: Callable[[FactReader], T]) -> T:
+        """``fn(view)`` in one ``REPEATABLE READ`` read-only transaction.  Pipelined:
+        the ``BEGIN`` travels with the first query, so a read of one statement costs
+        two round trips (its query, the ``COMMIT``), not four."""
         self._live()
-        with self.db.connection() as conn, conn.cursor(binary=True) as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            return fn(PgFactView(self, cur))
+        with self.db.connection(autocommit=True) as conn, conn.cursor(binary=True) as cur:
+            done = False
+            try:
+                with conn.pipeline():
+                    cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    value = fn(PgFactView(self, cur))
+                    cur.execute("COMMIT")
+                done = True
+                return value
+            finally:
+                if not done:
+                    _rollback(conn)
 
     def namespaces(self) -> list[str]:
         return self.snapshot(lambda v: v.namespaces())
@@ -330,6 +344,15 @@ class PgFacts:
             if done.rebuilt:
                 local.churn_base = changed
             return done
+
+
+def _rollback(conn: Any) -> None:
+    """End a failed snapshot's transaction (the caller's error is the one to see)."""
+    try:
+        if conn.info.transaction_status != 0:          # not IDLE
+            conn.execute("ROLLBACK")
+    except Exception:           # a broken connection: the pool discards it
+        pass
 
 
 def open_fact_store(db: Any, embedder: Any = None) -> Any:

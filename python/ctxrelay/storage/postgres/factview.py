@@ -66,9 +66,15 @@ class PgFactView:
                                (ns,)).fetchone()
         found = None if row is None else (int(row[0]), json.loads(row[1]))
         self._seen[ns] = found
+        if found is not None:
+            self.store.nids[ns] = found[0]
         return found
 
     def nid(self, ns: str) -> int | None:
+        """The namespace's id (never changes once made: remembered by the store)."""
+        nid = self.store.nids.get(ns)
+        if nid is not None:
+            return nid
         found = self._row(ns)
         return None if found is None else found[0]
 
@@ -112,8 +118,7 @@ class PgFactView:
     def _fact(self, ns: str, row: tuple) -> Fact:
         fact_id, status, record, count, last, community = row
         rec = json.loads(record)
-        labels = self.info(ns)["labels"]
-        kws = None if community is None else labels.get(str(community))
+        kws = None if community is None else self.info(ns)["labels"].get(str(community))
         return Fact(fact_id=str(fact_id), namespace=ns, content=rec["content"],
                     content_hash=rec["content_hash"], key=rec.get("key"),
                     source_id=rec.get("source_id"), source_location=rec.get("source_location"),
