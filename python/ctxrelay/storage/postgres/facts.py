@@ -14,18 +14,19 @@ namespace take turns across processes, and commits everything or nothing.
 The ANN index stays in each process (hnswlib, :mod:`ctxrelay.knowledge.vectors`),
 kept current from the change feed: what a checkpoint records (``saved_gen``,
 the tuned ``ef``, the churn since a rebuild) describes *this process's* index,
-so it is kept here in memory, not in the database, and the feed is pruned only
-past :data:`FEED_KEEP` entries behind a checkpoint (a process further behind
-rebuilds its index from the stored vectors, as the contract allows).  Why not
-pgvector's HNSW index for the searches: docs/storage.md has the measurement.
+so it is kept with the process's snapshot files in its slot
+(:mod:`ctxrelay.storage.postgres.annslot`), not in the database, and the feed
+is pruned only past :data:`FEED_KEEP` entries behind a checkpoint (a process
+further behind rebuilds its index from the stored vectors, as the contract
+allows).  Why not pgvector's HNSW index for the searches: docs/storage.md
+has the measurement.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -37,6 +38,7 @@ from ctxrelay.storage.interfaces.facts import (Checkpoint, EmbeddingModelMismatc
                                                FactReader, FactTable, HeadArrays, Linker,
                                                NamespaceState, Saver, SourceRecord,
                                                UnknownFactError, Written)
+from ctxrelay.storage.postgres.annslot import AnnSlot
 from ctxrelay.storage.postgres.factview import PgFactView
 from ctxrelay.storage.postgres.factwrite import PgFactWriter
 
@@ -94,8 +96,11 @@ class PgFacts:
         self.config: Mapping[str, Any] = db.run(lambda cur: self._init_config(cur, wanted))
         self.model_id: str = self.config["model_id"]
         self.dim: int = int(self.config["dim"])
-        #: a private directory for this process's ANN snapshots (see the module doc)
-        self.ann_dir = tempfile.mkdtemp(prefix="ctxrelay-ann-")
+        #: this process's ANN snapshot directory (storage/postgres/annslot.py)
+        self.slot = AnnSlot(self.config.get("store_id"))
+        self.ann_dir = self.slot.dir
+        for nid, st in self.slot.read().items():
+            self._local[nid] = _Local(int(st["gen"]), st.get("ef"), int(st.get("churn_base", 0)))
 
     def _init_config(self, cur: Any, config: dict[str, Any]) -> dict[str, Any]:
         row = cur.execute("SELECT config FROM ckf_config").fetchone()
@@ -103,6 +108,7 @@ class PgFacts:
             raise StoreError(f"no CKF in {self.db.url} yet; create it with an embedder "
                              "(add a fact, or FactStore(..., embedder='hashing'))")
         if row is None:
+            config = dict(config, store_id=uuid.uuid4().hex)      # names the ANN slots
             cur.execute("INSERT INTO ckf_config (config) VALUES (%s) ON CONFLICT DO NOTHING",
                         (json.dumps(config),))
             row = cur.execute("SELECT config FROM ckf_config").fetchone()
@@ -135,7 +141,7 @@ class PgFacts:
         if self._closed:
             return
         self._closed = True
-        shutil.rmtree(self.ann_dir, ignore_errors=True)
+        self.slot.close()
         if self._owns_db:
             self.db.close()
 
@@ -343,6 +349,8 @@ class PgFacts:
             local.ef = None if done.ef is None else int(done.ef)
             if done.rebuilt:
                 local.churn_base = changed
+            self.slot.write({n: {"gen": v.saved_gen, "ef": v.ef, "churn_base": v.churn_base}
+                             for n, v in self._local.items()})
             return done
 
 
