@@ -31,7 +31,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from _common import percentiles
 
 DIM = 384
@@ -58,12 +57,10 @@ def recall(found: list[list[int]], truth: np.ndarray) -> float:
 def run(n: int, repeat: int, spec: str, *, m: int = 16, ef_construction: int = 200,
         ef_search: int = 100, maintenance_mem: str = "1GB") -> dict[str, Any]:
     import psycopg
-
     from ctxrelay.knowledge.live import LiveIndex
-    from ctxrelay.storage.postgres.connection import Database
+    from ctxrelay.storage.postgres.connection import Database, parse_url
     from ctxrelay.storage.postgres.facts import PgFacts
     from ctxrelay.storage.postgres.migrations import migrate
-    from ctxrelay.storage.postgres.connection import parse_url
 
     out: dict[str, Any] = {"facts": n, "dim": DIM, "queries": repeat, "k": 10,
                            "hnsw": {"m": m, "ef_construction": ef_construction,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ctxrelay.knowledge.fabric import FactStore
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.factcopy import fingerprint, open_raw_facts

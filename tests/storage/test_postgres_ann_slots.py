@@ -4,7 +4,6 @@ processes of one host never share a snapshot."""
 from __future__ import annotations
 
 import pytest
-
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.postgres.factview import PgFactView
 from services import drop_schema, fresh_schema_url

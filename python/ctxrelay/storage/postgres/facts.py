@@ -34,15 +34,25 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError, StoreError
-from ctxrelay.storage.interfaces.facts import (Checkpoint, EmbeddingModelMismatchError, Fact,
-                                               FactReader, FactTable, HeadArrays, Linker,
-                                               NamespaceState, Saver, SourceRecord,
-                                               UnknownFactError, Written)
+from ctxrelay.storage.interfaces.facts import (
+    Checkpoint,
+    EmbeddingModelMismatchError,
+    Fact,
+    FactReader,
+    FactTable,
+    HeadArrays,
+    Linker,
+    NamespaceState,
+    Saver,
+    SourceRecord,
+    UnknownFactError,
+    Written,
+)
 from ctxrelay.storage.postgres.annslot import AnnSlot
 from ctxrelay.storage.postgres.factview import PgFactView
 from ctxrelay.storage.postgres.factwrite import PgFactWriter
 
-__all__ = ["PgFacts", "open_fact_store", "FEED_KEEP"]
+__all__ = ["PgFacts", "FEED_KEEP"]
 
 T = TypeVar("T")
 
@@ -361,35 +371,3 @@ def _rollback(conn: Any) -> None:
             conn.execute("ROLLBACK")
     except Exception:           # a broken connection: the pool discards it
         pass
-
-
-def open_fact_store(db: Any, embedder: Any = None) -> Any:
-    """The :class:`~ctxrelay.knowledge.fabric.FactStore` of a PostgreSQL store: its
-    facts in ``db``, the ANN index in this process.  The embedder is the one the
-    store was built with (a new store takes ``embedder`` or the default)."""
-    from ctxrelay.knowledge.fabric import FactStore
-    from ctxrelay.text.embed import default_name, get_embedder
-
-    if embedder is None and PgFacts.exists(db):
-        storage = PgFacts(db)
-        try:
-            name = storage.config.get("embedder")
-            if not name:
-                raise EmbeddingModelMismatchError(
-                    f"the CKF in {db.url} was built with a custom embedder "
-                    f"({storage.model_id!r}); open it with FactStore(..., embedder=...)")
-            emb = get_embedder(name)
-        except BaseException:
-            storage.close()
-            raise
-    else:
-        name = embedder if isinstance(embedder, str) else None
-        emb = get_embedder(embedder or default_name()) if embedder is None or name else embedder
-        if embedder is None:
-            name = default_name()
-        storage = PgFacts(db, model_id=emb.model_id, dim=int(emb.dim), embedder_name=name)
-    try:
-        return FactStore(storage.ann_dir, storage=storage, embedder=emb)
-    except BaseException:
-        storage.close()
-        raise

@@ -15,9 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, Change, Fact, FactTable, HeadArrays,
-                                               NamespaceState, SourceRecord, UnknownFactError,
-                                               community_label, iso_time)
+from ctxrelay.storage.interfaces.facts import (
+    RETRIEVABLE,
+    Change,
+    Fact,
+    FactTable,
+    HeadArrays,
+    NamespaceState,
+    SourceRecord,
+    UnknownFactError,
+    community_label,
+    iso_time,
+)
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.postgres.textindex import query_terms, ranked, scores
 

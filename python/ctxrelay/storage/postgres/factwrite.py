@@ -19,11 +19,23 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, TRANSITIONS, FactKeyExistsError,
-                                               Linker, NamespaceState, StatusTransitionError,
-                                               UnknownFactError, epoch_of)
+from ctxrelay.storage.interfaces.facts import (
+    RETRIEVABLE,
+    TRANSITIONS,
+    FactKeyExistsError,
+    Linker,
+    NamespaceState,
+    StatusTransitionError,
+    UnknownFactError,
+    epoch_of,
+)
 from ctxrelay.storage.lmdb import factcodec as codec
-from ctxrelay.storage.postgres.factview import STATUS_CODE, CODE_STATUS, PgFactView, as_uuid
+from ctxrelay.storage.postgres.factview import (
+    CODE_STATUS,
+    STATUS_CODE,
+    PgFactView,
+    as_uuid,
+)
 from ctxrelay.storage.postgres.textindex import doc_terms
 
 __all__ = ["PgFactWriter"]
