@@ -342,18 +342,26 @@ class PgFacts:
         self._write(data.name, lambda w: w.restore(data, record))
 
     def checkpoint(self, ns: str, save: Saver) -> Checkpoint | None:
-        def body(w: PgFactWriter) -> tuple[Checkpoint, int, int] | None:
-            if w.ns_info is None:
+        """``save`` runs in a read snapshot, not under the namespace's lock: what it
+        records describes this process's index only (see the module doc), and a
+        rebuild takes minutes at 100k facts, which no writer of the namespace, in any
+        process, should wait for.  The feed is pruned afterwards, in its own
+        transaction, up to :data:`FEED_KEEP` entries behind the checkpoint."""
+        def body(view: PgFactView) -> tuple[Checkpoint, int, int] | None:
+            state = view.namespace(ns)
+            if state is None:
                 return None
-            done = save(w, w.state)
-            w.prune(done.gen - FEED_KEEP)
-            return done, w.ns_id, w.ns_info["changed"]
+            return save(view, state), state.id, view.info(ns)["changed"]
 
         with self._lock:
-            found = self._transaction(ns, body, create=False)
+            found = self.snapshot(body)
             if found is None:
                 return None
             done, nid, changed = found
+            if done.gen > FEED_KEEP:
+                self.db.run(lambda cur: cur.execute(
+                    "DELETE FROM ckf_changes WHERE ns_id = %s AND gen <= %s",
+                    (nid, done.gen - FEED_KEEP)))
             local = self._local.setdefault(nid, _Local())
             local.saved_gen = done.gen
             local.ef = None if done.ef is None else int(done.ef)
