@@ -58,6 +58,8 @@ T = TypeVar("T")
 
 #: change-feed entries kept behind a checkpoint, for the other processes' indexes
 FEED_KEEP = 100_000
+#: (seq, fact id) pairs remembered per store per process
+ID_CACHE_ENTRIES = 1_000_000
 
 
 @dataclass
@@ -99,6 +101,9 @@ class PgFacts:
         self._local: dict[int, _Local] = {}
         #: namespace name -> id (fixed when the namespace is made): reads skip a lookup
         self.nids: dict[str, int] = {}
+        #: (namespace id, seq) <-> (namespace id, fact id), fixed when a fact is added
+        self.id_at: dict[tuple[int, int], str] = {}
+        self.seq_of: dict[tuple[int, str], int] = {}
         db.on_connection(_vector_setup())
         wanted = {"model_id": model_id, "dim": None if dim is None else int(dim),
                   "embedder": embedder_name, "m": int(m),
@@ -158,6 +163,14 @@ class PgFacts:
     def _live(self) -> None:
         if self.closed:
             raise StoreError(f"the CKF of {self.db.url} is closed; open the store again")
+
+    def remember(self, nid: int, seq: int, fact_id: str) -> None:
+        """Keep a fact's (seq, id) pair (both fixed for good; bounded memory)."""
+        if len(self.id_at) >= ID_CACHE_ENTRIES:
+            self.id_at.clear()
+            self.seq_of.clear()
+        self.id_at[(nid, seq)] = fact_id
+        self.seq_of[(nid, fact_id)] = seq
 
     def state_of(self, ns: str, nid: int, info: Mapping[str, Any]) -> NamespaceState:
         """The namespace's state: the stored record with this process's checkpoint."""

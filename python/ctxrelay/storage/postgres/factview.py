@@ -154,12 +154,33 @@ class PgFactView:
         return [self._fact(ns, row) for row in rows]
 
     def locate(self, ns: str, ids: Sequence[str]) -> np.ndarray:
-        found = self._by_ids(ns, ids, "seq")
-        return np.array([found[f][0] if f in found else -1 for f in ids], dtype=np.int64)
+        nid, known = self.nid(ns), self.store.seq_of
+        missing = [f for f in ids if (nid, f) not in known]
+        if missing:
+            found = {fid: int(seq) for fid, (seq,) in self._by_ids(ns, missing, "seq").items()}
+            self._remember(nid, [(s, f) for f, s in found.items()])
+            return np.array([known.get((nid, f), found.get(f, -1)) for f in ids], dtype=np.int64)
+        return np.array([known[(nid, f)] for f in ids], dtype=np.int64)
 
     def ids_at(self, ns: str, seqs: Sequence[int]) -> list[str | None]:
-        found = self._by_seqs(ns, seqs, "fact_id")
-        return [str(found[int(s)][0]) if int(s) in found else None for s in seqs]
+        # A fact's seq and id never change and a fact is never removed (a deleted one
+        # stays as a tombstone), so the pairs once read are remembered: the ANN
+        # search path maps its hits to ids without a query.
+        nid, known = self.nid(ns), self.store.id_at
+        missing = [s for s in seqs if (nid, int(s)) not in known]
+        if missing:
+            found = {seq: str(fid) for seq, (fid,) in self._by_seqs(ns, missing, "fact_id").items()}
+            self._remember(nid, found.items())
+            return [known.get((nid, int(s)), found.get(int(s))) for s in seqs]
+        return [known[(nid, int(s))] for s in seqs]
+
+    #: whether what this view reads is committed (a write's view may yet roll back)
+    committed = True
+
+    def _remember(self, nid: int | None, pairs: Iterable[tuple[int, str]]) -> None:
+        if self.committed and nid is not None:
+            for seq, fid in pairs:
+                self.store.remember(nid, seq, fid)
 
     def lookup_key(self, ns: str, key: str, *, any_status: bool = False) -> str | None:
         nid = self.nid(ns)

@@ -48,6 +48,8 @@ def _key(key: str | None) -> bytes | None:
 class PgFactWriter(PgFactView):
     """One write transaction of one namespace (created on the first write to it)."""
 
+    committed = False            # its reads may include rows that roll back
+
     def __init__(self, store: Any, cur: Any, ns: str, *, create: bool = True) -> None:
         super().__init__(store, cur)
         self.ns = ns
