@@ -291,15 +291,18 @@ class PgFacts:
 
     def _write(self, ns: str, body: Callable[[PgFactWriter], Any], *,
                create: bool = True) -> Written[Any]:
-        def run(w: PgFactWriter) -> Written[Any]:
+        def run(w: PgFactWriter) -> tuple[Written[Any], PgFactWriter]:
             if w.ns_info is None:
-                return Written(body(w), ns)
+                return Written(body(w), ns), w
             value = body(w)
             w.save_info()
             info = w.ns_info
             return Written(value, ns, w.gen_before, info["gen"], w.stamp_before,
-                           info["last_mod"], tuple(w.touched))
-        return self._transaction(ns, run, create=create)
+                           info["last_mod"], tuple(w.touched)), w
+        done, w = self._transaction(ns, run, create=create)
+        for seq, fact_id in w.added:              # committed: ids of these seqs for good
+            self.remember(w.ns_id, seq, fact_id)
+        return done
 
     def add_facts(self, ns: str, records: Sequence[Mapping[str, Any]], vectors: np.ndarray, *,
                   now: float, link: Linker | None = None,

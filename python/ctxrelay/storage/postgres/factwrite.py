@@ -54,6 +54,8 @@ class PgFactWriter(PgFactView):
         super().__init__(store, cur)
         self.ns = ns
         self.touched: list[int] = []
+        #: (seq, fact id) of the facts this write adds: remembered once it commits
+        self.added: list[tuple[int, str]] = []
         row = self._lock_row(ns)
         if row is None and create:
             info = codec.new_info(0)
@@ -258,6 +260,7 @@ class PgFactWriter(PgFactView):
                             "modified_at, ttl_seconds, key, due, record, vector) VALUES "
                             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
         self.touched += seqs
+        self.added += zip(seqs, ids)
         if link is not None:
             self.store_edges(edges)
         self.index_terms([(seq, rec["content"]) for seq, rec in zip(seqs, records)], 1)
