@@ -25,8 +25,13 @@ call's network round trips on the wire (through a counting TCP proxy), and
 ``append_4_round_trips`` times the append as it was before it took two (the same
 statements in psycopg's own transaction), interleaved with the others.
 
-Run: ``make services && .venv/bin/python bench/backends_bench.py [--turns N]``;
-writes ``bench/results/backends.json``.
+and, for the vector choice of issue 17, ``--facts N`` facts with structured
+vectors: pgvector's HNSW index against the per-process hnswlib index the CKF
+keeps, both against exact search (``bench/ann_backends.py`` says how).
+
+Run: ``make services && .venv/bin/python bench/backends_bench.py [--turns N]
+[--facts N] [--only transcript|ann]``; writes ``bench/results/backends.json``
+(``--only ann``: ``backends_ann.json``).
 """
 from __future__ import annotations
 
@@ -93,8 +98,42 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=200)
-    ap.add_argument("--out", default="backends")
+    ap.add_argument("--facts", type=int, default=10_000,
+                    help="facts for the ANN comparison (0: skip it)")
+    ap.add_argument("--only", choices=("all", "transcript", "ann"), default="all")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.out is None:
+        args.out = "backends_ann" if args.only == "ann" else "backends"
+    result: dict = {"git": git_rev()}
+    if args.only != "ann":
+        transcript_part(args, result)
+    if args.facts and args.only != "transcript":
+        from ann_backends import run as ann_run
+        from services import drop_schema, fresh_schema_url
+        spec, schema = fresh_schema_url()
+        try:
+            result["ann"] = ann_run(args.facts, args.repeat, spec)
+        finally:
+            drop_schema(schema)
+    path = write(args.out, result)
+    print(f"wrote {path}")
+    if "pg_over_lmdb_p50" in result:
+        for op, ratio in result["pg_over_lmdb_p50"].items():
+            print(f"{op:8s} lmdb p50 {result['timings'][f'lmdb.{op}']['p50_ms']:8.3f} ms   "
+                  f"postgres p50 {result['timings'][f'postgres.{op}']['p50_ms']:8.3f} ms   "
+                  f"x{ratio}")
+        print("round trips:", result["round_trips"])
+        print("append p50 ms, 2 vs 4 round trips:", result["append_p50_ms_2_vs_4_round_trips"],
+              "commit floor p50", result["timings"]["postgres.commit_floor"]["p50_ms"])
+        print("fts:", result["fts"])
+    if "ann" in result:
+        import json
+        print("ann:", json.dumps(result["ann"], indent=1))
+    return 0
+
+
+def transcript_part(args: argparse.Namespace, result: dict) -> None:
 
     import psycopg
 
@@ -105,7 +144,7 @@ def main() -> int:
     qs = queries(64)
     spec, schema = fresh_schema_url()
     tmp = tempfile.TemporaryDirectory(prefix="backends-bench-")
-    result: dict = {"turns": args.turns, "repeat": args.repeat, "git": git_rev()}
+    result.update(turns=args.turns, repeat=args.repeat)
     try:
         lmdb = open_stores(str(Path(tmp.name) / "store")).transcript
         pg = open_stores(spec).transcript
@@ -203,16 +242,6 @@ def main() -> int:
         close_all()
         drop_schema(schema)
         tmp.cleanup()
-    path = write(args.out, result)
-    print(f"wrote {path}")
-    for op, ratio in result["pg_over_lmdb_p50"].items():
-        print(f"{op:8s} lmdb p50 {result['timings'][f'lmdb.{op}']['p50_ms']:8.3f} ms   "
-              f"postgres p50 {result['timings'][f'postgres.{op}']['p50_ms']:8.3f} ms   x{ratio}")
-    print("round trips:", result["round_trips"])
-    print("append p50 ms, 2 vs 4 round trips:", result["append_p50_ms_2_vs_4_round_trips"],
-          "commit floor p50", result["timings"]["postgres.commit_floor"]["p50_ms"])
-    print("fts:", result["fts"])
-    return 0
 
 
 if __name__ == "__main__":
