@@ -157,3 +157,50 @@ def test_three_relays_on_one_store_lose_duplicate_and_cross_nothing(tmp_path):
     finally:
         close_all()
         drop_schema(schema)
+
+
+@pytest.mark.slow
+def test_a_fact_promoted_through_one_relay_is_in_the_next_pack_of_another(tmp_path):
+    """Relay A promotes a fact (the user names a value); relay B's very next assembly
+    of the session packs it -- and packs the new value, not the old, once A updates
+    it.  B asks as soon as A has answered, so no staleness bound above zero is
+    allowed.  (A fact promoted from a session's turns is offered to that session
+    only, by rule -- assembly.pl -- so both relays serve one session here; the
+    fact's text, ``etcd quota: 8 GiB``, appears in no turn.)"""
+    from ctxrelay.apps.server.tenants import KeyFile
+    from relay_support import RecordingUpstream
+    spec, schema = fresh_schema_url()
+    cache = f"{redis_url()}?prefix=facts{schema}"
+    key, _ = KeyFile(tmp_path / "keys.json").create("acme")    # facts: tenant:acme
+    upstream = RecordingUpstream()
+    a, b = (Subprocess.relay(spec, tmp_path, "--upstream", upstream.base_url,  # type: ignore[arg-type]
+                             "--model", "m", "--cache", cache, "--no-warmup",
+                             "--keys", str(tmp_path / "keys.json"),
+                             "--log-level", "warning") for _ in range(2))
+
+    def ask(relay: Subprocess, text: str) -> httpx.Response:
+        r = httpx.post(f"{relay.url}/v1/chat/completions", timeout=300,
+                       headers={"CRP-Session-Id": "ops", "Authorization": f"Bearer {key}"},
+                       json={"model": "m", "messages": [{"role": "user", "content": text}]})
+        assert r.status_code == 200, r.text
+        return r
+
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        ask(a, "The etcd quota is 8 GiB on the production cluster.")
+        named = ask(a, "Let's call 8 GiB the etcd quota.")
+        assert int(named.headers["CRP-Context-Promotions"]) >= 1
+        ask(b, "What is the etcd quota?")
+        assert "etcd quota: 8 GiB" in upstream.sent_text()
+        renamed = ask(a, "Let's call 12 GiB the etcd quota.")
+        assert int(renamed.headers["CRP-Context-Promotions"]) >= 1
+        ask(b, "And what is the etcd quota now?")
+        assert "etcd quota: 12 GiB" in upstream.sent_text()
+        assert "etcd quota: 8 GiB" not in upstream.sent_text()   # no stale copy
+    finally:
+        a.stop()
+        b.stop()
+        upstream.close()
+        close_all()
+        drop_schema(schema)
