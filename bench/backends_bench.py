@@ -20,11 +20,18 @@ both alike:
 and, for the index choice of issue 17, PostgreSQL's own full-text search
 over the same turns (a GIN index on ``to_tsvector('simple', content)``,
 ``ts_rank`` top 10) beside the postings table: its p50/p95 and how many of
-its top 10 are BM25's top 10 (``overlap_at_10``).  ``round_trips`` counts the
-statements each call sends (plus its commit).
+its top 10 are BM25's top 10 (``overlap_at_10``).  ``round_trips`` counts each
+call's network round trips on the wire (through a counting TCP proxy), and
+``append_4_round_trips`` times the append as it was before it took two (the same
+statements in psycopg's own transaction), interleaved with the others.
 
-Run: ``make services && .venv/bin/python bench/backends_bench.py [--turns N]``;
-writes ``bench/results/backends.json``.
+and, for the vector choice of issue 17, ``--facts N`` facts with structured
+vectors: pgvector's HNSW index against the per-process hnswlib index the CKF
+keeps, both against exact search (``bench/ann_backends.py`` says how).
+
+Run: ``make services && .venv/bin/python bench/backends_bench.py [--turns N]
+[--facts N] [--only transcript|ann]``; writes ``bench/results/backends.json``
+(``--only ann``: ``backends_ann.json``).
 """
 from __future__ import annotations
 
@@ -62,33 +69,6 @@ def queries(n: int, seed: int = 5) -> list[str]:
     return [" ".join(rng.sample(WORDS, rng.randint(2, 4))) for _ in range(n)]
 
 
-class StatementCounter:
-    """Counts the statements psycopg sends (execute / executemany calls)."""
-
-    def __init__(self) -> None:
-        import psycopg
-        self.count = 0
-        self._cls = psycopg.Cursor
-        self._orig = (psycopg.Cursor.execute, psycopg.Cursor.executemany)
-
-    def __enter__(self) -> "StatementCounter":
-        counter = self
-        execute, executemany = self._orig
-
-        def counted_execute(cur, *a, **kw):
-            counter.count += 1
-            return execute(cur, *a, **kw)
-
-        def counted_executemany(cur, *a, **kw):
-            counter.count += 1
-            return executemany(cur, *a, **kw)
-        self._cls.execute, self._cls.executemany = counted_execute, counted_executemany
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._cls.execute, self._cls.executemany = self._orig
-
-
 def interleaved(calls: dict[str, callable], repeat: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {name: [] for name in calls}
     for name, fn in calls.items():          # warm-up
@@ -102,12 +82,58 @@ def interleaved(calls: dict[str, callable], repeat: int) -> dict[str, list[float
     return out
 
 
+def four_trip_append(t, content: str) -> int:
+    """``t.append`` as it was before the 2-round-trip protocol: the same statements in
+    psycopg's own transaction, which syncs after BEGIN and after COMMIT."""
+    pending = t._prepare("user", content)
+    tokenizer = t.tokenizer_name
+
+    def write(cur):
+        session, known = t._lock_with_keys(cur, "s", [pending])
+        return t._append_all(cur, session, [pending], tokenizer, known)[0]
+    return t._run(write)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=200)
-    ap.add_argument("--out", default="backends")
+    ap.add_argument("--facts", type=int, default=10_000,
+                    help="facts for the ANN comparison (0: skip it)")
+    ap.add_argument("--only", choices=("all", "transcript", "ann"), default="all")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.out is None:
+        args.out = "backends_ann" if args.only == "ann" else "backends"
+    result: dict = {"git": git_rev()}
+    if args.only != "ann":
+        transcript_part(args, result)
+    if args.facts and args.only != "transcript":
+        from ann_backends import run as ann_run
+        from services import drop_schema, fresh_schema_url
+        spec, schema = fresh_schema_url()
+        try:
+            result["ann"] = ann_run(args.facts, args.repeat, spec)
+        finally:
+            drop_schema(schema)
+    path = write(args.out, result)
+    print(f"wrote {path}")
+    if "pg_over_lmdb_p50" in result:
+        for op, ratio in result["pg_over_lmdb_p50"].items():
+            print(f"{op:8s} lmdb p50 {result['timings'][f'lmdb.{op}']['p50_ms']:8.3f} ms   "
+                  f"postgres p50 {result['timings'][f'postgres.{op}']['p50_ms']:8.3f} ms   "
+                  f"x{ratio}")
+        print("round trips:", result["round_trips"])
+        print("append p50 ms, 2 vs 4 round trips:", result["append_p50_ms_2_vs_4_round_trips"],
+              "commit floor p50", result["timings"]["postgres.commit_floor"]["p50_ms"])
+        print("fts:", result["fts"])
+    if "ann" in result:
+        import json
+        print("ann:", json.dumps(result["ann"], indent=1))
+    return 0
+
+
+def transcript_part(args: argparse.Namespace, result: dict) -> None:
 
     import psycopg
 
@@ -118,7 +144,7 @@ def main() -> int:
     qs = queries(64)
     spec, schema = fresh_schema_url()
     tmp = tempfile.TemporaryDirectory(prefix="backends-bench-")
-    result: dict = {"turns": args.turns, "repeat": args.repeat, "git": git_rev()}
+    result.update(turns=args.turns, repeat=args.repeat)
     try:
         lmdb = open_stores(str(Path(tmp.name) / "store")).transcript
         pg = open_stores(spec).transcript
@@ -150,9 +176,17 @@ def main() -> int:
         floor = psycopg.connect(postgres_url(), autocommit=True)
         floor.execute(f"CREATE TABLE {schema}.commit_floor (i int)")
         floor_calls = {"postgres.commit_floor": lambda i: floor.execute(
-            f"INSERT INTO {schema}.commit_floor VALUES (%s)", (i,))}
-        samples = interleaved({**calls("lmdb", lmdb), **calls("postgres", pg), **floor_calls},
-                              args.repeat)
+            f"INSERT INTO {schema}.commit_floor VALUES (%s)", (i,)),
+            # The same append through psycopg's own transaction (BEGIN and COMMIT
+            # each synced on their own): the 4-round-trip protocol it replaced.
+            "postgres.append_4_round_trips": lambda i: four_trip_append(
+                pg, f"bench append {i} " + qs[i % 64])}
+        every = {**calls("lmdb", lmdb), **calls("postgres", pg), **floor_calls}
+        # The three durable writes of PostgreSQL side by side in each round, so the
+        # disk's state (another job's flushes, LMDB's fsync) hits them alike.
+        first = ["postgres.append", "postgres.append_4_round_trips", "postgres.commit_floor"]
+        order = first + [name for name in every if name not in first]
+        samples = interleaved({name: every[name] for name in order}, args.repeat)
         floor.close()
         timings = {name: percentiles(s) for name, s in samples.items()}
         result["timings"] = timings
@@ -160,17 +194,26 @@ def main() -> int:
             op: round(timings[f"postgres.{op}"]["p50_ms"] / timings[f"lmdb.{op}"]["p50_ms"], 2)
             for op in ("append", "rank", "search", "last_16", "turns_8")}
 
+        # Round trips on the wire (a counting TCP proxy, tests/pg_proxy.py).
+        from pg_proxy import TcpProxy
+        proxy, proxied_url = TcpProxy.to_url(spec)
+        via = open_stores(proxied_url).transcript
         trips = {}
-        for op, fn in (("append", lambda: pg.append("s", "user", "counting round trips")),
+        for op, fn in (("append", lambda: via.append("s", "user", "counting round trips")),
                        ("append_keyed",
-                        lambda: pg.append("s", "user", "keyed", key=uuid.uuid4().hex)),
-                       ("rank", lambda: pg.rank("s", qs[0])),
-                       ("search", lambda: pg.search("s", qs[0])),
-                       ("last_16", lambda: pg.last("s", 16))):
-            with StatementCounter() as counter:
-                fn()
-            trips[op] = counter.count + 1            # + the commit
+                        lambda: via.append("s", "user", "keyed", key=uuid.uuid4().hex)),
+                       ("append_4_round_trips", lambda: four_trip_append(via, "counting")),
+                       ("rank", lambda: via.rank("s", qs[0])),
+                       ("search", lambda: via.search("s", qs[0])),
+                       ("last_16", lambda: via.last("s", 16))):
+            before = proxy.round_trips
+            fn()
+            trips[op] = proxy.round_trips - before
+        proxy.close()
         result["round_trips"] = trips
+        result["append_p50_ms_2_vs_4_round_trips"] = [
+            timings["postgres.append"]["p50_ms"],
+            timings["postgres.append_4_round_trips"]["p50_ms"]]
 
         # PostgreSQL full-text search over the same turns, for the index choice.
         with psycopg.connect(postgres_url(), autocommit=True) as conn:
@@ -199,14 +242,6 @@ def main() -> int:
         close_all()
         drop_schema(schema)
         tmp.cleanup()
-    path = write(args.out, result)
-    print(f"wrote {path}")
-    for op, ratio in result["pg_over_lmdb_p50"].items():
-        print(f"{op:8s} lmdb p50 {result['timings'][f'lmdb.{op}']['p50_ms']:8.3f} ms   "
-              f"postgres p50 {result['timings'][f'postgres.{op}']['p50_ms']:8.3f} ms   x{ratio}")
-    print("round trips:", result["round_trips"])
-    print("fts:", result["fts"])
-    return 0
 
 
 if __name__ == "__main__":

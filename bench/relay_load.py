@@ -250,14 +250,22 @@ UNANSWERED: set[str] = set()      # no answer (connection broke): stored or not
 REFUSED: set[str] = set()         # an error answer: must not be stored
 
 
-async def _client(http: httpx.AsyncClient, url: str, session: str, messages: list[str],
-                  lat: list[float], errors: list[str], stop: asyncio.Event | None = None) -> None:
-    for text in messages:
+async def _client(http: httpx.AsyncClient, url: str | list[str], session: str,
+                  messages: list[str], lat: list[float], errors: list[str],
+                  stop: asyncio.Event | None = None, spread: int = 0,
+                  sticky: bool = False) -> None:
+    """One session's messages in order; with several relays (``url`` a list), turn i
+    goes to relay ``(spread + i) % n``, so every session is served by every relay
+    (``sticky``: always to relay ``spread % n``, as a load balancer with session
+    affinity would send it)."""
+    for i, text in enumerate(messages):
         if stop is not None and stop.is_set():
             break
+        target = (url[spread % len(url)] if sticky else url[(spread + i) % len(url)]) \
+            if isinstance(url, list) else url
         t0 = time.perf_counter()
         try:
-            r = await http.post(f"{url}/v1/chat/completions", headers={"CRP-Session-Id": session},
+            r = await http.post(f"{target}/v1/chat/completions", headers={"CRP-Session-Id": session},
                                 json={"model": "gpt-4o",
                                       "messages": [{"role": "user", "content": text}]})
             if r.status_code != 200:
@@ -275,8 +283,9 @@ def message(session: str, i: int) -> str:
     return f"{session} message {i}: what did we say about the {WORDS[i % 16]} budget?"
 
 
-async def load(url: str, sessions: list[str], turns: int, sent: dict[str, list[str]],
-               *, timeout: float = 600) -> dict[str, Any]:
+async def load(url: str | list[str], sessions: list[str], turns: int,
+               sent: dict[str, list[str]], *, timeout: float = 600,
+               sticky: bool = False) -> dict[str, Any]:
     """Every session sends ``turns`` messages one after another, all sessions at once."""
     lat: list[float] = []
     errors: list[str] = []
@@ -285,7 +294,9 @@ async def load(url: str, sessions: list[str], turns: int, sent: dict[str, list[s
     limits = httpx.Limits(max_connections=len(sessions) + 4, max_keepalive_connections=len(sessions) + 4)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
         t0 = time.perf_counter()
-        await asyncio.gather(*(_client(http, url, s, plan[s], lat, errors) for s in sessions))
+        await asyncio.gather(*(_client(http, url, s, plan[s], lat, errors, spread=n,
+                                       sticky=sticky)
+                               for n, s in enumerate(sessions)))
         wall = time.perf_counter() - t0
     for s in sessions:
         sent[s].extend(plan[s])        # the server stored the ones that answered 200
@@ -425,6 +436,42 @@ def arm_startup(template: Path, work: Path, runs: int) -> dict[str, Any]:
             "target": "readyz <= 2.0 s", "loadavg": loadavg()}
 
 
+def arm_pg_relays(sessions: list[str], turns: int, prior: int, relays: int,
+                  round_no: int, sticky: bool = False) -> dict[str, Any]:
+    """``relays`` relay processes (1 worker each) on one PostgreSQL + Redis store (a
+    fresh schema of the ``make services`` server, seeded like the other arms); each
+    session's turns go round-robin over the relays (``sticky``: each session to one
+    relay)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from services import drop_schema, fresh_schema_url, redis_url
+    spec, schema = fresh_schema_url()
+    cache = f"{redis_url()}?prefix=load{schema}"
+    try:
+        seed_s = seed(spec, sessions, prior, [], 0)        # type: ignore[arg-type]
+        before = loadavg()
+        cpu0 = _children_cpu()
+        procs = [Relay(spec, workers=1, cores=None, upstream="echo",  # type: ignore[arg-type]
+                       extra=["--cache", cache]) for _ in range(relays)]
+        startup = [p.wait_ready() for p in procs]
+        urls = [p.url for p in procs]
+        sent: dict[str, list[str]] = {}
+        warm = asyncio.run(load(urls, sessions, max(2, relays), sent,
+                                sticky=sticky))                      # every relay warm
+        result = asyncio.run(load(urls, sessions, turns, sent, sticky=sticky))
+        codes = [p.stop() for p in procs]
+        cpu = _children_cpu() - cpu0
+        check = verify(spec, sent, prior, UNANSWERED)      # type: ignore[arg-type]
+    finally:
+        from ctxrelay.storage import close_all
+        close_all()
+        drop_schema(schema)
+    return {"relays": relays, "sticky": sticky, "round": round_no, "seed_s": round(seed_s, 2),
+            "loadavg_before": before, "loadavg_after": loadavg(), "startup": startup,
+            "warmup": warm, **result, "relay_cpu_s": round(cpu, 2),
+            "relay_cpu_s_per_turn": round(cpu / max(1, result["turns"] + warm["turns"]), 3),
+            "exit_codes": codes, "check": check}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", type=int, default=8)
@@ -436,7 +483,9 @@ def main() -> int:
     p.add_argument("--upstream-delay", type=float, default=1.0)
     p.add_argument("--startup-runs", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2, help="rounds of the scale arms")
-    p.add_argument("--arms", default="startup,scale,long_turn,slow_upstream")
+    p.add_argument("--arms", default="startup,scale,long_turn,slow_upstream",
+                   help="comma-separated; also pg_relays: 3 relays vs 1 on one PostgreSQL "
+                        "+ Redis store (make services)")
     p.add_argument("--out", default="relay_load")
     p.add_argument("--quick", action="store_true", help="a smoke run: results not written")
     p.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
@@ -452,9 +501,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="relay-load-") as tmp:
         work = Path(tmp)
         template = work / "template"
-        results["seed_s"] = round(seed(template, sessions, args.prior, heavy,
-                                       args.heavy_turns), 2)
-        print(f"seeded in {results['seed_s']} s", flush=True)
+        if {"startup", "scale", "long_turn"} & set(arms):
+            results["seed_s"] = round(seed(template, sessions, args.prior, heavy,
+                                           args.heavy_turns), 2)
+            print(f"seeded in {results['seed_s']} s", flush=True)
         if "startup" in arms:
             results["startup"] = arm_startup(template, work, args.startup_runs)
             print("startup", json.dumps(results["startup"]), flush=True)
@@ -497,11 +547,45 @@ def main() -> int:
                                                          args.fan_turns, args.upstream_delay)
             print("slow upstream ratio", results["slow_upstream"]["throughput_ratio_to_bound"],
                   flush=True)
+        if "pg_relays" in arms:
+            # 1 relay, 3 relays (every session through every relay) and 3 relays with
+            # session affinity, on one PostgreSQL store, alternated round by round.
+            pg_configs = {"1_relay": (1, False), "3_relays_spread": (3, False),
+                          "3_relays_sticky": (3, True)}
+            pg_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in pg_configs}
+            for r in range(args.rounds):
+                for name, (n, sticky) in pg_configs.items():
+                    one = arm_pg_relays(sessions, args.turns, args.prior, n, r, sticky)
+                    pg_runs[name].append(one)
+                    print(f"round {r} pg {name}", one["throughput_per_s"],
+                          one["check"]["ok"], one["loadavg_before"], flush=True)
+
+            def pg_rate(name: str) -> float:
+                return sum(x["turns"] for x in pg_runs[name]) / \
+                    sum(x["wall_s"] for x in pg_runs[name])
+
+            results["pg_relays"] = {
+                **{name: {"rounds": pg_runs[name], "throughput_per_s": round(pg_rate(name), 3),
+                          "relay_cpu_s_per_turn": round(
+                              sum(x["relay_cpu_s"] for x in pg_runs[name])
+                              / sum(x["turns"] + x["warmup"]["turns"] for x in pg_runs[name]), 3),
+                          "checks_ok": all(x["check"]["ok"] for x in pg_runs[name]),
+                          "errors": sum(x["errors"] for x in pg_runs[name])}
+                   for name in pg_configs},
+                "throughput_ratio_3_over_1": round(pg_rate("3_relays_spread")
+                                                   / pg_rate("1_relay"), 3),
+                "throughput_ratio_3_sticky_over_1": round(pg_rate("3_relays_sticky")
+                                                          / pg_rate("1_relay"), 3),
+                "note": f"{os.cpu_count()} cores: 3 relays can use at most that many"}
     results["loadavg_end"] = loadavg()
     summary = {k: results[a][k] for a, k in (("scale", "throughput_ratio"),
                                              ("long_turn", "p95_ratio"),
                                              ("slow_upstream", "throughput_ratio_to_bound"),
                                              ("startup", "readyz_s_median")) if a in results}
+    if "pg_relays" in results:
+        summary["pg_3_over_1_relays"] = results["pg_relays"]["throughput_ratio_3_over_1"]
+        summary["pg_3_sticky_over_1_relays"] = \
+            results["pg_relays"]["throughput_ratio_3_sticky_over_1"]
     if "scale" in results:
         summary["threads_ratio"] = results["scale"]["threads_ratio"]
     results["summary"] = summary

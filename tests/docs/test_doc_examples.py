@@ -107,6 +107,10 @@ ELSEWHERE = {
     "docs/deploy.md: ctxrelay serve --store store --host 0.0.0.0 --port 8000 --upstream echo "
     "--workers 2 --keys relay-keys.json": "tests/server/test_relay_docs.py",
     "docs/deploy.md: curl -fsS http://127.0.0.1:8000/readyz": "tests/server/test_relay_docs.py",
+    # relays on PostgreSQL: needs the servers of `make services` (and a schema per run)
+    "docs/deploy.md: ctxrelay serve --store \"$CTXRELAY_STORE_URL\" --cache "
+    "\"$CTXRELAY_CACHE_URL\" --port 8000 --upstream echo --workers 2":
+        "tests/server/test_relay_docs.py",
 }
 
 #: the allow-list: blocks no test runs, and why

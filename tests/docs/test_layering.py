@@ -41,6 +41,9 @@ EXCEPTIONS = {
     ("ctxrelay.storage.lmdb.backend", "ctxrelay.knowledge.fabric"):
         "the embedded facts store is the CKF (LMDB + HNSW + graph); the LMDB back end "
         "opens it lazily, so storage does not load knowledge until facts are asked for",
+    ("ctxrelay.storage.postgres.backend", "ctxrelay.knowledge.fabric"):
+        "the same for PostgreSQL: its open_facts puts the CKF over the PostgreSQL "
+        "fact storage, lazily",
     ("ctxrelay.knowledge.promotion", "ctxrelay.bridge.engine"):
         "promote_after_turn() and parse_namings() are Python entries to the Prolog rules "
         "(ctxrelay_promotion, ctxrelay_naming): they call Prolog, they decide nothing",

@@ -11,6 +11,7 @@ into the test's directory, and must stop cleanly on ``KillSignal`` within
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -27,9 +28,19 @@ from support import fenced_blocks
 SCRIPT = ROOT / ".venv" / "bin" / "ctxrelay"
 
 
-def blocks(doc: Path, language: str) -> list[list[str]]:
+PG_SECTION = "## On PostgreSQL and Redis"
+
+
+def blocks(doc: Path, language: str, section: str | None = None) -> list[list[str]]:
+    """The ``language`` blocks of ``doc``: all, or (``section``: ``"before"`` or
+    ``"after"``) those before or after the PostgreSQL section's heading."""
+    text = doc.read_text(encoding="utf-8")
+    cut = text.index(PG_SECTION)
+    wanted = {"before": text[:cut], "after": text[cut:]}.get(section or "", text)
     out = []
     for lang, lines in fenced_blocks(doc):
+        if section is not None and "\n".join(lines) not in wanted:
+            continue
         if lang != language:
             continue
         joined: list[str] = []
@@ -55,16 +66,20 @@ def is_serve(line: str) -> bool:
     return " serve " in f" {line} " or "-m ctxrelay.apps.server" in line
 
 
-def script_of(lines: list[str], port: int) -> str:
+def script_of(lines: list[str], port: int, port2: int | None = None) -> str:
+    """The lines as one bash script; ports 8000 (and 8001) become ``port`` (``port2``)."""
     body = ["set -euo pipefail", "PIDS=()",
             "cleanup() { for p in \"${PIDS[@]}\"; do kill -TERM \"$p\" 2>/dev/null || true; "
             "done; for p in \"${PIDS[@]}\"; do wait \"$p\" || true; done; }",
             "trap cleanup EXIT"]
     for line in lines:
+        serving = port2 if port2 is not None and "8001" in line and is_serve(line) else port
         line = line.replace("8000", str(port))
+        if port2 is not None:
+            line = line.replace("8001", str(port2))
         if is_serve(line):
             body += [f"{line} > serve-{len(body)}.log 2>&1 &", "PIDS+=($!)",
-                     f"for i in $(seq 1 3000); do curl -fsS http://127.0.0.1:{port}/readyz "
+                     f"for i in $(seq 1 3000); do curl -fsS http://127.0.0.1:{serving}/readyz "
                      ">/dev/null 2>&1 && break; kill -0 ${PIDS[-1]} || { cat serve-*.log; "
                      "exit 1; }; sleep 0.1; done"]
         else:
@@ -72,9 +87,10 @@ def script_of(lines: list[str], port: int) -> str:
     return "\n".join(body) + "\n"
 
 
-def run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(["bash", "-c", script], cwd=cwd, env=env(), capture_output=True,
-                       text=True, timeout=900)
+def run(script: str, cwd: Path, extra_env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["bash", "-c", script], cwd=cwd, env={**env(), **(extra_env or {})},
+                       capture_output=True, text=True, timeout=900)
     logs = "".join(p.read_text()[-3000:] for p in cwd.glob("serve-*.log"))
     assert r.returncode == 0, f"{script}\nexit {r.returncode}\n{r.stdout}\n{r.stderr}\n{logs}"
     return r
@@ -82,12 +98,34 @@ def run(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_every_command_of_docs_deploy_md_runs(tmp_path):
-    lines = [ln for b in blocks(ROOT / "docs" / "deploy.md", "sh") for ln in b]
+    lines = [ln for b in blocks(ROOT / "docs" / "deploy.md", "sh", "before") for ln in b]
     assert any(is_serve(ln) for ln in lines) and any("keys create" in ln for ln in lines)
     r = run(script_of(lines, free_port()), tmp_path)
     assert "ctxrelay_turns_total" in r.stdout               # the metrics grep found the turn
     assert '"object":"chat.completion"' in r.stdout.replace(" ", "")
     assert "acme" in r.stdout and "globex" in r.stdout      # keys list
+
+
+@pytest.mark.slow
+def test_the_postgres_commands_of_docs_deploy_md_run(tmp_path):
+    """The PostgreSQL section: two relays on one store (a schema of its own on the
+    server of `make services`), one session served through both."""
+    from ctxrelay.storage import close_all
+    from services import drop_schema, fresh_schema_url, redis_url
+    lines = [ln for b in blocks(ROOT / "docs" / "deploy.md", "sh", "after") for ln in b]
+    assert sum(1 for ln in lines if is_serve(ln)) == 2
+    spec, schema = fresh_schema_url()
+    try:
+        r = run(script_of(lines, free_port(), free_port()), tmp_path,
+                {"CTXRELAY_STORE_URL": spec,
+                 "CTXRELAY_CACHE_URL": f"{redis_url()}?prefix=doc{schema}"})
+    finally:
+        close_all()
+        drop_schema(schema)
+    listed = json.loads(r.stdout[r.stdout.rindex('{"object":"list"'):])   # the last curl
+    assert [t["turn"] for t in listed["data"]] == [1, 2, 3, 4]
+    assert listed["data"][0]["content"] == "our etcd quota is 8 GiB"     # via the other relay
+    assert listed["data"][2]["content"] == "what is the etcd quota?"
 
 
 @pytest.mark.slow

@@ -158,3 +158,17 @@ def _close_every_store():
     yield
     from ctxrelay.storage import close_all
     close_all()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ann_snapshots_in_a_temporary_directory(tmp_path_factory):
+    """The per-process ANN snapshots of PostgreSQL stores (storage/postgres/annslot.py)
+    go under the test run's directory, not the machine's temporary directory."""
+    import os
+    before = os.environ.get("CTXRELAY_ANN_DIR")
+    os.environ["CTXRELAY_ANN_DIR"] = str(tmp_path_factory.mktemp("ann"))
+    yield
+    if before is None:
+        os.environ.pop("CTXRELAY_ANN_DIR", None)
+    else:
+        os.environ["CTXRELAY_ANN_DIR"] = before

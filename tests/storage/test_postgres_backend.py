@@ -10,7 +10,7 @@ import pytest
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage import open_stores
-from ctxrelay.storage.postgres import DatabaseUnavailableError, UnsupportedPartError
+from ctxrelay.storage.postgres import DatabaseUnavailableError
 from ctxrelay.storage.postgres.migrations import MIGRATIONS
 from services import drop_schema, fresh_schema_url, postgres_url
 
@@ -75,13 +75,16 @@ def test_search_gives_the_same_turns_and_scores_as_the_embedded_back_end(pg_spec
         assert untimed(pg.transcript.stats("s")) == untimed(lmdb.transcript.stats("s"))
 
 
-def test_parts_not_kept_in_postgres_yet_are_refused_not_kept_elsewhere(pg_spec):
+def test_the_knowledge_fabric_is_kept_in_postgres_and_created_on_first_use(pg_spec):
     spec, _ = pg_spec
     with open_stores(spec) as stores:
-        for part in ("facts",):
-            assert not stores.has(part)
-            with pytest.raises(UnsupportedPartError, match="not kept in PostgreSQL yet"):
-                getattr(stores, part)
+        assert not stores.has("facts") and stores.facts_if_present() is None
+        fid = stores.facts.add_fact("the etcd quota is 8 GiB", key="etcd-quota")
+        assert stores.has("facts")
+        assert stores.facts.storage.name == "postgresql"
+    with open_stores(spec) as again:              # the next process sees it
+        assert again.facts.lookup_key("etcd-quota").fact_id == fid
+        assert again.facts.facts("etcd quota", k=1)[0].fact.fact_id == fid
 
 
 def test_a_server_that_is_not_there_is_a_clear_error():

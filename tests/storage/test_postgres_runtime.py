@@ -69,15 +69,104 @@ def test_the_same_content_gives_the_same_packs_and_turns_as_the_embedded_store(u
         assert again.user_turn == 9 and pg.turn_count("ops") == lmdb.turn_count("ops") == 14
 
 
-def test_tool_outputs_are_kept_and_facts_are_refused_with_a_clear_error(urls):
+FACTS = [("etcd-quota", "The etcd database quota is 8 GiB on every member."),
+         ("restic-retention", "Restic keeps 48 hourly and 30 daily snapshots of the backups."),
+         ("ca-validity", "Certificates from the internal CA are valid for 90 days."),
+         ("defrag-rule", "Defragment one etcd member at a time, never two at once.")]
+
+
+def _named(messages: list[dict], names: dict[str, str]) -> list[dict]:
+    """Messages with each fact id replaced by its key (ids are drawn per store)."""
+    out = []
+    for message in messages:
+        text = message["content"]
+        for fid, key in names.items():
+            text = text.replace(fid, key)
+        out.append({**message, "content": text})
+    return out
+
+
+def test_tool_outputs_and_facts_are_kept(urls):
     spec, cache = urls
     with Runtime(spec, cache=cache) as rt:
-        with pytest.raises(Exception, match="not kept in PostgreSQL yet"):
-            rt.add_fact("the etcd quota is 8 GiB", key="etcd-quota")
+        fid = rt.add_fact("the etcd quota is 8 GiB", key="etcd-quota")
+        assert rt.fact("etcd-quota")["fact_id"] == fid
+        assert rt.facts("etcd quota", k=1)[0]["fact_id"] == fid
         rt.create_session("ops")
         scratch_id = rt.record_tool_output("ops", "kubectl", {"cmd": "get pods"},
                                            "pod-1 Running\npod-2 Pending\n")
         assert rt.scratch("ops", scratch_id, raw=True) == "pod-1 Running\npod-2 Pending\n"
+    with Runtime(spec, cache=cache) as again:
+        assert again.fact(fid)["content"] == "the etcd quota is 8 GiB"
+
+
+def test_facts_give_the_same_packs_as_the_embedded_store(urls, tmp_path):
+    spec, cache = urls
+    policy = {"max_context_tokens": 700, "output_reserve": 64, "min_recent_turns": 2}
+    with Runtime(str(tmp_path / "lmdb")) as lmdb, Runtime(spec, cache=cache) as pg:
+        names: dict[str, str] = {}
+        for rt in (lmdb, pg):
+            _fill(rt)
+            for key, text in FACTS:
+                names[rt.add_fact(text, key=key)] = key
+        assert len(names) == 2 * len(FACTS)
+        with_facts = 0
+        for question in QUESTIONS + ["what is the etcd quota?"]:
+            want = lmdb.assemble("ops", question, **policy)
+            have = pg.assemble("ops", question, **policy)
+            assert _named(have.messages, names) == _named(want.messages, names), question
+            with_facts += any("[knowledge" in m["content"] for m in have.messages)
+            assert [names[f["fact_id"]] for f in pg.facts(question, k=3)] == \
+                [names[f["fact_id"]] for f in lmdb.facts(question, k=3)]
+        assert with_facts >= 2                  # the packs compared hold facts
+
+
+_WRITER = """
+import sys
+from ctxrelay import Runtime
+from ctxrelay.storage import open_stores
+spec, step = sys.argv[1], sys.argv[2]
+if step == "add":
+    with Runtime(spec) as rt:
+        print(rt.add_fact("The etcd database quota is 16 GiB since the resize.", key="etcd-quota"))
+else:
+    with open_stores(spec) as stores:
+        stores.facts.update_fact("etcd-quota", content="The etcd quota went back to 8 GiB.")
+"""
+
+
+def test_a_fact_written_by_another_process_is_in_the_next_assembly(urls):
+    """Staleness bound: none.  Every assembly reads the namespace's generation and
+    state hash from PostgreSQL (the etag the hot cache is keyed by), and the ANN
+    index replays the change feed up to it, so a write committed by another
+    process before an assembly starts is in that assembly."""
+    import os
+    import subprocess
+    import sys
+    spec, cache = urls
+    policy = {"max_context_tokens": 700, "output_reserve": 64, "min_recent_turns": 1}
+    question = "what is the etcd database quota?"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def other_process(step: str) -> str:
+        return subprocess.run([sys.executable, "-c", _WRITER, spec, step], env=env,
+                              check=True, capture_output=True, text=True,
+                              timeout=120).stdout.strip()
+
+    def knowledge(rt: Runtime) -> str:
+        return "".join(m["content"] for m in rt.assemble("ops", question, **policy).messages
+                       if m["content"].startswith("[knowledge"))
+
+    with Runtime(spec, cache=cache) as rt:
+        rt.create_session("ops")
+        rt.append("ops", "user", "we resized the etcd members last week")
+        rt.add_fact("Restic keeps 30 daily snapshots.", key="restic")
+        assert "16 GiB" not in knowledge(rt)               # the index and cache are warm
+        fid = other_process("add")
+        assert fid in knowledge(rt) and "16 GiB" in knowledge(rt)
+        other_process("update")
+        seen = knowledge(rt)
+        assert "8 GiB" in seen and "16 GiB" not in seen and fid in seen
 
 
 def test_a_store_whose_redis_is_gone_still_assembles_the_same_packs(urls, tmp_path):

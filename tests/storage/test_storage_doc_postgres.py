@@ -40,7 +40,7 @@ def test_the_python_example_runs_and_prints_what_its_comments_say(store_url):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env=_env(store_url))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1", "1"]
+    assert done.stdout.split() == ["1", "1", "True"]
 
 
 def test_every_shell_line_runs(store_url, tmp_path):
@@ -49,10 +49,11 @@ def test_every_shell_line_runs(store_url, tmp_path):
         r = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True,
                            timeout=120, env=_env(store_url))
         assert r.returncode == 0 and "CTXRELAY_TEST_PG=" in r.stdout, r.stderr
-    out = ""
+    outs = []
     for line in migrate.strip().splitlines():
         r = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True,
                            text=True, timeout=300, env=_env(store_url))
         assert r.returncode == 0, f"`{line}`: {r.stderr}"
-        out = r.stdout
-    assert "our etcd quota is 8 GiB" in out          # the history, back from PostgreSQL
+        outs.append(r.stdout)
+    assert "Restic backups run nightly" in outs[-2]   # the fact, back from PostgreSQL
+    assert "our etcd quota is 8 GiB" in outs[-1]     # the history, back from PostgreSQL

@@ -163,6 +163,11 @@ class LiveIndex:
                   source: Mapping[str, Any] | None = None,
                   supersede: Sequence[str] = ()) -> list[str]:
         """Store facts, each linked to its ``knn`` nearest with cosine >= ``threshold``."""
+        # The link catches the index up inside the write, where the store's writers
+        # wait (every process, on PostgreSQL): a first build takes minutes at 100k
+        # facts, so it is done before, in a read snapshot; the link then replays
+        # only what was committed in between.
+        self.index(ns)
         link = self.ann.link(ns, knn=knn, threshold=threshold)
         return self._linked(ns, link, lambda: self.storage.add_facts(
             ns, records, vectors, now=now, link=link, source=source, supersede=supersede))
@@ -171,6 +176,8 @@ class LiveIndex:
                     vector: np.ndarray | None, *, knn: int, threshold: float,
                     now: float) -> None:
         """Change a fact; a ``vector`` re-embeds and re-links it."""
+        if vector is not None:
+            self.index(ns)          # caught up before the write (see add_facts)
         link = self.ann.link(ns, knn=knn, threshold=threshold, replace=True)
         self._linked(ns, link, lambda: self.storage.update_fact(
             ns, fact_id, changes, vector, now=now, link=link if vector is not None else None))

@@ -8,13 +8,20 @@ leaves no half session).  Then each session is read back from the target and
 compared with the source by a checksum over every field: :func:`migrate`
 returns the per-session counts and checksums, and raises if any differ.
 
+The knowledge fabric is copied too, one namespace per transaction of the
+target (:mod:`ctxrelay.storage.factcopy`): every fact with its id, status,
+stored times, access counts, community, key and vector, the edges, community
+keywords and sources; each namespace is then compared whole with the source
+(every fact's fields, vector, key lookup, edge, community, source and the
+state hash), and the report carries its count and checksum.  The ANN index is
+rebuilt from the copied vectors where it is next used.
+
 What is not copied, by design: the turn log, rolling log and hot cache are
 derived and rebuilt on the target (``ctxrelay derive`` rebuilds the turn
-log; the others rebuild themselves).  Warm artifacts, the scratch buffer and
-the knowledge fabric are not copied yet (PostgreSQL does not keep the
-fabric, and a faithful copy of the other two -- versions, creation times,
-blobs -- is still to be written): a source that has any of them is refused
-before anything is written, naming the parts, so nothing is silently dropped.
+log; the others rebuild themselves).  Warm artifacts and the scratch buffer
+are not copied yet (a faithful copy -- versions, creation times, blobs -- is
+still to be written): a source that has either is refused before anything is
+written, naming the parts, so nothing is silently dropped.
 """
 from __future__ import annotations
 
@@ -26,12 +33,14 @@ from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError, SessionExistsError, StoreError
 
-__all__ = ["migrate", "MigrationReport", "SessionCopy", "session_checksum"]
+__all__ = ["migrate", "MigrationReport", "SessionCopy", "NamespaceCopy", "session_checksum"]
 
 #: Parts that are rebuilt on the target rather than copied.
 DERIVED_PARTS = ("turnlog",)
 #: Parts a migration must carry when the source has them.
 DURABLE_PARTS = ("warm", "scratch", "facts")
+#: Durable parts this migration cannot carry yet (refused at the source).
+NOT_COPIED = ("warm", "scratch")
 
 
 @dataclass(frozen=True)
@@ -41,12 +50,24 @@ class SessionCopy:
     checksum: str          # sha256 over the session header and every turn's fields
 
 
+@dataclass(frozen=True)
+class NamespaceCopy:
+    namespace: str
+    facts: int
+    checksum: str          # sha256 of every fact's fields, vector, key, edges, communities
+
+
 @dataclass
 class MigrationReport:
     source: str
     target: str
     sessions: list[SessionCopy] = field(default_factory=list)
     rebuild: list[str] = field(default_factory=list)   # derived parts to rebuild on the target
+    namespaces: list[NamespaceCopy] = field(default_factory=list)   # the knowledge fabric
+
+    @property
+    def facts(self) -> int:
+        return sum(n.facts for n in self.namespaces)
 
     @property
     def turns(self) -> int:
@@ -58,13 +79,16 @@ class MigrationReport:
         h = hashlib.sha256()
         for copy in sorted(self.sessions, key=lambda s: s.session_id):
             h.update(copy.checksum.encode())
+        for ns in sorted(self.namespaces, key=lambda n: n.namespace):
+            h.update(f"|ckf|{ns.namespace}|{ns.checksum}".encode())
         return h.hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "target": self.target,
                 "sessions": len(self.sessions), "turns": self.turns,
                 "checksum": self.checksum, "rebuild": list(self.rebuild),
-                "per_session": [s.__dict__ for s in self.sessions]}
+                "per_session": [s.__dict__ for s in self.sessions],
+                "facts": self.facts, "per_namespace": [n.__dict__ for n in self.namespaces]}
 
 
 def session_checksum(transcript: Any, session_id: str) -> tuple[int, str]:
@@ -101,12 +125,13 @@ def migrate(source: Any, target: Any, *,
         raise InvalidArgumentError(
             f"--from and --to name the same store ({source}); pass another target")
     with open_stores(source) as src:
-        carried = [part for part in DURABLE_PARTS if src.has(part)]
+        carried = [part for part in NOT_COPIED if src.has(part)]
         if carried:
             raise StoreError(
                 f"the source store {source} holds {', '.join(carried)}, which this migration "
-                "cannot copy yet (it copies sessions and turns); nothing was copied")
+                "cannot copy yet (it copies sessions, turns and facts); nothing was copied")
         with open_stores(target) as dst:
+            facts = _FactCopy(src, dst, target) if src.has("facts") else None
             ids = [info.session_id for info in src.transcript.sessions()]
             clash = [sid for sid in ids if dst.transcript.has_session(sid)]
             if clash:
@@ -129,4 +154,51 @@ def migrate(source: Any, target: Any, *,
                 report.sessions.append(copy)
                 if on_session is not None:
                     on_session(copy)
+            if facts is not None:
+                report.namespaces = facts.copy()
     return report
+
+
+class _FactCopy:
+    """The knowledge fabric's part of a migration (checked before any copy)."""
+
+    def __init__(self, src: Any, dst: Any, target: Any) -> None:
+        from ctxrelay.storage.factcopy import open_raw_facts
+        self.source = open_raw_facts(src)
+        try:
+            self.names = self.source.namespaces()
+            self.target = open_raw_facts(dst, dict(self.source.config))
+            clash = [ns for ns in self.names if self.target.namespace(ns) is not None]
+        except BaseException:
+            self.close()
+            raise
+        if clash:
+            self.close()
+            raise SessionExistsError(
+                f"the target store {target} already holds facts in namespace(s) "
+                f"{', '.join(map(repr, clash[:5]))}; migrate into an empty store. "
+                "Nothing was copied")
+
+    def close(self) -> None:
+        for storage in (getattr(self, "target", None), self.source):
+            if storage is not None and not storage.closed:
+                storage.close()
+
+    def copy(self) -> list[NamespaceCopy]:
+        from ctxrelay.storage.factcopy import dump, fingerprint, restore
+        out = []
+        try:
+            for ns in self.names:
+                data = dump(self.source, ns)
+                restore(self.target, data)
+                want = fingerprint(self.source, ns)
+                if fingerprint(self.target, ns) != want:
+                    raise StoreError(
+                        f"the facts of namespace {ns!r} do not read back from the target as "
+                        "they are in the source; the copy is not faithful, do not switch to it")
+                digest = hashlib.sha256(json.dumps(want, sort_keys=True, default=list)
+                                        .encode("utf-8")).hexdigest()
+                out.append(NamespaceCopy(ns, len(data.facts), digest))
+        finally:
+            self.close()
+        return out

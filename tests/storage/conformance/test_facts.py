@@ -1,8 +1,10 @@
 """Conformance of a CKF fact store to :mod:`ctxrelay.storage.interfaces.facts`.
 
 Every test goes through the Protocol only (``FactStorage`` and the ``FactReader``
-of ``snapshot``), against each back end of ``BACKENDS``: a new back end (e.g.
-PostgreSQL + pgvector) is added there and has to pass the same suite.
+of ``snapshot``), against each back end of ``BACKENDS``: the embedded one (LMDB)
+and PostgreSQL + pgvector (a schema of its own per test on the test server,
+``tests/services.py``; skipped, or failed under ``CTXRELAY_REQUIRE_SERVICES=1``,
+without one).
 """
 from __future__ import annotations
 
@@ -25,26 +27,49 @@ DIM = 8
 MODEL = "conformance-8"
 T0 = 1_700_000_000.0
 
-#: back end name -> opener(directory, model_id, dim): ``model_id=None`` opens an existing store
+def _postgres(place: dict, **kw) -> FactStorage:
+    """A PostgreSQL fact store in the test's schema (made on the first open)."""
+    from ctxrelay.storage.postgres.connection import Database
+    from ctxrelay.storage.postgres.facts import PgFacts
+    from ctxrelay.storage.postgres.migrations import migrate
+    from services import drop_schema, fresh_schema_url
+    if "spec" not in place:
+        place["spec"], schema = fresh_schema_url()
+        place.setdefault("cleanup", []).append(lambda: drop_schema(schema))
+    db = Database(place["spec"])
+    try:
+        migrate(db)
+        return PgFacts(db, owns_db=True, **kw)
+    except BaseException:
+        db.close()
+        raise
+
+
+#: back end name -> opener(place, model_id, dim): ``model_id=None`` opens an existing store;
+#: ``place`` holds ``root`` (the test's directory) and what the opener keeps between opens
 BACKENDS = {
-    "lmdb": lambda root, **kw: LmdbFacts(root / "facts", **kw),
+    "lmdb": lambda place, **kw: LmdbFacts(place["root"] / "facts", **kw),
+    "postgres": _postgres,
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def make(request, tmp_path):
     opened: list[FactStorage] = []
+    place: dict = {"root": tmp_path}
 
     def make(**kw):
         kw.setdefault("model_id", MODEL)
         kw.setdefault("dim", DIM if kw["model_id"] is not None else None)
-        storage = BACKENDS[request.param](tmp_path, **kw)
+        storage = BACKENDS[request.param](place, **kw)
         opened.append(storage)
         return storage
     yield make
     for storage in opened:
         if not storage.closed:
             storage.close()
+    for cleanup in place.get("cleanup", ()):
+        cleanup()
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.to_dict())
     else:
-        out(f"migrated {len(report.sessions)} session(s), {report.turns} turn(s) from "
+        out(f"migrated {len(report.sessions)} session(s), {report.turns} turn(s), "
+            f"{report.facts} fact(s) in {len(report.namespaces)} namespace(s) from "
             f"{report.source} to {report.target}; checksum {report.checksum}")
         if report.rebuild:
             out(f"rebuild on the target: {', '.join(report.rebuild)} "
@@ -33,8 +34,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def register(commands: Commands) -> None:
     p = commands.add(
-        "migrate", "copy every session and turn of a store to another store (another back "
-        "end), verified by checksums",
+        "migrate", "copy every session, turn and fact of a store to another store (another "
+        "back end), verified by checksums",
         ["ctxrelay migrate --from .ctxrelay --to postgresql://ctxrelay@127.0.0.1:55432/ctxrelay",
          "ctxrelay migrate --from postgresql://host/db --to ./store-copy"],
         func=cmd_migrate)

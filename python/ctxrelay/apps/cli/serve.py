@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 from typing import Any, NoReturn
 
-from ctxrelay.apps.cli.common import EXIT_PROBLEM, CLIError, store_path
+from ctxrelay.apps.cli.common import EXIT_PROBLEM, STORE_ENV, CLIError, store_path
 from ctxrelay.apps.cli.parser import Commands
 
 SERVER = "ctxrelay.apps.server"
@@ -42,7 +43,9 @@ def server_argv(args: argparse.Namespace) -> list[str]:
     rest = list(getattr(args, "server_args", []))
     if "--" in rest:                       # the old spelling: ctxrelay serve -- --port 8080
         rest.remove("--")
-    return ["--store", str(store_path(args)), *rest]
+    # A store URL (postgresql://...) goes as given: a Path would fold its '//'.
+    given = args.store or os.environ.get(STORE_ENV) or ""
+    return ["--store", given if "://" in given else str(store_path(args)), *rest]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

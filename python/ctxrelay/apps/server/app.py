@@ -33,12 +33,14 @@ from starlette.routing import Route
 
 from ctxrelay.errors import CtxRelayError
 from ctxrelay.runtime import Runtime
+from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
 
 from . import observe
 from .config import ServerConfig
 from .errors import ApiError, from_ctxrelay, scrubbed
 from .gate import SessionGate
-from .limits import Limits
+from .limits import Limits, PgLimits
+from .locks import PgSlots
 from .request import ChatRequest, json_body, parse_chat, scoped
 from .responses import TurnGuard
 from .tenants import RESERVED_PREFIX, KeyRing, Tenant
@@ -60,7 +62,7 @@ class Relay:
         self._runtime: Runtime | None = None
         self.http: httpx.AsyncClient | None = None
         self.keys: KeyRing | None = KeyRing.configured(config.keys_file)
-        self.limits: Limits | None = None
+        self.limits: Limits | PgLimits | None = None
         self.gate: SessionGate | None = None
         self.ready = asyncio.Event()
         self.accepting = asyncio.Event()     # the store is open
@@ -78,7 +80,8 @@ class Relay:
         try:
             self._runtime = await loop.run_in_executor(
                 self._executor, functools.partial(Runtime, self.config.store,
-                                                  max_turn_bytes=self.config.max_turn_bytes))
+                                                  max_turn_bytes=self.config.max_turn_bytes,
+                                                  cache=self.config.cache))
         except BaseException:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -87,19 +90,29 @@ class Relay:
         # beside the store's opening made both slower on a busy 2-core machine (importing
         # onnxruntime holds the GIL), and a turn that comes before it is loaded waits for it.
         self._warm = asyncio.create_task(self._warm_up())
-        self.gate = SessionGate(self.config.lock_file if self.config.cross_process_locks
-                                else None, max_waiting=self.config.session_queue,
+        self.gate = SessionGate(self._session_locks(), max_waiting=self.config.session_queue,
                                 max_wait=self.config.session_wait)
         if self.keys is not None:
-            self.limits = Limits(self.config.limits_file)
+            self.limits = PgLimits(str(self.config.store)) if self.config.is_shared \
+                else Limits(self.config.limits_file)
         if not self.config.is_echo:
             self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout),
                                           follow_redirects=False)
-        log.info("ctxrelay relay: store %s, upstream %s, %s, pid %d", self.config.store,
+        log.info("ctxrelay relay: store %s, upstream %s, %s, pid %d", self.config.store_label,
                  self.config.upstream_label,
                  "tenants from keys" if self.keys is not None else
                  "no keys: one tenant, loopback only", os.getpid())
         self.accepting.set()     # the port opens now: /healthz and /readyz answer 200
+
+    def _session_locks(self) -> Any:
+        """What holds a session across processes: an advisory lock of the store's
+        PostgreSQL (relays on several hosts), or a lock file beside a store directory
+        (the workers of one relay)."""
+        if not self.config.cross_process_locks:
+            return None
+        if self.config.is_shared:
+            return PgSlots(str(self.config.store))
+        return self.config.lock_file
 
     async def _warm_up(self) -> None:
         if self.config.warmup:
@@ -150,13 +163,19 @@ class Relay:
                      meta: dict[str, Any] | None) -> Any:
         """Store the turn (one transaction), then count the tenant's stored bytes."""
         started = time.perf_counter()
+        assert self.gate is not None
+        await self.gate.confirm(chat.store_session)    # still ours across relays?
         result = await self.call(commit, prepared, content, meta)
         observe.observe_stage("commit", started)
         if self.limits is not None and chat.namespace is not None:
             added = len(content.encode("utf-8")) + len(chat.message.encode("utf-8")) + sum(
                 len(t.content.encode("utf-8")) for t in chat.earlier)
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.limits.add_stored, chat.namespace.split(":", 1)[1], added)
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self.limits.add_stored, chat.namespace.split(":", 1)[1], added)
+            except CtxRelayError as e:
+                # The turn is stored: its answer goes out; only the quota's count lags.
+                log.warning("ctxrelay relay: stored bytes of the turn not counted: %s", e)
         return result
 
     # -- tenants -----------------------------------------------------------
@@ -267,6 +286,8 @@ async def session_turns(request: Request) -> Response:
     def read(rt: Runtime) -> list[dict[str, Any]] | None:
         try:
             rt.session(stored)
+        except DatabaseUnavailableError:
+            raise                    # 503: the session may well exist
         except CtxRelayError:
             return None
         return [{"turn": t.turn_id, "role": t.role, "content": t.content}
@@ -321,7 +342,7 @@ async def health(request: Request) -> Response:
     if relay.keys is not None:
         return JSONResponse({"status": "ok"})
     return JSONResponse({"status": "ok", "upstream": relay.config.upstream_label,
-                         "model": relay.config.model, "store": str(relay.config.store)})
+                         "model": relay.config.model, "store": relay.config.store_label})
 
 
 async def healthz(request: Request) -> Response:
@@ -457,7 +478,7 @@ def app_from_env() -> Starlette:
         raise RuntimeError(f"${CONFIG_ENV} is not set; start the relay with "
                            "python -m ctxrelay.apps.server")
     fields = json.loads(raw)
-    for name in ("store", "keys_file"):
+    for name in ("keys_file",):
         if fields.get(name) is not None:
             fields[name] = Path(fields[name])
     return create_app(ServerConfig(**fields))

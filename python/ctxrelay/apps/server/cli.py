@@ -58,7 +58,13 @@ def _parser() -> argparse.ArgumentParser:
                     "(POST /v1/chat/completions, GET /v1/models, GET /v1/sessions/ID/turns, "
                     "GET /health, /healthz, /readyz, /metrics). Running it as a shared "
                     "service (workers, keys, systemd): docs/deploy.md.")
-    p.add_argument("--store", required=True, type=Path, help="store directory (created if missing)")
+    p.add_argument("--store", required=True,
+                   help="store directory (created if missing), or a PostgreSQL store URL "
+                        "such as postgresql://user@host/db?schema=NAME: relays on several "
+                        "hosts may then serve one store (docs/deploy.md)")
+    p.add_argument("--cache", default=None,
+                   help="the hot cache shared by relays on one store, e.g. "
+                        "redis://host:6379/0?prefix=NAME (default: in each process)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--upstream", required=True,
@@ -111,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     policy = {name: getattr(args, name) for name in POLICY_FLAGS
               if getattr(args, name) is not None}
-    return ServerConfig(store=args.store, upstream=args.upstream, model=args.model,
+    return ServerConfig(store=args.store, cache=args.cache, upstream=args.upstream, model=args.model,
                         api_key=args.api_key or None, timeout=args.timeout, policy=policy,
                         warmup=args.warmup, max_turn_bytes=args.max_turn_bytes,
                         alternation=args.alternation, history_rounds=args.history_rounds,

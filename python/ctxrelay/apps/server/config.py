@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
@@ -27,9 +27,15 @@ class ServerConfig:
     pins the upstream model (and the tokenizer) whatever the client asks for.
     ``policy`` holds the policy options given on the command line (see
     :data:`POLICY_FLAGS`); absent ones take the Runtime's defaults.
+
+    ``store`` is a directory (the embedded store) or a store URL such as
+    ``postgresql://host/db?schema=NAME``; ``cache`` the hot tier's URL
+    (``redis://...``; None: in-process).  On a ``postgresql://`` store the
+    relay's shared state (the per-session lock, the per-key counters) lives in
+    that database too, so relays on several hosts can serve one store.
     """
 
-    store: Path
+    store: Path | str
     upstream: str
     model: str | None = None
     api_key: str | None = None
@@ -51,6 +57,8 @@ class ServerConfig:
     session_wait: float = DEFAULT_SESSION_WAIT
     #: Lock sessions across processes (the workers of one relay share the store).
     cross_process_locks: bool = True
+    #: The hot tier (``redis://host:port/db?prefix=NAME``); None: in-process memory.
+    cache: str | None = None
 
     @property
     def max_body_bytes(self) -> int:
@@ -58,6 +66,14 @@ class ServerConfig:
         return 8 * self.max_turn_bytes + (64 << 10)
 
     def __post_init__(self) -> None:
+        from ctxrelay.storage.spec import parse_cache_spec, parse_store_spec
+        spec = parse_store_spec(self.store)      # a bad spec fails here, with the fix
+        parse_cache_spec(self.cache)
+        if spec.scheme == "lmdb":                # a directory, however it is spelled
+            object.__setattr__(self, "store", Path(spec.location) if spec.is_url
+                               else Path(self.store))
+        else:
+            object.__setattr__(self, "store", str(self.store))
         if self.upstream != "echo":
             parts = urlsplit(self.upstream)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -87,6 +103,21 @@ class ServerConfig:
     @property
     def is_echo(self) -> bool:
         return self.upstream == "echo"
+
+    @property
+    def is_shared(self) -> bool:
+        """Whether the store is a database server's (relays on several hosts may share
+        it), rather than a directory of this machine."""
+        return isinstance(self.store, str)
+
+    @property
+    def store_label(self) -> str:
+        """The store without credentials, safe to show and log."""
+        if not self.is_shared:
+            return str(self.store)
+        parts = urlsplit(str(self.store))
+        return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path,
+                           parts.query, ""))
 
     @property
     def lock_file(self) -> Path:

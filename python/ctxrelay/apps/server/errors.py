@@ -20,8 +20,14 @@ from ctxrelay.errors import (
     TurnTooLargeError,
 )
 
+from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
+
 from . import observe
 from .config import IDEMPOTENCY_HEADER
+
+#: Seconds a client is told to wait when the database is unavailable: about what a
+#: restart or a failover of PostgreSQL takes.
+UNAVAILABLE_RETRY_AFTER = 2
 
 log = logging.getLogger("ctxrelay.apps.server")
 
@@ -59,12 +65,25 @@ def scrubbed(error: ApiError, stored: str, shown: str) -> ApiError:
     return error
 
 
+def unavailable(message: str) -> ApiError:
+    """503 with ``Retry-After``: the store's database cannot be reached; nothing of the
+    request was stored, so the client may send it again as it was."""
+    observe.REFUSED.labels("store_unavailable").inc()
+    return ApiError(503, message, type="server_error", code="store_unavailable",
+                    headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)})
+
+
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
 def from_ctxrelay(exc: CtxRelayError) -> ApiError:
     """The HTTP answer for an error raised by the Runtime."""
+    if isinstance(exc, DatabaseUnavailableError):
+        log.warning("ctxrelay relay: store unavailable: %s", exc)
+        # The client is not told where the store is; the log is.
+        return unavailable("the relay's store is unavailable right now; nothing of this "
+                           f"request was stored, retry after {UNAVAILABLE_RETRY_AFTER} s")
     if isinstance(exc, ContextOverflowError):
         observe.OVERFLOWS.inc()
         return ApiError(400, str(exc), param="messages", code="context_length_exceeded")

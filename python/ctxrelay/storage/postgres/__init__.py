@@ -13,10 +13,10 @@ Parts implemented here: the transcript with its BM25 text index
 the embedded back end) and the turn log
 (:mod:`ctxrelay.storage.postgres.turnlog`, the embedded derivation over
 tables), warm artifacts (:mod:`ctxrelay.storage.postgres.warm`) and the
-scratch buffer with its blobs (:mod:`ctxrelay.storage.postgres.scratch`).
-The knowledge fabric is not stored in PostgreSQL yet: opening it raises
-:class:`UnsupportedPartError` rather than keeping them anywhere else behind
-the caller's back.
+scratch buffer with its blobs (:mod:`ctxrelay.storage.postgres.scratch`),
+and the knowledge fabric's facts with their vectors in pgvector columns,
+edges, communities and change feed (:mod:`ctxrelay.storage.postgres.facts`;
+the ANN index is per process, kept current from the change feed).
 
 Needs the ``postgres`` extra (``pip install 'ctxrelay[postgres]'``):
 psycopg 3, psycopg_pool, pgvector.  ``make services`` starts a local

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -35,6 +36,9 @@ CONNECT_TIMEOUT = 10     # seconds to wait for a pooled connection
 class DatabaseUnavailableError(StoreError):
     """The PostgreSQL server cannot be reached (or went away); nothing was written
     by the failed call.  Retry later: the pool reconnects by itself."""
+
+    # Its own kind, so it keeps its class through Prolog (the relay answers it 503).
+    kind = "store_unavailable"
 
 
 class UnsupportedPartError(StoreError):
@@ -80,6 +84,9 @@ class Database:
         self.conninfo, self.schema = parse_url(url)
         self._closed = False
         self._lock = threading.Lock()
+        # per-connection set-ups (type adapters) and the connections that had them
+        self._setups: list[Callable[[Any], None]] = []
+        self._ready: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.pool = psycopg_pool.ConnectionPool(
             self.conninfo, min_size=1, max_size=pool_max, open=False,
             timeout=CONNECT_TIMEOUT, name=f"ctxrelay:{self.schema}",
@@ -112,6 +119,13 @@ class Database:
             self._closed = True
         self.pool.close()
 
+    def on_connection(self, setup: Callable[[Any], None]) -> None:
+        """Run ``setup(conn)`` once on every pooled connection before its next use
+        (a part registers its type adapters: pgvector's ``vector``)."""
+        with self._lock:
+            self._setups.append(setup)
+            self._ready = weakref.WeakSet()
+
     @contextmanager
     def connection(self, *, autocommit: bool = False) -> Iterator[Any]:
         """A pooled connection in a transaction that commits when the block ends
@@ -123,6 +137,12 @@ class Database:
             with self.pool.connection() as conn:
                 if conn.autocommit != autocommit:
                     conn.autocommit = autocommit
+                if self._setups and conn not in self._ready:
+                    for setup in list(self._setups):
+                        setup(conn)
+                    if not autocommit:
+                        conn.commit()        # a set-up's query must not open the caller's
+                    self._ready.add(conn)
                 yield conn
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(

@@ -141,6 +141,96 @@ CREATE TABLE turnlog_labels (
 );
 """
 
+_FACTS = """
+-- The knowledge fabric (storage/postgres/facts.py).  pgvector's type lives in public
+-- (the store's schema may be dropped); one creator at a time across schemas.
+SELECT pg_advisory_xact_lock(hashtext('ctxrelay:pgvector'));
+CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
+CREATE TABLE ckf_config (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    config  text NOT NULL,                -- JSON: model_id, dim, embedder, hnsw parameters
+    version bigint NOT NULL DEFAULT 0     -- moves with every committed write to the facts
+);
+CREATE TABLE ckf_namespaces (
+    id   bigserial PRIMARY KEY,
+    name text NOT NULL UNIQUE,
+    -- JSON: gen, changed, adds, digest, cdigest, labels, edges, last_mod, counts,
+    -- docs, doclen; the row is also the lock writers of the namespace take turns on
+    info text NOT NULL
+);
+-- A fact's seq: unique in the store, increasing, never reused (the ANN label).
+CREATE SEQUENCE ckf_fact_seq;
+CREATE TABLE ckf_facts (
+    seq          bigint PRIMARY KEY,
+    ns_id        bigint NOT NULL REFERENCES ckf_namespaces (id),
+    fact_id      uuid NOT NULL UNIQUE,
+    status       text NOT NULL,           -- A, S, D, Q (the embedded status bytes)
+    importance   float8 NOT NULL,
+    modified_at  float8 NOT NULL,
+    ttl_seconds  float8,
+    key          bytea,                   -- UTF-8 (a key may hold U+0000)
+    due          float8,                  -- ACTIVE with a TTL: ingested_at + ttl (expiry)
+    record       text NOT NULL,           -- JSON of the record (the embedded store's)
+    vector       vector,                  -- pgvector; NULL once erased
+    access_count bigint NOT NULL DEFAULT 0,
+    last_access  float8,
+    community    integer
+);
+CREATE INDEX ckf_facts_ns ON ckf_facts (ns_id, seq);
+-- Keys: at most one fact per (namespace, key), enforced by the database.
+CREATE UNIQUE INDEX ckf_facts_key ON ckf_facts (ns_id, key) WHERE key IS NOT NULL;
+CREATE INDEX ckf_facts_due ON ckf_facts (ns_id, due) WHERE due IS NOT NULL;
+CREATE INDEX ckf_facts_hidden ON ckf_facts (ns_id, seq) WHERE status IN ('Q', 'D');
+CREATE INDEX ckf_facts_members ON ckf_facts (ns_id) WHERE community IS NOT NULL;
+-- Similarity edges, both directions.
+CREATE TABLE ckf_edges (
+    ns_id  bigint NOT NULL,
+    src    bigint NOT NULL,
+    dst    bigint NOT NULL,
+    weight real NOT NULL,
+    PRIMARY KEY (ns_id, src, dst)
+);
+-- The change feed: what a vector index of the namespace must apply, in order.
+CREATE TABLE ckf_changes (
+    ns_id bigint NOT NULL,
+    gen   bigint NOT NULL,
+    hide  boolean NOT NULL,
+    seq   bigint NOT NULL,
+    PRIMARY KEY (ns_id, gen)
+);
+CREATE TABLE ckf_sources (
+    ns_id     bigint NOT NULL,
+    source_id text NOT NULL,
+    record    text NOT NULL,
+    PRIMARY KEY (ns_id, source_id)
+);
+-- BM25 over the facts' terms (the transcript's tokenizer and arithmetic).
+CREATE TABLE ckf_postings (
+    ns_id  bigint NOT NULL,
+    term   text NOT NULL,
+    seq    bigint NOT NULL,
+    tf     integer NOT NULL,
+    doclen integer NOT NULL,
+    PRIMARY KEY (ns_id, term, seq)
+);
+"""
+
+# The relay's per-key counters (apps/server/limits.py), shared by every relay on the
+# store: requests and body bytes per key per one-minute window, stored bytes per tenant.
+_RELAY_LIMITS = """
+CREATE TABLE relay_limit_windows (
+    key_id     text NOT NULL,
+    start      bigint NOT NULL,           -- the window's first second (Unix time)
+    requests   integer NOT NULL,
+    body_bytes bigint NOT NULL,
+    PRIMARY KEY (key_id, start)
+);
+CREATE TABLE relay_stored_bytes (
+    tenant text PRIMARY KEY,
+    bytes  bigint NOT NULL
+);
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
@@ -148,6 +238,9 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (3, "warm artifacts", _WARM),
     (4, "scratch buffer: entries with their blobs", _SCRATCH),
     (5, "turn log: topic thread labels", _THREAD_LABELS),
+    (6, "knowledge fabric: facts, pgvector vectors, edges, change feed, terms", _FACTS),
+    # 10: the relay's own tables; versions 7-9 are left to the store's parts.
+    (10, "relay: per-key limit counters", _RELAY_LIMITS),
 ]
 
 

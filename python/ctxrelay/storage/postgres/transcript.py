@@ -24,6 +24,7 @@ back end's own functions, so both back ends accept and refuse the same input.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -295,7 +296,28 @@ class PgTranscript:
             if session is None:
                 self._unknown(session_id)
             return self._append_all(cur, session, [pending], tokenizer, known)[0]
-        return self._run(write)
+        return self._write_pipelined(write)
+
+    def _write_pipelined(self, fn: Any) -> Any:
+        """``fn(cursor)`` in one transaction of two round trips: BEGIN goes out with
+        ``fn``'s first read (the session lock), and the writes with COMMIT.
+
+        Spelled out on an autocommit connection in pipeline mode, because psycopg's
+        own transaction handling syncs after BEGIN and again after COMMIT (two more
+        round trips).  An error anywhere rolls the transaction back."""
+        self._live()
+        with self._db.connection(autocommit=True) as conn, conn.cursor() as cur:
+            try:
+                with conn.pipeline():
+                    cur.execute("BEGIN")
+                    result = fn(cur)
+                    cur.execute("COMMIT")
+            except BaseException:
+                if not conn.closed and not conn.broken:
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
+            return result
 
     def _lock_with_keys(self, cur: Any, session_id: str, pendings: list[Pending]
                         ) -> tuple[_Session | None, dict[str, tuple[int, bytes]]]:
@@ -306,13 +328,20 @@ class PgTranscript:
         the locked row's newest version but the rest of its join as of when it
         started, so it could miss a key the appender it waited for just stored.
         """
-        session = self._find(cur, session_id, lock=True)
         keys = [_b(p.key) for p in pendings if p.key is not None]
-        if session is None or not keys:
-            return session, {}
-        cur.execute("SELECT key, turn_id, key_digest FROM turns "
-                    "WHERE session_num = %s AND key = ANY(%s)", (session.num, keys))
-        return session, {_s(k): (t, bytes(d)) for k, t, d in cur.fetchall()}
+        if not keys:
+            return self._find(cur, session_id, lock=True), {}
+        # Sent together (one round trip in a pipeline); the server still runs the
+        # second after the first has its lock, with a snapshot taken then.
+        cur.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = %s "
+                    "FOR UPDATE", (session_id,))
+        with cur.connection.cursor() as keyed:
+            keyed.execute("SELECT key, turn_id, key_digest FROM turns WHERE session_num = "
+                          "(SELECT num FROM sessions WHERE session_id = %s) AND key = ANY(%s)",
+                          (session_id, keys))
+            row = cur.fetchone()
+            known = {_s(k): (t, bytes(d)) for k, t, d in keyed.fetchall()}
+        return (None, {}) if row is None else (_Session(row), known)
 
     def append_many(self, session_id: str, turns: Iterable[dict[str, Any]], *,
                     create: bool = False,
@@ -334,7 +363,7 @@ class PgTranscript:
                     self._unknown(session_id)
                 session = self._create(cur, session_id, created, meta or {})
             return self._append_all(cur, session, pendings, tokenizer, known)
-        return self._run(write)
+        return self._write_pipelined(write)
 
     def _append_all(self, cur: Any, session: _Session, pendings: list[Pending],
                     tokenizer: str, known: dict[str, tuple[int, bytes]] | None = None
@@ -376,8 +405,9 @@ class PgTranscript:
             ids.append(turn_id)
         if rows:
             # None of these statements needs another's result: one pipeline, one
-            # round trip for all of them.
-            with cur.connection.pipeline():
+            # round trip for all of them (the caller's, with its COMMIT, if it has one).
+            conn = cur.connection
+            with contextlib.nullcontext() if conn._pipeline is not None else conn.pipeline():
                 self._write_rows(cur, session, rows, docs, added_length)
         return ids
 
