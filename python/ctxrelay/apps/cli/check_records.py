@@ -58,8 +58,39 @@ def check_records(stores: Any, store_dir: str, repair: bool) -> list[dict[str, A
                 rec.describe() + ("; 'ctxrelay check --repair' rebuilds it" if rec.db in derived
                                   else "; a primary record: restore it from a backup")
                 for rec in damaged]
+        if name == "facts":
+            _check_fact_indexes(stores.facts_if_present(), part, damaged, repair, report)
         reports.append(report)
     return reports
+
+
+def _check_fact_indexes(fabric: Any, part: Any, damaged: list[Any], repair: bool,
+                        report: dict[str, Any]) -> None:
+    """The CKF's derived indexes against its intact fact records; with ``repair``
+    they are rebuilt from them (ids, keys, hidden, expiry, terms), and so are the
+    communities (a damaged ``members`` record) and the ANN index (any damage)."""
+    from ctxrelay.errors import CtxRelayError
+    if not repair:
+        try:
+            report["problems"] += part.index_problems()
+        except CtxRelayError as exc:
+            report["problems"].append(f"the fact store's indexes cannot be checked: {exc}")
+        return
+    try:
+        report["repaired"] += [f"{p}: rebuilt from the fact records"
+                               for p in part.repair_indexes()]
+        if damaged:
+            for ns in fabric.namespaces():
+                if any(rec.db == "members" for rec in damaged):
+                    part.forget_communities(ns)
+                    fabric.recluster(namespace=ns)
+                    report["repaired"].append(f"communities of namespace {ns!r}: reclustered")
+                fabric.rebuild_index(namespace=ns)
+                report["repaired"].append(f"ANN index of namespace {ns!r}: rebuilt from the "
+                                          "stored vectors")
+        report["problems"] += part.index_problems()
+    except CtxRelayError as exc:
+        report["problems"].append(f"the fact store's indexes cannot be rebuilt: {exc}")
 
 
 def add_checksums(stores: Any) -> list[str]:

@@ -461,10 +461,21 @@ class LmdbStore:
         handles = self._handles()
 
         def drop(txn: Any) -> None:
+            # By cursor position, not by key: a record whose key bytes were damaged
+            # sits out of key order, where a search (delete by key) cannot find it.
             raw = getattr(txn, "raw", txn)
+            doomed: dict[bytes, set[tuple[bytes, bytes]]] = {}
             for rec in records:
                 if rec.key and rec.db.encode() in self.DERIVED_DBS:
-                    raw.delete(rec.key, rec.value, db=handles[rec.db.encode()])
+                    doomed.setdefault(rec.db.encode(), set()).add((rec.key, rec.value))
+            for name, pairs in doomed.items():
+                cursor = raw.cursor(db=handles[name])
+                found = cursor.first()
+                while found:
+                    if (bytes(cursor.key()), bytes(cursor.value())) in pairs:
+                        found = cursor.delete()
+                    else:
+                        found = cursor.next()
         self.write(drop)
         return written
 

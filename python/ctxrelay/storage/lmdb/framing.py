@@ -95,11 +95,42 @@ class FramedTxn:
         # The hot path, inlined: one slice, one digest, one compare.
         stored = self.raw.get(key, db=db)
         if stored is None:
+            self.check_miss(key, db)
             return default
         body = stored[:-CHECKSUM_BYTES]
         if _digest(key + body) == stored[-CHECKSUM_BYTES:] and len(stored) >= CHECKSUM_BYTES:
             return body
         return self._open(key, stored, db)
+
+    def check_miss(self, key: bytes, db: Any) -> None:
+        """A point read found nothing: make sure no damaged key hides the record.
+
+        LMDB finds a key by binary search in key order, so a record whose key
+        bytes were damaged sits where the search for its old key ends (at the
+        cursor ``set_range`` leaves or just before it).  Both neighbours are
+        verified; a damaged one raises CorruptStoreError, since it may be the
+        record asked for (an idempotency key that would otherwise read as new).
+        """
+        cursor = self.raw.cursor(db=db)
+        try:
+            if cursor.set_range(key):
+                self._neighbour(cursor, key, db)
+                found = cursor.prev()
+            else:
+                found = cursor.last()
+            if found:
+                self._neighbour(cursor, key, db)
+        finally:
+            cursor.close()
+
+    def _neighbour(self, cursor: Any, key: bytes, db: Any) -> None:
+        near = cursor.key()
+        if intact(near, cursor.value()) or (db is self._meta and near == FORMAT_KEY):
+            return
+        raise CorruptStoreError(
+            f"{self._namer.corrupt(db, near)}; a lookup of {bytes(key).hex()} found nothing "
+            "beside it, and the damaged record may be the one looked up (its key bytes "
+            "may be what was damaged)")
 
     def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True,
             append: bool = False, db: Any = None) -> bool:
@@ -161,7 +192,13 @@ class FramedCursor:
         return self._checked()
 
     def get(self, key: bytes, default: Any = None) -> Any:
-        return self.value() if self.raw.set_key(key) else default
+        return self.value() if self.set_key(key) else default
+
+    def set_key(self, key: bytes) -> bool:
+        if self.raw.set_key(key):
+            return True
+        self._txn.check_miss(key, self._db)
+        return False
 
     def set_key_dup(self, key: bytes, value: bytes) -> bool:
         return self.raw.set_key_dup(key, seal(key, value))
