@@ -40,8 +40,9 @@ def check_records(stores: Any, store_dir: str, repair: bool) -> list[dict[str, A
                                   "notices": []}
         if not part.framed:
             report["notices"].append(
-                f"the {name} store was written before record checksums: its reads are not "
-                "verified; 'ctxrelay check --repair' adds them once the store checks clean")
+                f"UNVERIFIED: the {name} store was written before record checksums: its "
+                "reads are not verified (damage reads as data); 'ctxrelay check --repair' "
+                "adds them once the store checks clean")
         derived = {db.decode() for db in part.DERIVED_DBS}
         if damaged and repair:
             files = part.quarantine(damaged, quarantine, name)
@@ -70,6 +71,12 @@ def _check_fact_indexes(fabric: Any, part: Any, damaged: list[Any], repair: bool
     they are rebuilt from them (ids, keys, hidden, expiry, terms), and so are the
     communities (a damaged ``members`` record) and the ANN index (any damage)."""
     from ctxrelay.errors import CtxRelayError
+    unsealed = _unsealed_ann_files(fabric)
+    if unsealed and not repair:
+        report["notices"].append(
+            f"UNVERIFIED: {len(unsealed)} ANN index file(s) written before checksums "
+            f"({', '.join(os.path.basename(p) for p in unsealed)}) are loaded unchecked; "
+            "'ctxrelay check --repair' rebuilds them with one")
     if not repair:
         try:
             report["problems"] += part.index_problems()
@@ -79,7 +86,7 @@ def _check_fact_indexes(fabric: Any, part: Any, damaged: list[Any], repair: bool
     try:
         report["repaired"] += [f"{p}: rebuilt from the fact records"
                                for p in part.repair_indexes()]
-        if damaged:
+        if damaged or unsealed:
             for ns in fabric.namespaces():
                 if any(rec.db == "members" for rec in damaged):
                     part.forget_communities(ns)
@@ -91,6 +98,14 @@ def _check_fact_indexes(fabric: Any, part: Any, damaged: list[Any], repair: bool
         report["problems"] += part.index_problems()
     except CtxRelayError as exc:
         report["problems"].append(f"the fact store's indexes cannot be rebuilt: {exc}")
+
+
+def _unsealed_ann_files(fabric: Any) -> list[str]:
+    """The CKF's ANN index files without their ``.xxh3`` checksum (an older store's)."""
+    import glob
+    from ctxrelay.knowledge.graph import DIGEST_SUFFIX
+    found = sorted(glob.glob(os.path.join(fabric.path, "hnsw", "ns-*.bin")))
+    return [p for p in found if not os.path.exists(p + DIGEST_SUFFIX)]
 
 
 def add_checksums(stores: Any) -> list[str]:
