@@ -193,3 +193,33 @@ def test_a_missing_fact_index_record_is_found_and_rebuilt(pristine, tmp_path):
     assert check.returncode == 1 and "index keys: 1 record(s) missing" in check.stdout
     assert _ctxrelay(store, "check", "--repair").returncode == 0
     assert _ctxrelay(store, "check").returncode == 0
+
+
+def test_a_damaged_graph_edge_is_rebuilt_from_the_vectors(pristine, tmp_path):
+    import numpy as np
+    store = tmp_path / "store"
+    shutil.copytree(pristine, store)
+    from ctxrelay.knowledge.fabric import FactStore
+    key = _damage_first_value(store / "ckf" / "db", b"edges")
+    with FactStore(store / "ckf", embedder="hashing", recluster_every=None) as facts:
+        with pytest.raises(CorruptStoreError):       # a walk reads every edge
+            facts.backend.edges("default")
+    _close()
+    check = _ctxrelay(store, "check")
+    assert check.returncode == 1 and f"edges/{key.hex()}" in check.stdout
+    repair = _ctxrelay(store, "check", "--repair")
+    assert repair.returncode == 0, repair.stdout
+    assert "edge(s) rebuilt from the vectors" in repair.stdout
+    with FactStore(store / "ckf", embedder="hashing", recluster_every=None) as facts:
+        src, dst, weight = facts.backend.edges("default")
+        ids = facts.backend.ids_at("default", list(range(1, 13)))
+        vecs = facts.backend.vectors("default", ids)
+        assert len(src) > 0
+        assert set(zip(src.tolist(), dst.tolist())) == set(zip(dst.tolist(), src.tolist()))
+        unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+        cos = (unit[src - 1] * unit[dst - 1]).sum(axis=1)
+        assert np.allclose(cos, weight, atol=1e-5)
+        assert (weight >= facts.edge_threshold - 1e-6).all()
+        assert facts.cdgr("etcd defrag", k=3)                  # a walk over the new graph
+    _close()
+    assert _ctxrelay(store, "check").returncode == 0

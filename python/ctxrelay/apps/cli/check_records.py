@@ -87,8 +87,13 @@ def _check_fact_indexes(fabric: Any, part: Any, damaged: list[Any], repair: bool
         report["repaired"] += [f"{p}: rebuilt from the fact records"
                                for p in part.repair_indexes()]
         if damaged or unsealed:
+            graph = any(rec.db == "edges" for rec in damaged)
             for ns in fabric.namespaces():
-                if any(rec.db == "members" for rec in damaged):
+                if graph:
+                    count = part.relink(ns, knn=fabric.knn, threshold=fabric.edge_threshold)
+                    report["repaired"].append(f"similarity graph of namespace {ns!r}: "
+                                              f"{count} edge(s) rebuilt from the vectors")
+                if graph or any(rec.db == "members" for rec in damaged):
                     part.forget_communities(ns)
                     fabric.recluster(namespace=ns)
                     report["repaired"].append(f"communities of namespace {ns!r}: reclustered")

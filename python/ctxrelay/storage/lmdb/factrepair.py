@@ -7,9 +7,12 @@ writes beside them, and are derived from them here record by record (issue
 15).  A damaged fact record is never read as data: the index records naming
 it are left as they are (so a lookup still finds it and fails its checksum,
 instead of reading "not found"), and its namespace's term index is not
-rewritten.  The ANN index and the communities are rebuilt by the fabric
-(:meth:`FactStore.rebuild_index`, :meth:`FactStore.recluster`), which need
-the embedder and the graph.
+rewritten.  The similarity graph (``edges``) is rebuilt from the stored
+vectors by :func:`relink` (each fact's ``knn`` nearest with cosine >= the edge
+threshold, exactly; an incrementally built graph can differ where a fact
+added early was not among a later one's nearest); the ANN index and the
+communities by the fabric (:meth:`FactStore.rebuild_index`,
+:meth:`FactStore.recluster`).
 """
 from __future__ import annotations
 
@@ -147,3 +150,57 @@ def apply(txn: Any, dbs: dict[bytes, Any], terms: Any, report: IndexReport) -> N
             txn.put(key, value, db=dbs[db])
     for nid, (stored, expected) in report.terms.items():
         terms.replace_records(txn, nid, stored, expected)
+
+
+# -- the similarity graph ----------------------------------------------------------------
+
+RELINK_CHUNK = 1024          # rows of the similarity matrix computed at once
+
+
+def similarity_edges(seqs: list[int], vectors: Any, knn: int, threshold: float
+                     ) -> Iterator[tuple[int, int, float]]:
+    """Each fact's ``knn`` nearest others with cosine >= ``threshold`` (exact, by
+    rows of the cosine matrix): the edges SPEC-009 §5.2 gives the facts added in
+    one batch."""
+    import numpy as np
+    if knn <= 0 or len(seqs) < 2:
+        return
+    unit = np.asarray(vectors, dtype=np.float32)
+    unit = unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
+    take = min(knn, len(seqs) - 1)
+    for start in range(0, len(seqs), RELINK_CHUNK):
+        sims = unit[start:start + RELINK_CHUNK] @ unit.T
+        rows = np.arange(sims.shape[0])
+        sims[rows, rows + start] = -np.inf                  # not to itself
+        best = np.argpartition(-sims, take - 1, axis=1)[:, :take]
+        for row, cols in enumerate(best):
+            for col in cols:
+                sim = float(sims[row, col])
+                if sim >= threshold:
+                    yield seqs[start + row], seqs[int(col)], sim
+
+
+def relink(w: Any, knn: int, threshold: float) -> int:
+    """Rebuild the namespace's similarity edges from its stored vectors (``w``: a
+    FactWriter); every fact's change-feed entry is logged again so readers' walk
+    caches reload its edges.  Returns the edges stored."""
+    import numpy as np
+    txn, dbs, info = w.txn, w.ctx.dbs, w.ns_info
+    nsb = U64.pack(info["id"])
+    raw = getattr(txn, "raw", txn)
+    cursor = raw.cursor(db=dbs[b"edges"])
+    # By position: a damaged edge key would be out of key order (see quarantine).
+    found = cursor.first()
+    while found:
+        found = cursor.delete() if bytes(cursor.key())[:8] == nsb else cursor.next()
+    info["edges"] = 0
+    rows = list(codec.prefix_items(txn, dbs[b"vectors"], nsb))
+    seqs = [codec.seq_of(k) for k, _ in rows]
+    ids = [codec.record_id(txn.get(k, db=dbs[b"facts"])) for k, _ in rows]
+    if rows:
+        matrix = np.stack([np.frombuffer(v, dtype=np.float32) for _, v in rows])
+        w.store_edges(seqs, ids, similarity_edges(seqs, matrix, knn, threshold))
+    hidden = dbs[b"hidden"]
+    for seq, (fkey, _) in zip(seqs, rows):
+        w.log(codec.HIDE if txn.get(fkey, db=hidden) is not None else codec.SHOW, seq)
+    return int(info["edges"])

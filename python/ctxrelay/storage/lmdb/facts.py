@@ -51,9 +51,10 @@ class LmdbFacts(LmdbStore):
     KIND = "fact store"
     FORMAT = codec.FORMAT
     DB_NAMES = codec.DB_NAMES
-    #: rebuilt from the intact fact records by :meth:`repair_indexes` (members: by
-    #: the fabric's recluster); ``ctxrelay check --repair`` drops damaged ones first
-    DERIVED_DBS = frozenset({*factrepair.INDEX_DBS, b"members",
+    #: rebuilt from the intact fact records by :meth:`repair_indexes` (edges: by
+    #: :meth:`relink` from the vectors; members: by the fabric's recluster);
+    #: ``ctxrelay check --repair`` drops damaged ones first
+    DERIVED_DBS = frozenset({*factrepair.INDEX_DBS, b"members", b"edges",
                              *TextIndex.db_names(codec.TERMS_PREFIX)})
     name: ClassVar[str] = "crp-native"
 
@@ -209,6 +210,12 @@ class LmdbFacts(LmdbStore):
             return report.problems
         with self._lock:
             return self.write(run)
+
+    def relink(self, ns: str, *, knn: int, threshold: float) -> int:
+        """Rebuild the namespace's similarity graph from its stored vectors, in one
+        write transaction (a repair of damaged edges); returns the edges stored."""
+        return self._write(ns, lambda w: factrepair.relink(w, knn, threshold),
+                           create=False).value
 
     def forget_communities(self, ns: str) -> None:
         """Make the next recluster of ``ns`` write every membership record again
