@@ -223,3 +223,41 @@ def test_a_damaged_graph_edge_is_rebuilt_from_the_vectors(pristine, tmp_path):
         assert facts.cdgr("etcd defrag", k=3)                  # a walk over the new graph
     _close()
     assert _ctxrelay(store, "check").returncode == 0
+
+
+def _move_first_record(env_dir: Path, db_name: bytes) -> bytes:
+    """Re-file the first record of ``db_name`` under its key with the byte before the
+    last 8 lowered by one, its stored bytes (and checksum) unchanged: what a damaged
+    key byte does to a record, placed where LMDB sorts the damaged key."""
+    import lmdb
+    env = lmdb.open(str(env_dir), max_dbs=32, subdir=True)
+    try:
+        with env.begin(write=True) as txn:
+            db = env.open_db(db_name, txn=txn, create=False)
+            key, value = (bytes(x) for x in next(iter(txn.cursor(db=db))))
+            damaged = bytearray(key)
+            damaged[-9] = (damaged[-9] - 1) % 256
+            txn.delete(key, db=db)
+            txn.put(bytes(damaged), value, db=db)
+            return key
+    finally:
+        env.close()
+
+
+def test_a_range_scan_whose_first_record_key_was_damaged_is_corrupt_not_shorter(pristine,
+                                                                                tmp_path):
+    """The bench's last wrong read (turnlog/data.mdb@405233+1 ops/threads): a threads
+    record's session prefix damaged so the record sorts before the session's range;
+    the scan read one thread fewer, without an error."""
+    store = tmp_path / "store"
+    shutil.copytree(pristine, store)
+    with open_stores(store) as stores:
+        want = {s: stores.turnlog.threads(s) for s in corruption_worker.SESSIONS}
+    _close()
+    key = _move_first_record(store / "turnlog", b"threads")
+    hit = next(s for s in corruption_worker.SESSIONS
+               if hashlib.sha256(s.encode()).digest() == key[:32])
+    with open_stores(store) as stores:
+        with pytest.raises(CorruptStoreError, match="threads/"):
+            stores.turnlog.threads(hit)
+    _close()

@@ -173,6 +173,9 @@ class LmdbStore:
             self.framed = False
             try:
                 self.dbs = self._open_dbs()
+            except DAMAGED_PAGES as exc:      # a damaged page of the database catalogue
+                self._env.close()
+                raise self._damaged(exc) from None
             except BaseException:
                 self._env.close()
                 raise

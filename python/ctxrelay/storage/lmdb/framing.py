@@ -128,9 +128,9 @@ class FramedTxn:
         if intact(near, cursor.value()) or (db is self._meta and near == FORMAT_KEY):
             return
         raise CorruptStoreError(
-            f"{self._namer.corrupt(db, near)}; a lookup of {bytes(key).hex()} found nothing "
-            "beside it, and the damaged record may be the one looked up (its key bytes "
-            "may be what was damaged)")
+            f"{self._namer.corrupt(db, near)}; a lookup of {bytes(key).hex()} landed "
+            "beside it, and the damaged record may be one looked for (its key bytes may be "
+            "what was damaged)")
 
     def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True,
             append: bool = False, db: Any = None) -> bool:
@@ -199,6 +199,13 @@ class FramedCursor:
             return True
         self._txn.check_miss(key, self._db)
         return False
+
+    def set_range(self, key: bytes) -> bool:
+        # A range scan starts here; a record whose key bytes were damaged may now
+        # sort just before (or at) this spot, outside the range: check both.
+        found = self.raw.set_range(key)
+        self._txn.check_miss(key, self._db)
+        return found
 
     def set_key_dup(self, key: bytes, value: bytes) -> bool:
         return self.raw.set_key_dup(key, seal(key, value))
