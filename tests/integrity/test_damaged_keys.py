@@ -261,3 +261,30 @@ def test_a_range_scan_whose_first_record_key_was_damaged_is_corrupt_not_shorter(
         with pytest.raises(CorruptStoreError, match="threads/"):
             stores.turnlog.threads(hit)
     _close()
+
+
+def _damage_catalogue_root(data_file: Path) -> None:
+    """Make the main database's root page (which names the store's databases) a page
+    of no type, in the current meta page (LMDB's layout: meta after a 16-byte page
+    header; the main database's root at +128, the meta's txnid at +144)."""
+    data = bytearray(data_file.read_bytes())
+    page = 4096
+    txnids = [int.from_bytes(data[p * page + 144:p * page + 152], "little") for p in (0, 1)]
+    meta = txnids.index(max(txnids)) * page
+    root = int.from_bytes(data[meta + 128:meta + 136], "little")
+    data[root * page + 10:root * page + 12] = b"\xff\x7f"       # mp_flags: no such type
+    data_file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("part, env_dir", [("scratch", "scratch/scratch.lmdb"),
+                                           ("warm", "warm"), ("turnlog", "turnlog")])
+def test_a_damaged_catalogue_page_is_corrupt_store_error_at_open(pristine, tmp_path, part,
+                                                                 env_dir):
+    """From the bench: LMDB's CorruptedError from mdb_dbi_open escaped as a raw lmdb
+    error when a store's database catalogue was damaged."""
+    store = tmp_path / "store"
+    shutil.copytree(pristine, store)
+    _damage_catalogue_root(store / env_dir / "data.mdb")
+    with open_stores(store) as stores, pytest.raises(CorruptStoreError, match="damaged page"):
+        getattr(stores, part)
+    _close()
