@@ -288,3 +288,28 @@ def test_a_damaged_catalogue_page_is_corrupt_store_error_at_open(pristine, tmp_p
     with open_stores(store) as stores, pytest.raises(CorruptStoreError, match="damaged page"):
         getattr(stores, part)
     _close()
+
+
+def test_an_io_error_at_commit_with_room_on_the_disk_is_corrupt_store_error(tmp_path,
+                                                                            monkeypatch):
+    """From bench/integrity_bench.py --seed 16: a scratch read (which moves its LRU,
+    a write) on a damaged data file failed its commit with a bare lmdb.Error (EIO),
+    which escaped as it was.  With room on the disk it is CorruptStoreError; a full
+    disk stays StoreFullError."""
+    import lmdb
+    from ctxrelay.errors import StoreFullError
+    from ctxrelay.storage.lmdb import base
+    from ctxrelay.storage.lmdb.transcript import TranscriptStore
+    store = TranscriptStore.open(tmp_path / "t")
+    try:
+        def fail(txn):
+            raise lmdb.Error("mdb_txn_commit: Input/output error")
+        monkeypatch.setattr(base, "disk_nearly_full", lambda path: False)
+        with pytest.raises(CorruptStoreError, match="could not commit.*ctxrelay check"):
+            store.write(fail)
+        monkeypatch.setattr(base, "disk_nearly_full", lambda path: True)
+        with pytest.raises(StoreFullError):
+            store.write(fail)
+        store.create_session("still")                        # the store still works
+    finally:
+        store.close()

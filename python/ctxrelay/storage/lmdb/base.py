@@ -537,6 +537,13 @@ class LmdbStore:
                     raise StoreFullError(
                         f"the disk holding {self._path} is full ({exc}); nothing was "
                         "written; free disk space and retry") from None
+                if type(exc) is lmdb.Error:
+                    # A bare EIO with room on the disk: LMDB met a page it cannot
+                    # write back (seen with a damaged data file), or the disk failed.
+                    raise CorruptStoreError(
+                        f"the {self.KIND} at {self._env_path} could not commit ({exc}); "
+                        "nothing was written; run 'ctxrelay check' (a damaged data file) "
+                        "and check the disk") from None
                 raise
 
     def _grow(self, seen: int) -> None:
