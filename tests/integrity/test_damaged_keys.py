@@ -313,3 +313,31 @@ def test_an_io_error_at_commit_with_room_on_the_disk_is_corrupt_store_error(tmp_
         store.create_session("still")                        # the store still works
     finally:
         store.close()
+
+
+def test_a_search_index_that_reads_as_empty_is_corrupt_not_no_hits(pristine, tmp_path):
+    """From bench/integrity_bench.py --seed 16 (transcript.lmdb/data.mdb@11674+64):
+    64 damaged bytes in LMDB's catalogue made the index databases read as empty, and
+    every search answered [] without an error.  Here the index of one session is
+    dropped behind the store's back (its turns, counters and keys intact)."""
+    import lmdb
+    store = tmp_path / "store"
+    shutil.copytree(pristine, store)
+    env = lmdb.open(str(store / "transcript.lmdb"), max_dbs=32, subdir=True)
+    with env.begin(write=True) as txn:
+        for name in (b"ix.ns", b"ix.post", b"ix.docs"):
+            db = env.open_db(name, txn=txn, create=False, dupsort=name == b"ix.post")
+            txn.drop(db, delete=False)
+    env.close()
+    with open_stores(store) as stores:
+        with pytest.raises(CorruptStoreError, match="search index of session 'ops'"):
+            stores.transcript.search("ops", "etcd defrag")
+        with pytest.raises(CorruptStoreError):
+            stores.transcript.rank("ops", "etcd defrag")
+        stores.transcript.create_session("new")
+        assert stores.transcript.search("new", "etcd") == []          # empty agrees
+    _close()
+    assert _ctxrelay(store, "check", "--repair").returncode == 0
+    with open_stores(store) as stores:
+        assert [h.turn_id for h in stores.transcript.search("ops", "etcd defrag", k=3)]
+    _close()

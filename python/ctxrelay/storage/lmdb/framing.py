@@ -65,8 +65,11 @@ class Namer:
         self.where = where
         self.names = names
 
+    def name(self, db: Any) -> str:
+        return self.names.get(id(db), b"?").decode("utf-8", "replace")
+
     def corrupt(self, db: Any, key: bytes) -> CorruptStoreError:
-        name = self.names.get(id(db), b"?").decode("utf-8", "replace")
+        name = self.name(db)
         return CorruptStoreError(
             f"record {name}/{bytes(key).hex()} of {self.where} fails its checksum (damaged "
             "on disk); run 'ctxrelay check' to list every damaged record and 'ctxrelay "
@@ -114,17 +117,25 @@ class FramedTxn:
         cursor = self.raw.cursor(db=db)
         try:
             if cursor.set_range(key):
-                self._neighbour(cursor, key, db)
+                self._neighbour(cursor, key, db, after=True)
                 found = cursor.prev()
             else:
                 found = cursor.last()
             if found:
-                self._neighbour(cursor, key, db)
+                self._neighbour(cursor, key, db, after=False)
         finally:
             cursor.close()
 
-    def _neighbour(self, cursor: Any, key: bytes, db: Any) -> None:
+    def _neighbour(self, cursor: Any, key: bytes, db: Any, *, after: bool) -> None:
         near = cursor.key()
+        # The search must end between a smaller key and one at least as large; a
+        # damaged branch page (whose keys route the search) sends it elsewhere,
+        # where every record is intact but the answer would be "not found".
+        if (near < key) != (not after):
+            raise CorruptStoreError(
+                f"{self._namer.where}: database {self._namer.name(db)} is out of key order "
+                f"around {bytes(key).hex()} (a damaged page); run 'ctxrelay check' and "
+                "'ctxrelay check --repair', or restore the store from a backup")
         if intact(near, cursor.value()) or (db is self._meta and near == FORMAT_KEY):
             return
         raise CorruptStoreError(
