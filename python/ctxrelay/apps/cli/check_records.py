@@ -40,8 +40,9 @@ def check_records(stores: Any, store_dir: str, repair: bool) -> list[dict[str, A
                                   "notices": []}
         if not part.framed:
             report["notices"].append(
-                f"the {name} store was written before record checksums: its reads are not "
-                "verified; 'ctxrelay check --repair' adds them once the store checks clean")
+                f"UNVERIFIED: the {name} store was written before record checksums: its "
+                "reads are not verified (damage reads as data); 'ctxrelay check --repair' "
+                "adds them once the store checks clean")
         derived = {db.decode() for db in part.DERIVED_DBS}
         if damaged and repair:
             files = part.quarantine(damaged, quarantine, name)
@@ -58,8 +59,58 @@ def check_records(stores: Any, store_dir: str, repair: bool) -> list[dict[str, A
                 rec.describe() + ("; 'ctxrelay check --repair' rebuilds it" if rec.db in derived
                                   else "; a primary record: restore it from a backup")
                 for rec in damaged]
+        if name == "facts":
+            _check_fact_indexes(stores.facts_if_present(), part, damaged, repair, report)
         reports.append(report)
     return reports
+
+
+def _check_fact_indexes(fabric: Any, part: Any, damaged: list[Any], repair: bool,
+                        report: dict[str, Any]) -> None:
+    """The CKF's derived indexes against its intact fact records; with ``repair``
+    they are rebuilt from them (ids, keys, hidden, expiry, terms), and so are the
+    communities (a damaged ``members`` record) and the ANN index (any damage)."""
+    from ctxrelay.errors import CtxRelayError
+    unsealed = _unsealed_ann_files(fabric)
+    if unsealed and not repair:
+        report["notices"].append(
+            f"UNVERIFIED: {len(unsealed)} ANN index file(s) written before checksums "
+            f"({', '.join(os.path.basename(p) for p in unsealed)}) are loaded unchecked; "
+            "'ctxrelay check --repair' rebuilds them with one")
+    if not repair:
+        try:
+            report["problems"] += part.index_problems()
+        except CtxRelayError as exc:
+            report["problems"].append(f"the fact store's indexes cannot be checked: {exc}")
+        return
+    try:
+        report["repaired"] += [f"{p}: rebuilt from the fact records"
+                               for p in part.repair_indexes()]
+        if damaged or unsealed:
+            graph = any(rec.db == "edges" for rec in damaged)
+            for ns in fabric.namespaces():
+                if graph:
+                    count = part.relink(ns, knn=fabric.knn, threshold=fabric.edge_threshold)
+                    report["repaired"].append(f"similarity graph of namespace {ns!r}: "
+                                              f"{count} edge(s) rebuilt from the vectors")
+                if graph or any(rec.db == "members" for rec in damaged):
+                    part.forget_communities(ns)
+                    fabric.recluster(namespace=ns)
+                    report["repaired"].append(f"communities of namespace {ns!r}: reclustered")
+                fabric.rebuild_index(namespace=ns)
+                report["repaired"].append(f"ANN index of namespace {ns!r}: rebuilt from the "
+                                          "stored vectors")
+        report["problems"] += part.index_problems()
+    except CtxRelayError as exc:
+        report["problems"].append(f"the fact store's indexes cannot be rebuilt: {exc}")
+
+
+def _unsealed_ann_files(fabric: Any) -> list[str]:
+    """The CKF's ANN index files without their ``.xxh3`` checksum (an older store's)."""
+    import glob
+    from ctxrelay.knowledge.graph import DIGEST_SUFFIX
+    found = sorted(glob.glob(os.path.join(fabric.path, "hnsw", "ns-*.bin")))
+    return [p for p in found if not os.path.exists(p + DIGEST_SUFFIX)]
 
 
 def add_checksums(stores: Any) -> list[str]:

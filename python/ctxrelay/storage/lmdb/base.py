@@ -173,6 +173,9 @@ class LmdbStore:
             self.framed = False
             try:
                 self.dbs = self._open_dbs()
+            except DAMAGED_PAGES as exc:      # a damaged page of the database catalogue
+                self._env.close()
+                raise self._damaged(exc) from None
             except BaseException:
                 self._env.close()
                 raise
@@ -461,10 +464,21 @@ class LmdbStore:
         handles = self._handles()
 
         def drop(txn: Any) -> None:
+            # By cursor position, not by key: a record whose key bytes were damaged
+            # sits out of key order, where a search (delete by key) cannot find it.
             raw = getattr(txn, "raw", txn)
+            doomed: dict[bytes, set[tuple[bytes, bytes]]] = {}
             for rec in records:
                 if rec.key and rec.db.encode() in self.DERIVED_DBS:
-                    raw.delete(rec.key, rec.value, db=handles[rec.db.encode()])
+                    doomed.setdefault(rec.db.encode(), set()).add((rec.key, rec.value))
+            for name, pairs in doomed.items():
+                cursor = raw.cursor(db=handles[name])
+                found = cursor.first()
+                while found:
+                    if (bytes(cursor.key()), bytes(cursor.value())) in pairs:
+                        found = cursor.delete()
+                    else:
+                        found = cursor.next()
         self.write(drop)
         return written
 
@@ -523,6 +537,13 @@ class LmdbStore:
                     raise StoreFullError(
                         f"the disk holding {self._path} is full ({exc}); nothing was "
                         "written; free disk space and retry") from None
+                if type(exc) is lmdb.Error:
+                    # A bare EIO with room on the disk: LMDB met a page it cannot
+                    # write back (seen with a damaged data file), or the disk failed.
+                    raise CorruptStoreError(
+                        f"the {self.KIND} at {self._env_path} could not commit ({exc}); "
+                        "nothing was written; run 'ctxrelay check' (a damaged data file) "
+                        "and check the disk") from None
                 raise
 
     def _grow(self, seen: int) -> None:

@@ -25,6 +25,7 @@ from ctxrelay.storage.interfaces.facts import (Checkpoint, EmbeddingModelMismatc
                                                NamespaceState, Saver, SourceRecord,
                                                UnknownFactError, Written)
 from ctxrelay.storage.lmdb import factcodec as codec
+from ctxrelay.storage.lmdb import factrepair
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.factcodec import U64, RecordCache
 from ctxrelay.storage.lmdb.factview import FactView, StoreContext
@@ -50,6 +51,11 @@ class LmdbFacts(LmdbStore):
     KIND = "fact store"
     FORMAT = codec.FORMAT
     DB_NAMES = codec.DB_NAMES
+    #: rebuilt from the intact fact records by :meth:`repair_indexes` (edges: by
+    #: :meth:`relink` from the vectors; members: by the fabric's recluster);
+    #: ``ctxrelay check --repair`` drops damaged ones first
+    DERIVED_DBS = frozenset({*factrepair.INDEX_DBS, b"members", b"edges",
+                             *TextIndex.db_names(codec.TERMS_PREFIX)})
     name: ClassVar[str] = "crp-native"
 
     def __init__(self, path: str | os.PathLike[str], *, model_id: str | None = None,
@@ -186,6 +192,37 @@ class LmdbFacts(LmdbStore):
     def due(self, ns: str, *, now: float) -> list[str]:
         self._index_expiry(ns)
         return self.snapshot(lambda v: v.due(ns, now))
+
+    # -- derived indexes: check and repair (issue 15) ----------------------------------------
+
+    def index_problems(self) -> list[str]:
+        """Where the ids, keys, hidden, expiry and term indexes disagree with the
+        intact fact records (see :mod:`.factrepair`)."""
+        return self.read(lambda txn: factrepair.index_problems(
+            txn, self.dbs, self.terms, self.framed).problems)
+
+    def repair_indexes(self) -> list[str]:
+        """Rewrite those indexes from the intact fact records, in one write
+        transaction; returns what was repaired.  Fact records are never changed."""
+        def run(txn: Any) -> list[str]:
+            report = factrepair.index_problems(txn, self.dbs, self.terms, self.framed)
+            factrepair.apply(txn, self.dbs, self.terms, report)
+            return report.problems
+        with self._lock:
+            return self.write(run)
+
+    def relink(self, ns: str, *, knn: int, threshold: float) -> int:
+        """Rebuild the namespace's similarity graph from its stored vectors, in one
+        write transaction (a repair of damaged edges); returns the edges stored."""
+        return self._write(ns, lambda w: factrepair.relink(w, knn, threshold),
+                           create=False).value
+
+    def forget_communities(self, ns: str) -> None:
+        """Make the next recluster of ``ns`` write every membership record again
+        (it skips an unchanged partition; a repair needs the dropped records back)."""
+        def body(w: FactWriter) -> None:
+            w.ns_info["cdigest"] = ""
+        self._write(ns, body, create=False)
 
     # -- writes --------------------------------------------------------------------------
 

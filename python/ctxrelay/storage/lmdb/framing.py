@@ -65,8 +65,11 @@ class Namer:
         self.where = where
         self.names = names
 
+    def name(self, db: Any) -> str:
+        return self.names.get(id(db), b"?").decode("utf-8", "replace")
+
     def corrupt(self, db: Any, key: bytes) -> CorruptStoreError:
-        name = self.names.get(id(db), b"?").decode("utf-8", "replace")
+        name = self.name(db)
         return CorruptStoreError(
             f"record {name}/{bytes(key).hex()} of {self.where} fails its checksum (damaged "
             "on disk); run 'ctxrelay check' to list every damaged record and 'ctxrelay "
@@ -95,11 +98,50 @@ class FramedTxn:
         # The hot path, inlined: one slice, one digest, one compare.
         stored = self.raw.get(key, db=db)
         if stored is None:
+            self.check_miss(key, db)
             return default
         body = stored[:-CHECKSUM_BYTES]
         if _digest(key + body) == stored[-CHECKSUM_BYTES:] and len(stored) >= CHECKSUM_BYTES:
             return body
         return self._open(key, stored, db)
+
+    def check_miss(self, key: bytes, db: Any) -> None:
+        """A point read found nothing: make sure no damaged key hides the record.
+
+        LMDB finds a key by binary search in key order, so a record whose key
+        bytes were damaged sits where the search for its old key ends (at the
+        cursor ``set_range`` leaves or just before it).  Both neighbours are
+        verified; a damaged one raises CorruptStoreError, since it may be the
+        record asked for (an idempotency key that would otherwise read as new).
+        """
+        cursor = self.raw.cursor(db=db)
+        try:
+            if cursor.set_range(key):
+                self._neighbour(cursor, key, db, after=True)
+                found = cursor.prev()
+            else:
+                found = cursor.last()
+            if found:
+                self._neighbour(cursor, key, db, after=False)
+        finally:
+            cursor.close()
+
+    def _neighbour(self, cursor: Any, key: bytes, db: Any, *, after: bool) -> None:
+        near = cursor.key()
+        # The search must end between a smaller key and one at least as large; a
+        # damaged branch page (whose keys route the search) sends it elsewhere,
+        # where every record is intact but the answer would be "not found".
+        if (near < key) != (not after):
+            raise CorruptStoreError(
+                f"{self._namer.where}: database {self._namer.name(db)} is out of key order "
+                f"around {bytes(key).hex()} (a damaged page); run 'ctxrelay check' and "
+                "'ctxrelay check --repair', or restore the store from a backup")
+        if intact(near, cursor.value()) or (db is self._meta and near == FORMAT_KEY):
+            return
+        raise CorruptStoreError(
+            f"{self._namer.corrupt(db, near)}; a lookup of {bytes(key).hex()} landed "
+            "beside it, and the damaged record may be one looked for (its key bytes may be "
+            "what was damaged)")
 
     def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True,
             append: bool = False, db: Any = None) -> bool:
@@ -161,7 +203,20 @@ class FramedCursor:
         return self._checked()
 
     def get(self, key: bytes, default: Any = None) -> Any:
-        return self.value() if self.raw.set_key(key) else default
+        return self.value() if self.set_key(key) else default
+
+    def set_key(self, key: bytes) -> bool:
+        if self.raw.set_key(key):
+            return True
+        self._txn.check_miss(key, self._db)
+        return False
+
+    def set_range(self, key: bytes) -> bool:
+        # A range scan starts here; a record whose key bytes were damaged may now
+        # sort just before (or at) this spot, outside the range: check both.
+        found = self.raw.set_range(key)
+        self._txn.check_miss(key, self._db)
+        return found
 
     def set_key_dup(self, key: bytes, value: bytes) -> bool:
         return self.raw.set_key_dup(key, seal(key, value))

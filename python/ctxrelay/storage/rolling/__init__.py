@@ -54,9 +54,13 @@ last, into the head slot not holding the current head.  If the new entry needs
 room (the ring is full by count or bytes), a head that drops the oldest entries
 is published *before* their slots and bytes are overwritten.  So the head read
 after a crash (process killed at any instruction) only names entries whose bytes
-were complete before it was published, and a torn head write fails its CRC and
-the previous head is used: a torn entry never shows up and sequence numbers stay
-contiguous.  Every read checks the slot's sequence number and CRC.  Without
+were complete before it was published.  A head is published in three stores: its
+CRC field zeroed (an aligned 4-byte store, which does not tear), its body, its
+CRC; a slot with a zero CRC is one being written, and the previous head is used: a
+torn entry never shows up and sequence numbers stay contiguous.  A slot whose
+nonzero CRC fails was damaged on disk: the previous head would miss the newest
+entry, so the ring is refused (``CorruptRingError``, a ``CorruptStoreError``) and
+the Runtime, which treats the ring as a cache of the transcript, rebuilds it.  Every read checks the slot's sequence number and CRC.  Without
 ``sync=True`` this holds for process crashes (the page cache survives them); with
 ``sync=True`` the entry is msync'ed before the head is published and the head
 after, which extends it to power loss at the cost of two msyncs per append.

@@ -140,19 +140,42 @@ class Ring:
     # head and index --------------------------------------------------------------
 
     def head(self) -> tuple[int, int, int, int]:
+        """The valid head slot with the larger generation.
+
+        A slot whose CRC field is zero is unused or being published (see
+        :meth:`_publish`) and is skipped; one whose nonzero CRC fails was damaged
+        on disk.  The older slot is then no safe answer (it would miss the
+        newest append), so the ring is refused: it only holds copies of recent
+        turns, and a Runtime rebuilds it from the transcript (issue 15).
+        """
         mm = self.mm
         best = None
-        for at in (self.head_at, self.head_at + SLOT_SIZE):
+        for slot, at in enumerate((self.head_at, self.head_at + SLOT_SIZE)):
             gen, next_seq, count, write_pos, crc = _HEAD.unpack_from(mm, at)
-            if gen and zlib.crc32(mm[at:at + 32]) == crc and (best is None or gen > best[0]):
-                best = (gen, next_seq, count, write_pos)
+            if gen and zlib.crc32(mm[at:at + 32]) == crc:
+                if best is None or gen > best[0]:
+                    best = (gen, next_seq, count, write_pos)
+            elif crc:
+                raise self._corrupt(
+                    f"head slot {slot} fails its checksum (damaged on disk), so which "
+                    "entries the ring holds is unknown. The ring only keeps copies of the "
+                    "session's recent turns: a Runtime rebuilds it from the transcript on "
+                    "its next read or append of the session")
         if best is None:
             raise self._corrupt("neither head slot is valid")
         return best
 
     def _publish(self, gen: int, next_seq: int, count: int, write_pos: int) -> None:
+        # Three stores, so a publish cut short is told apart from damage on disk:
+        # the CRC field is zeroed first (an aligned 4-byte store, which does not
+        # tear), then the body, then the CRC.  A slot read with a zero CRC is one
+        # being written and the other slot is the head; a nonzero CRC that fails
+        # is damage (see head()).
         at = self.head_at + (gen & 1) * SLOT_SIZE
-        self._write(at, head_slot(gen, next_seq, count, write_pos))
+        slot = head_slot(gen, next_seq, count, write_pos)
+        self._write(at + 32, bytes(4))
+        self._write(at, slot[:32])
+        self._write(at + 32, slot[32:])
 
     def _write(self, at: int, data: bytes) -> None:
         """Every store into the file goes through here (the crash tests hook it)."""

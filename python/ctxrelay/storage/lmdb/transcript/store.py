@@ -521,6 +521,7 @@ class TranscriptStore(LmdbStore):
 
             accept = None if wanted is None else (
                 lambda turn_id: (t := load(turn_id)) is not None and t.role in wanted)
+            self._check_index_size(txn, session, session_id)
             ranked = self._index.search(txn, session.num, query, k=k, accept=accept,
                                         max_postings=max_postings)
             return [hit_of(load(turn_id), score) for turn_id, score in ranked]
@@ -532,9 +533,24 @@ class TranscriptStore(LmdbStore):
         session_id, k = check_search(session_id, query, k)
         if not k:
             return []
-        return self._read(lambda txn: self._index.search(
-            txn, self._require_session(txn, session_id).num, query, k=k,
-            max_postings=max_postings))
+        def read(txn: Any) -> list[tuple[int, float]]:
+            session = self._require_session(txn, session_id)
+            self._check_index_size(txn, session, session_id)
+            return self._index.search(txn, session.num, query, k=k, max_postings=max_postings)
+        return self._read(read)
+
+    def _check_index_size(self, txn: Any, session: Any, session_id: str) -> None:
+        """Every turn is indexed in its append's transaction, so the index counts
+        exactly the session's turns; anything else is a damaged index (e.g. its
+        database record in LMDB's catalogue, which makes it read as empty: a
+        search would answer nothing, not fail)."""
+        docs = self._index.stats(txn, session.num).doc_count
+        turns = self._load_counters(txn, session.num).turns
+        if docs != turns:
+            raise CorruptStoreError(
+                f"the search index of session {session_id!r} counts {docs} turn(s) but the "
+                f"session holds {turns} (a damaged index); run 'ctxrelay check --repair' "
+                "to rebuild it from the turns")
 
     # -- stats ---------------------------------------------------------------
 
