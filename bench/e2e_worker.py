@@ -38,7 +38,7 @@ embed = first_module("ctxrelay.text.embed", "ctxrelay.embed")
 STAGE_MODULES = ("ctxrelay.retrieval.candidates", "ctxrelay.retrieval.window",
                  "ctxrelay.retrieval.units", "ctxrelay.assembly", "ctxrelay.retrieval.recall",
                  "ctxrelay.recall")
-STAGES = ("candidates", "_read_window", "_thread_context", "_retrieve", "recall",
+STAGES = ("candidates", "window_candidates", "gather", "_read_window", "_thread_context", "_retrieve", "recall",
           "add_router_fact_units", "render", "host_only_tokens")
 POLICY = dict(max_context_tokens=4096, output_reserve=512, safety_margin=64, min_recent_turns=4,
               embedder="hashing", knowledge=True, max_facts=12)

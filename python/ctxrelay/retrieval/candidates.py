@@ -12,8 +12,12 @@ than the budget, and cold turns come from the inverted index.
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.retrieval.fact_units import (  # noqa: F401
     add_router_fact_units,
     fact_unit,
@@ -49,14 +53,21 @@ from ctxrelay.retrieval.window import (
     _tool_groups,
     boundary_text,
 )
+from ctxrelay.retrieval.router import Router, route_plan
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 
 
-def candidates(stores: Stores, warm_store: Any, session_id: str,
-               message: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Gather the candidate units for one assembly from the store's parts, within
-    the limits Prolog set.
+def window_candidates(stores: Stores, session_id: str, message: Any,
+                      options: dict[str, Any]) -> dict[str, Any]:
+    """The first stage of an assembly's candidates: what the message's analysis needs.
+
+    Reads the recent window (kept between turns, see :mod:`ctxrelay.retrieval.prepared`)
+    and the message's thread, and keeps the units so far (system, message,
+    pending, the window's turns, a resumed thread's) with the ``info`` Prolog
+    reads to resolve references, classify the intent and plan Tier P.  Recall,
+    warm artifacts, the boundary, referenced turns and Tier P come in the
+    second stage (:func:`gather`), which runs Tier P beside recall.
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
@@ -75,17 +86,14 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
     model = str(options.get("model") or "cl100k_base")
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
-    _COST_CAP.set(window_tokens)
     above, size = options.get("excerpt_above"), options.get("excerpt_tokens")
-    _EXCERPT.set((int(above), int(size)) if above and size else None)
-    _STORE_USED.set(set())
     counter = tok.resolve(model)      # resolved once: every unit below is counted with it
-    _STORED_COUNTS_MODEL.set(_stored_counts_model(store, counter))
-    _TOKENIZER_KEY.set(_tokenizer_key(counter))
+    limits = _Limits(window_tokens, (int(above), int(size)) if above and size else None,
+                     _stored_counts_model(store, counter), _tokenizer_key(counter), set())
+    limits.apply()
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
     groups: list[list[str]] = []
-    excludes: list[list[str]] = []
     info: dict[str, Any] = {"history_end": history_end}
 
     system_text = str(options.get("system") or "")
@@ -128,19 +136,93 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
     if options.get("threads", True) and history_end > 0:
         thread_info, dense = _thread_context(stores, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
-    if options.get("retrieval", True) and query_text:
+    tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
+    info.update(window_start=window_start, tail_first=tail_first, total_turns=history_end)
+    info.update(thread_info)
+    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
+    # a bounded preview, so a huge turn costs the same as a short one there.
+    preview = int(options.get("preview_chars", 2000))
+    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
+                             "content": t.content[:preview]}
+                            for t in window[-reference_turns:]] if reference_turns > 0 else []
+    info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
+        {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
+        for e in scratch.latest(session_id, reference_turns)]
+    priming = tok.count_messages([], counter).n
+    cands = Candidates(session_id, model, units, priming, groups, [], info)
+    cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start)
+    # No units yet: recall marks the window's turns with their relevance, so their
+    # summaries go to Prolog with the rest, from gather().
+    return {"handle": cands, "priming": priming, "info": info}
+
+
+def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[str, Any]:
+    """The second stage: recalled turns, warm artifacts, the boundary, the turns a
+    reference resolved to, and Tier P's facts, added to ``cands`` in that order.
+
+    ``options``: referenced (turn ids, Prolog's resolution of the message's
+    references) and knowledge (a router plan, ``ctxrelay_router:access_plan/3``,
+    or None for no Tier P).  The plan runs on the router's pool while this
+    thread recalls turns (recall's numpy, LMDB and hnswlib release the GIL), and
+    its facts are added last, as ever.  Returns every unit's summary, the groups and
+    excludes, the whole info and ``knowledge`` (None: no knowledge base, else the
+    facts' report as :func:`add_router_fact_units` gives it).
+    """
+    stage = cands.stage
+    if stage is None:
+        raise InvalidArgumentError("gather/3 takes the candidates of window_candidates/4, once")
+    cands.stage = None
+    stage.limits.apply()
+    plan = options.get("knowledge")
+    fetch = None
+    if plan is not None and has_knowledge(stores):
+        fetch = _side_pool().submit(Router.of(stores).execute, route_plan(plan))
+    try:
+        _gather_history(cands, stores, stage)
+        summaries = [u.summary() for u in cands.units.values()]
+        store_used = sorted(stage.limits.used)
+        groups = [list(g) for g in cands.groups]        # what Prolog packs with (see below)
+        excludes = [list(e) for e in cands.excludes]
+        referenced = [int(t) for t in options.get("referenced") or []]
+        if referenced:
+            summaries.extend(add_turn_units(cands, stores, referenced))
+    except BaseException:
+        if fetch is not None:                 # the first error is the one to report
+            fetch.cancel() or _quietly(fetch.result)
+        raise
+    result = fetch.result() if fetch is not None else None
+    knowledge = None if result is None else add_router_fact_units(cands, result)
+    if knowledge is not None:
+        summaries.extend(knowledge.pop("units"))
+    cands.info["store_used"] = store_used
+    # The groups and excludes as they stood before the referenced turns and the
+    # facts, as Prolog has always been given them (a referenced turn's tool family
+    # was grouped on the Python side only).
+    return {"units": summaries, "groups": groups, "excludes": excludes, "info": cands.info,
+            "knowledge": knowledge, "has_knowledge": fetch is not None}
+
+
+def _gather_history(cands: Candidates, stores: Stores, stage: "_Stage") -> None:
+    """Recalled turns, the session's warm artifacts and the cold-history boundary."""
+    options, units, info, counter = stage.options, cands.units, cands.info, stage.counter
+    session_id, store = cands.session_id, stores.transcript
+    history_end = int(info["history_end"])
+    window_tokens = int(options["window_tokens"])
+    if options.get("retrieval", True) and stage.query_text:
         from ctxrelay.text.embed import get_embedder
-        embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
-        info["recall"] = _retrieve(stores, session_id, query_text, window_start, history_end,
+        embedder = get_embedder(options.get("embedder") or None) \
+            if stage.dense is not None else None
+        info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
+                                   history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
                                    int(options.get("max_retrieved", 200)),
-                                   units, groups, counter, scratch, dense, embedder,
-                                   pair=bool(options.get("pair_turns", False)))
-
-    if options.get("warm", True) and warm_store is not None:
-        _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
-
-    tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
+                                   units, cands.groups, counter, stage.scratch, stage.dense,
+                                   embedder, pair=bool(options.get("pair_turns", False)))
+    warm_store = stores.warm_if_present() if options.get("warm", True) else None
+    if warm_store is not None:
+        _warm_units(warm_store, session_id, stage.query_text, history_end, units,
+                    cands.excludes, counter)
+    tail_first = int(info["tail_first"])
     if options.get("boundary", True) and tail_first > 1:
         first, last = 1, tail_first - 1
         count = last - first + 1
@@ -154,25 +236,64 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
                          features={"omitted_first": first, "omitted_last": last,
                                    "omitted_count": count, "omitted_tokens": prefix_tokens}),
              counter)
-    info.update(window_start=window_start, tail_first=tail_first,
-                total_turns=history_end)
-    info.update(thread_info)
-    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
-    # a bounded preview, so a huge turn costs the same as a short one there.
-    preview = int(options.get("preview_chars", 2000))
-    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
-                             "content": t.content[:preview]}
-                            for t in window[-reference_turns:]] if reference_turns > 0 else []
-    info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
-        {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
-        for e in scratch.latest(session_id, reference_turns)]
     if any(u.kind == "scratch" for u in units.values()):
         _used("pointer")
-    info["store_used"] = sorted(_STORE_USED.get())
-    priming = tok.count_messages([], counter).n
-    cands = Candidates(session_id, model, units, priming, groups, excludes, info)
-    return {"handle": cands, "units": [u.summary() for u in units.values()],
-            "groups": groups, "excludes": excludes, "priming": priming, "info": info}
+
+
+# Tier P's fetch beside recall.  Not the router's own pool: a blended plan fetches its
+# steps there and waits for them, which from inside that pool could exhaust it.
+_SIDE_WORKERS = 4
+_side: ThreadPoolExecutor | None = None
+_side_lock = threading.Lock()
+
+
+def _side_pool() -> ThreadPoolExecutor:
+    global _side
+    if _side is None:
+        with _side_lock:
+            if _side is None:
+                _side = ThreadPoolExecutor(max_workers=_SIDE_WORKERS,
+                                           thread_name_prefix="ctxrelay-tier-p")
+    return _side
+
+
+def _quietly(fn: Any) -> None:
+    try:
+        fn()
+    except BaseException:   # noqa: BLE001 - only waited for; the caller's error is raised
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """The assembly's limits that the pricing helpers read from context variables."""
+
+    cost_cap: int
+    excerpt: tuple[int, int] | None
+    stored_counts_model: Any
+    tokenizer_key: Any
+    used: set[str]                # the primitives read (CRP-Context-Store-Used)
+
+    def apply(self) -> None:
+        # Each crossing from Prolog may run in another context: set them again.
+        _COST_CAP.set(self.cost_cap)
+        _EXCERPT.set(self.excerpt)
+        _STORED_COUNTS_MODEL.set(self.stored_counts_model)
+        _TOKENIZER_KEY.set(self.tokenizer_key)
+        _STORE_USED.set(self.used)
+
+
+@dataclass(slots=True)
+class _Stage:
+    """What the first stage hands the second (kept on the candidates, used once)."""
+
+    options: dict[str, Any]
+    limits: _Limits
+    counter: Any
+    scratch: Any
+    dense: Any
+    query_text: str
+    window_start: int
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,

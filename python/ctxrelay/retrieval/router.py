@@ -111,6 +111,14 @@ def _shared_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def route_plan(plan: Any) -> dict[str, Any]:
+    """A plan from Prolog (``ctxrelay_router:access_plan/3``) as :meth:`Router.execute`
+    takes it: plain dicts.  Prolog's @none arrives as None; a query "none" stays text."""
+    plan = dict(plan)
+    plan["steps"] = [dict(s) for s in plan.get("steps") or []]
+    return plan
+
+
 # -- rolling log entries ------------------------------------------------------------
 
 # A ring entry is one turn as a JSON array in _TURN_FIELDS order (a str entry

@@ -534,7 +534,7 @@ class TranscriptStore(LmdbStore):
             return []
         return self._read(lambda txn: self._index.search(
             txn, self._require_session(txn, session_id).num, query, k=k,
-            max_postings=max_postings))
+            max_postings=max_postings, snapshot=txn.raw.id()))
 
     # -- stats ---------------------------------------------------------------
 
