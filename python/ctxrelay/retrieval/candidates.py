@@ -176,7 +176,10 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
     plan = options.get("knowledge")
     fetch = None
     if plan is not None and has_knowledge(stores):
-        fetch = _side_pool().submit(Router.of(stores).execute, route_plan(plan))
+        if TIER_P_BESIDE_RECALL:
+            fetch = _side_pool().submit(Router.of(stores).execute, route_plan(plan))
+        else:
+            fetch = _Done(Router.of(stores), route_plan(plan))
     try:
         _gather_history(cands, stores, stage)
         summaries = [u.summary() for u in cands.units.values()]
@@ -243,6 +246,7 @@ def _gather_history(cands: Candidates, stores: Stores, stage: "_Stage") -> None:
 # Tier P's fetch beside recall.  Not the router's own pool: a blended plan fetches its
 # steps there and waits for them, which from inside that pool could exhaust it.
 _SIDE_WORKERS = 4
+TIER_P_BESIDE_RECALL = True     # False: fetched after recall, in the caller's thread
 _side: ThreadPoolExecutor | None = None
 _side_lock = threading.Lock()
 
@@ -255,6 +259,19 @@ def _side_pool() -> ThreadPoolExecutor:
                 _side = ThreadPoolExecutor(max_workers=_SIDE_WORKERS,
                                            thread_name_prefix="ctxrelay-tier-p")
     return _side
+
+
+class _Done:
+    """Tier P fetched in the caller's thread when asked for (after recall)."""
+
+    def __init__(self, router: Router, plan: dict[str, Any]) -> None:
+        self._router, self._plan = router, plan
+
+    def cancel(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self._router.execute(self._plan)
 
 
 def _quietly(fn: Any) -> None:

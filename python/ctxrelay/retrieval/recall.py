@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import snowballstemmer
 
+from ctxrelay.retrieval.prepared import prepared
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.types import Turn
 from ctxrelay.text.bounds import derived_text
@@ -391,7 +392,10 @@ def recall(stores: Any, session_id: str, query: str, *, upto: int,
         stripped = strip_names(query, names)
         if embedder is not None and stripped != query and stripped:
             vec = embedder.embed_batch([derived_text(stripped)])[0]
-        ids, matrix = log.dense_window(session_id)
+        # The dense window changes only with the turn log: kept under its generation.
+        ids, matrix = prepared(stores).get(
+            ("dense_window", session_id), log.write_generation(),
+            lambda: (log.dense_window(session_id), frozenset()))[0]
         if len(ids):
             values = matrix @ np.asarray(vec, dtype=np.float32)
             sims = (ids, values)
