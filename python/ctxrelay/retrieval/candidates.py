@@ -112,9 +112,10 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
 
     reference_turns = int(options["reference_turns"])
     instruction_turns = int(options["instruction_turns"])
+    generation = store.write_generation()
     window, window_start = _kept(
         stores, ("window", session_id, history_end, window_tokens, min_recent, instruction_turns),
-        store.write_generation(),
+        generation,
         lambda: _read_window(stores, session_id, history_end, window_tokens, min_recent,
                              instruction_turns))
     window = list(window)
@@ -150,7 +151,24 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
         for e in scratch.latest(session_id, reference_turns)]
     priming = tok.count_messages([], counter).n
     cands = Candidates(session_id, model, units, priming, groups, [], info)
-    cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start)
+    # Read here, before Tier P's thread starts in gather(): there each LMDB call
+    # lets that thread take the GIL, and the caller waits for it to come back.
+    log_generation = stores.turnlog.write_generation() if dense is not None else None
+    warm_store = stores.warm_if_present() if options.get("warm", True) else None
+    # Recall's ranking needs nothing Prolog decides next: it runs while Prolog
+    # analyses the message (janus releases the GIL while Prolog runs).
+    ranking = None
+    embedder = None
+    if options.get("retrieval", True) and query_text and history_end >= 1 \
+            and int(options.get("max_retrieved", 200)) > 0:
+        from ctxrelay.retrieval.recall import recall
+        from ctxrelay.text.embed import get_embedder
+        embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
+        ranking = _side_pool().submit(recall, stores, session_id, query_text, upto=history_end,
+                                      dense=dense, embedder=embedder,
+                                      dense_generation=log_generation)
+    cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
+                         generation, log_generation, warm_store, embedder, ranking)
     # No units yet: recall marks the window's turns with their relevance, so their
     # summaries go to Prolog with the rest, from gather().
     return {"handle": cands, "priming": priming, "info": info}
@@ -212,25 +230,23 @@ def _gather_history(cands: Candidates, stores: Stores, stage: "_Stage") -> None:
     history_end = int(info["history_end"])
     window_tokens = int(options["window_tokens"])
     if options.get("retrieval", True) and stage.query_text:
-        from ctxrelay.text.embed import get_embedder
-        embedder = get_embedder(options.get("embedder") or None) \
-            if stage.dense is not None else None
         info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
                                    history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
                                    int(options.get("max_retrieved", 200)),
                                    units, cands.groups, counter, stage.scratch, stage.dense,
-                                   embedder, pair=bool(options.get("pair_turns", False)))
-    warm_store = stores.warm_if_present() if options.get("warm", True) else None
-    if warm_store is not None:
-        _warm_units(warm_store, session_id, stage.query_text, history_end, units,
+                                   stage.embedder, pair=bool(options.get("pair_turns", False)),
+                                   dense_generation=stage.log_generation,
+                                   ranking=stage.ranking)
+    if stage.warm_store is not None:
+        _warm_units(stage.warm_store, session_id, stage.query_text, history_end, units,
                     cands.excludes, counter)
     tail_first = int(info["tail_first"])
     if options.get("boundary", True) and tail_first > 1:
         first, last = 1, tail_first - 1
         count = last - first + 1
         prefix_tokens = _kept(stores, ("range", session_id, first, last, history_end),
-                              store.write_generation(),
+                              stage.generation,
                               lambda: _range_tokens(store, session_id, first, last, history_end))
         text = boundary_text(first, last, count, prefix_tokens,
                              str(options.get("history_access") or "context"))
@@ -311,6 +327,11 @@ class _Stage:
     dense: Any
     query_text: str
     window_start: int
+    generation: Any               # the transcript's, when the window was read
+    log_generation: Any           # the turn log's, for the dense window
+    warm_store: Any
+    embedder: Any                 # recall's (None without the dense side)
+    ranking: Any                  # recall's ranking, a future (None: no recall)
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
