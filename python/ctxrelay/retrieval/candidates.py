@@ -78,7 +78,8 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     either is reached), reference_turns (the latest turns and scratch
     entries handed to the reference resolver), instruction_turns (system
     turns among the session's first this many are offered as standing
-    instructions), retrieval, warm, system, threads, embedder, pending
+    instructions), retrieval, warm, knowledge (Tier P may be asked for: its query
+    is embedded ahead), system, threads, embedder, pending
     (the new messages before ``message``, not stored yet: offered as
     mandatory units in their order).
     """
@@ -167,6 +168,9 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
         ranking = _side_pool().submit(recall, stores, session_id, query_text, upto=history_end,
                                       dense=dense, embedder=embedder,
                                       dense_generation=log_generation)
+    if options.get("knowledge") and message is not None and has_knowledge(stores):
+        # Tier P's query is the message: its embedding is ready when Prolog's plan comes.
+        _side_pool().submit(Router.of(stores).prepare_query, query_text)
     cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
                          generation, log_generation, warm_store, embedder, ranking)
     # No units yet: recall marks the window's turns with their relevance, so their

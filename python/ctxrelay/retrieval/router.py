@@ -349,6 +349,15 @@ class Router:
         """The query's embedding under the CKF's embedder, memoised by text."""
         return self._embedded(text)[0]
 
+    def prepare_query(self, text: str) -> None:
+        """Embed ``text`` ahead of a plan that will ask with it (kept by text, as
+        :meth:`vector` and the cache key need it); a text that cannot be embedded
+        is left for the plan to report."""
+        try:
+            self._embedded(text)
+        except CtxRelayError:
+            pass
+
     def _embedded(self, text: str) -> tuple[Any, Any]:
         # (embedding, its cache-key template): a repeated query costs neither an
         # embedder call nor the bucketing projection.
