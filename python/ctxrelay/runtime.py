@@ -271,7 +271,8 @@ class Runtime:
     default store of the embedded Prolog, so ``context/3`` and the other
     predicates that take ``default`` see it too.  ``store_dir`` is a
     directory (the embedded default) or a store URL such as
-    ``lmdb:///abs/dir``; ``cache`` is None or ``memory://``.  Runtimes on one
+    ``lmdb:///abs/dir`` or ``postgresql://…``; ``cache`` is None (in-process),
+    ``memory://`` or ``redis://…``.  Runtimes on one
     store share it (closing one leaves the others working).  Use it as a
     context manager or call :meth:`close`.
     """

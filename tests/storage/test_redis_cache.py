@@ -42,3 +42,18 @@ def test_an_unreachable_redis_costs_a_miss_never_an_error():
     assert cache.invalidate("etag") == 0
     assert cache.stats().misses == 1 and cache.errors == 3
     gone.close()
+
+
+def test_an_entry_that_does_not_unpickle_is_a_miss_not_a_failed_turn():
+    url = f"{redis_url()}?prefix=t{uuid.uuid4().hex[:12]}"
+    backend = _cache(url)
+    try:
+        cache = backend.open_hot_cache()
+        key = cache.key(_vec(3), "etag", "s")
+        cache.put(key, ("items", "used"))
+        # damage the stored entry in place (a foreign writer, a torn value)
+        backend.client.set(f"{backend.prefix}:hc:{key.digest()}", b"\x80\x05garbage")
+        assert cache.get(key, "miss") == "miss"
+        assert cache.stats().misses == 1 and cache.errors == 1
+    finally:
+        backend.close()

@@ -12,8 +12,9 @@ Values are pickled because the contract stores them "as given" (tuples stay
 tuples).  A pickle runs code when loaded: the Redis of a deployment must be
 as private as its PostgreSQL (``make services`` binds it to loopback).
 
-Every Redis error is a miss (``get``) or a dropped write (``put``), counted in
-``stats().misses`` / ``errors``: the hot tier is never required.
+Every Redis error, and every entry that does not unpickle, is a miss (``get``)
+or a dropped write (``put``), counted in ``stats().misses`` / ``errors``: the
+hot tier is never required.
 """
 from __future__ import annotations
 
@@ -116,7 +117,14 @@ class RedisHotCache:
         if raw is None:
             self._count(misses=1)
             return default
-        stored, value = pickle.loads(raw)
+        try:
+            stored, value = pickle.loads(raw)
+        except Exception:
+            # A value this cache cannot read (damaged, or written by another
+            # version) is a miss like any other Redis fault: the hot tier is
+            # rebuildable, and a turn must not fail because of it.
+            self._count(errors=1, misses=1)
+            return default
         if self.min_similarity is not None and key.embedding is not None and stored:
             vector = np.frombuffer(stored, dtype=np.float32)
             if float(vector @ key.embedding) < self.min_similarity:
