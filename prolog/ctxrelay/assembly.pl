@@ -197,7 +197,7 @@ conversation_analysis(Text, Cands0, Cands, Analysis) :-
     resolved_turns(Resolved, Info.recent_turns, TurnIds),
     include(is_resolved, Resolved, Hits),
     length(Hits, NResolved),
-    recent_mentions(Info.recent_turns, Mentioned),
+    Mentioned = Info.recent_mentions,
     IntentContext = _{topic_similarity:Info.get(topic_similarity, 0.0),
                       topic_threshold:Info.get(topic_threshold, 0.5),
                       mentioned:Mentioned, refs:Refs},
@@ -325,8 +325,11 @@ gather(Request, Plan, Cands0, Cands, Analysis0, Analysis) :-
                              Cands0.handle, Request.store,
                              _{referenced:Cands0.referenced, knowledge:Plan}), Out),
            session(Request.session)),
+    Info0 = Cands0.info,                    % the recent turns may be Prolog's kept ones
+    Info = Out.info.put(_{recent_turns:Info0.recent_turns,
+                          recent_mentions:Info0.recent_mentions}),
     Cands = Cands0.put(_{units:Out.units, groups:Out.groups, excludes:Out.excludes,
-                         info:Out.info}),
+                         info:Info}),
     knowledge_novelty(Analysis0, Novelty),
     (   Analysis0.mode \== conversation
     ->  Analysis = Analysis0
@@ -473,12 +476,46 @@ candidates(Request, Cands) :-
                   message_turn_id:MessageTurn,
                   reference_turns:ReferenceTurns,
                   instruction_turns:InstructionTurns,
-                  pending:Request.pending},
+                  pending:Request.pending,
+                  known_recent:KnownKey},
+    text_to_string(Request.session, Session),
+    kept_recent(Session, KnownKey, KnownTurns, KnownMentions),
     py_api(py_call_plain('ctxrelay.retrieval.candidates':window_candidates(
                              Store, Request.session, Request.text, PyOptions), Cands0),
            session(Request.session)),
+    Info0 = Cands0.info,
+    (   get_dict(recent_turns, Info0, Recent)
+    ->  recent_mentions(Recent, Mentioned),
+        keep_recent(Session, Info0.recent_key, Recent, Mentioned),
+        Info = Info0.put(recent_mentions, Mentioned)
+    ;   Info = Info0.put(_{recent_turns:KnownTurns, recent_mentions:KnownMentions})
+    ),
     Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd,
-                         tail_first:TailFirst}).
+                         tail_first:TailFirst, info:Info}).
+
+%   The recent turns Python last gave for a session and the words they
+%   mention, with the key that names them (the store, its write generation
+%   and the window's limits): the next assembly names the key, and Python
+%   sends the turns again only when they are not those.  One entry per
+%   session, a bounded table.
+:- dynamic recent_kept/4.                   % Session, Key, Turns, Mentions
+
+kept_recent(Session, Key, Turns, Mentions) :-
+    (   recent_kept(Session, Key0, Turns0, Mentions0)
+    ->  Key = Key0, Turns = Turns0, Mentions = Mentions0
+    ;   Key = "", Turns = [], Mentions = []
+    ).
+
+keep_recent(_, "", _, _) :- !.
+keep_recent(Session, Key, Turns, Mentions) :-
+    with_mutex(ctxrelay_recent_kept,
+               ( retractall(recent_kept(Session, _, _, _)),
+                 (   predicate_property(recent_kept(_, _, _, _), number_of_clauses(N)),
+                     N >= 256
+                 ->  retractall(recent_kept(_, _, _, _))
+                 ;   true
+                 ),
+                 assertz(recent_kept(Session, Key, Turns, Mentions)) )).
 
 %!  tail_first(+HistoryEnd, +Policy, -TailFirst) is det.
 %

@@ -12,6 +12,7 @@ than the budget, and cold turns come from the inverted index.
 """
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -81,7 +82,9 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     instructions), retrieval, warm, knowledge (Tier P may be asked for: its query
     is embedded ahead), system, threads, embedder, pending
     (the new messages before ``message``, not stored yet: offered as
-    mandatory units in their order).
+    mandatory units in their order), known_recent (the ``recent_key`` of the
+    recent turns Prolog holds for the session: ``info`` then leaves them out when
+    they are unchanged).
     """
     store = stores.transcript
     model = str(options.get("model") or "cl100k_base")
@@ -144,9 +147,17 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
     # a bounded preview, so a huge turn costs the same as a short one there.
     preview = int(options.get("preview_chars", 2000))
-    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
-                             "content": t.content[:preview]}
-                            for t in window[-reference_turns:]] if reference_turns > 0 else []
+    # They are the same until the window changes: Prolog keeps the last ones it was
+    # given per session and names them (known_recent); when they are still these,
+    # they do not cross again.
+    recent_key = "" if generation is None else json.dumps(
+        [stores.path, session_id, generation, history_end, window_tokens, min_recent,
+         instruction_turns, reference_turns, preview])
+    info["recent_key"] = recent_key
+    if not recent_key or options.get("known_recent") != recent_key:
+        info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
+                                 "content": t.content[:preview]}
+                                for t in window[-reference_turns:]] if reference_turns > 0 else []
     info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
         {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
         for e in scratch.latest(session_id, reference_turns)]
