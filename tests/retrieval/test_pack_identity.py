@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from ctxrelay import Runtime
 from ctxrelay.storage.lmdb import factwrite
 

@@ -43,6 +43,7 @@ from ctxrelay.retrieval.pricing import (  # noqa: F401
 )
 from ctxrelay.retrieval.recalled import _add_with_tool_family, _retrieve
 from ctxrelay.retrieval.render import host_only_tokens, render  # noqa: F401
+from ctxrelay.retrieval.router import Router, route_plan
 from ctxrelay.retrieval.thread_context import _thread_context
 from ctxrelay.retrieval.units import Candidates, Unit, _tool_call_ids
 from ctxrelay.retrieval.window import (
@@ -54,7 +55,6 @@ from ctxrelay.retrieval.window import (
     _tool_groups,
     boundary_text,
 )
-from ctxrelay.retrieval.router import Router, route_plan
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 
@@ -238,7 +238,7 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
             "knowledge": knowledge, "has_knowledge": fetch is not None}
 
 
-def _gather_history(cands: Candidates, stores: Stores, stage: "_Stage") -> None:
+def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
     """Recalled turns, the session's warm artifacts and the cold-history boundary."""
     options, units, info, counter = stage.options, cands.units, cands.info, stage.counter
     session_id, store = cands.session_id, stores.transcript
@@ -308,7 +308,7 @@ class _Done:
 def _quietly(fn: Any) -> None:
     try:
         fn()
-    except BaseException:   # noqa: BLE001 - only waited for; the caller's error is raised
+    except BaseException:   # noqa: BLE001, S110 - only waited for; the caller's error is raised
         pass
 
 
