@@ -171,11 +171,12 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     # analyses the message (janus releases the GIL while Prolog runs).
     ranking = None
     embedder = None
-    if options.get("retrieval", True) and query_text and history_end >= 1 \
-            and int(options.get("max_retrieved", 200)) > 0:
-        from ctxrelay.retrieval.recall import recall
+    if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
-        embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
+        embedder = get_embedder(options.get("embedder") or None)
+    if RECALL_BESIDE_ANALYSIS and options.get("retrieval", True) and query_text \
+            and history_end >= 1 and int(options.get("max_retrieved", 200)) > 0:
+        from ctxrelay.retrieval.recall import recall
         ranking = _side_pool().submit(recall, stores, session_id, query_text, upto=history_end,
                                       dense=dense, embedder=embedder,
                                       dense_generation=log_generation)
@@ -278,6 +279,7 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
 # steps there and waits for them, which from inside that pool could exhaust it.
 _SIDE_WORKERS = 4
 TIER_P_BESIDE_RECALL = True     # False: fetched after recall, in the caller's thread
+RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
 _side: ThreadPoolExecutor | None = None
 _side_lock = threading.Lock()
 
