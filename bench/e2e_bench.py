@@ -16,7 +16,7 @@ without the time spent embedding the message; the ratios new/baseline; and
 this checkout's Python stage totals.
 
     .venv/bin/python bench/e2e_bench.py [--sizes 10000,100000] [--repeat 80]
-        [--baseline /work/baseline]
+        [--baseline /work/baseline] [--store-cache DIR]
 
 Writes ``bench/results/e2e_vs_e858172.json`` (``--out`` to change).  Without a
 checkout at ``--baseline`` it times this checkout alone (no ratios).
@@ -89,6 +89,9 @@ def main() -> int:
     ap.add_argument("--baseline", default="/work/baseline",
                     help="a checkout of commit e858172 (its python/ is imported by the baseline worker)")
     ap.add_argument("--out", default="e2e_vs_e858172")
+    ap.add_argument("--store-cache", default=None,
+                    help="keep each side's built stores here and reopen them in later runs "
+                         "(a directory per side; a 100k build takes ~25 minutes)")
     args = ap.parse_args()
     from assembly_bench import TOPICS
     baseline = Path(args.baseline) / "python" / "ctxrelay"
@@ -101,8 +104,9 @@ def main() -> int:
     results: dict[str, dict] = {}
     try:
         for n in (int(s) for s in args.sizes.split(",")):
-            for w in sides.values():          # both build at once: build time is not measured
-                w.send(op="build", n=n)
+            for name, w in sides.items():     # both build at once: build time is not measured
+                cache = str(Path(args.store_cache) / name) if args.store_cache else None
+                w.send(op="build", n=n, cache=cache)
             builds = {name: w.receive() for name, w in sides.items()}
             print(f"{n}: built {builds}", flush=True)
             texts = messages(args.warmup + args.repeat, TOPICS)

@@ -99,13 +99,13 @@ def test_the_candidates_are_released_when_no_alternative_can_need_them(rt, monke
     import weakref
     chat(rt, "s", 30)
     refs = []
-    original = assembly.candidates
+    original = assembly.window_candidates
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
         refs.append(weakref.ref(out["handle"]))
         return out
-    monkeypatch.setattr(assembly, "candidates", spy)
+    monkeypatch.setattr(assembly, "window_candidates", spy)
     rt.assemble("s", "what about the backup window?", **POLICY)
     rt.stats("s")
     assert refs and refs[-1]() is None, "the best pack is returned: nothing can use them"

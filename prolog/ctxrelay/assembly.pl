@@ -32,9 +32,11 @@
 
 assembly/2 runs the middle of a managed turn, without writing anything:
 
-    candidates (Python: window, recall, warm, boundary, thread)
-    -> references resolved, intent classified, mode and blend
-    -> Tier P facts through the router (or per sub-query in document mode)
+    candidates, first stage (Python: the window, the message's thread)
+    -> references resolved, intent classified, mode and blend, Tier P's plan
+    -> candidates, second stage, one crossing (Python: recall, warm,
+       boundary, referenced turns; Tier P through the router side by side)
+       (or Tier P per sub-query in document mode)
     -> utilities and constraints -> the tier gate
     -> the CLP(FD) pack under the input budget (fail closed)
     -> order, render, count, ledger, headers
@@ -131,11 +133,13 @@ assembly_(Request, Holder, Result) :-
     message_may_fit(Store, Text, Request.pending, Policy),
     candidates(Request, Cands0),
     nb_setarg(1, Holder, Cands0.handle),
-    conversation_analysis(Store, Text, Cands0, Cands1, Analysis00),
+    conversation_analysis(Text, Cands0, Cands1, Analysis00),
     context_mode(Text, Policy.mode, Request.history_end, Mode),
     mode_blend(Mode, Analysis00.blend, ModeBlend),
     Analysis0 = Analysis00.put(_{mode:Mode, blend:ModeBlend}),
-    knowledge_units(Request, Analysis0, Cands1, Cands, Analysis),
+    knowledge_plan(Request, Analysis0, Cands1, KnowledgePlan),
+    gather(Request, KnowledgePlan, Cands1, Cands2, Analysis0, Analysis1),
+    document_units(Request, Analysis1, Cands2, Cands, Analysis),
     pack_units(Cands, Policy, Units0, Constraints0),
     Budget is Policy.input_budget - Cands.priming,
     check_mandatory_fits(Units0, Budget, Policy, Cands, Mandatory),
@@ -179,34 +183,28 @@ assembly_(Request, Holder, Result) :-
 		 *   REFERENCES, INTENT, BLEND  *
 		 *******************************/
 
-%   conversation_analysis(+Store, +Text, +Cands0, -Cands, -Analysis)
+%   conversation_analysis(+Text, +Cands0, -Cands, -Analysis)
 %
-%   Detect and resolve the references of the new message (DCGs), bring
-%   the resolved turns in as candidates at full weight, classify the
-%   intent (tool refs, clarify markers, any reference, continue markers,
-%   topic similarity) and look up its blend.
-conversation_analysis(Store, Text, Cands0, Cands, Analysis) :-
+%   Detect and resolve the references of the new message (DCGs): the
+%   resolved turns come in as candidates at full weight (gather/6 adds
+%   them, after recall); classify the intent (tool refs, clarify markers,
+%   any reference, continue markers, topic similarity) and look up its
+%   blend.
+conversation_analysis(Text, Cands0, Cands, Analysis) :-
     Info = Cands0.info,
     references(Text, Refs),
     resolve_references(Refs, Info.recent_turns, Info.scratch_recent, Resolved),
     resolved_turns(Resolved, Info.recent_turns, TurnIds),
-    (   TurnIds == []
-    ->  Cands1 = Cands0
-    ;   py_api(py_call_plain('ctxrelay.retrieval.candidates':add_turn_units(Cands0.handle, Store, TurnIds),
-                             Added)),
-        append(Cands0.units, Added, Units1),
-        Cands1 = Cands0.put(units, Units1)
-    ),
     include(is_resolved, Resolved, Hits),
     length(Hits, NResolved),
-    recent_mentions(Info.recent_turns, Mentioned),
+    Mentioned = Info.recent_mentions,
     thread_topic(Info, Topic),
     IntentContext = _{topic_similarity:Info.get(topic_similarity, 0.0),
                       topic_threshold:Info.get(topic_threshold, 0.5),
                       mentioned:Mentioned, refs:Refs, topic:Topic},
     classify_intent(Text, IntentContext, Intent, _Evidence),
     intent_blend(Intent, Blend),
-    Cands = Cands1.put(_{referenced:TurnIds, intent:Intent, blend:Blend}),
+    Cands = Cands0.put(_{referenced:TurnIds, intent:Intent, blend:Blend}),
     Analysis = _{intent:Intent, blend:Blend, references:NResolved,
                  referenced_turns:TurnIds,
                  thread:_{id:Info.get(active_thread, ""), label:Info.get(thread_label, ""),
@@ -307,16 +305,69 @@ turn_store(Options0, Store, Options) :-
 		 *     TIER P AND THE BLEND     *
 		 *******************************/
 
-%   knowledge_units(+Request, +Analysis0, +Cands0, -Cands, -Analysis)
+%   knowledge_plan(+Request, +Analysis, +Cands, -Plan)
 %
-%   Offer CKF facts (Tier P) for the new message.  The intent's blend
-%   says whether novelty against what the conversation already covers
-%   is on, off or partial; a message that refers back to prior content
-%   turns it off (CRP-SPEC-028 §5.3).  A drill-down walks the
-%   similarity graph around the anchors (CDGR), other intents rank by
-%   CDR.  Facts promoted from another session's turns are never offered
-%   (the session scope travels with every retrieval).
-knowledge_units(Request, Analysis0, Cands0, Cands, Analysis) :-
+%   The router plan of Tier P for the new message (ctxrelay_router:
+%   access_plan/3), or @none.  The intent's blend says whether novelty
+%   against what the conversation already covers is on, off or partial; a
+%   message that refers back to prior content turns it off (CRP-SPEC-028
+%   §5.3).  A drill-down walks the similarity graph around the anchors
+%   (CDGR), other intents rank by CDR.  Facts promoted from another
+%   session's turns are never offered (the session scope travels with
+%   every retrieval).  Document and hybrid modes plan per sub-query
+%   instead (document_units/5).
+knowledge_plan(Request, Analysis, Cands, Plan) :-
+    Analysis.mode == conversation,
+    max_facts(Request.policy, K),
+    K > 0,
+    !,
+    Policy = Request.policy,
+    knowledge_novelty(Analysis, Novelty),
+    knowledge_method(Analysis.intent, Method),
+    knowledge_access(Method, Request.text, Access),
+    coverage_texts(Cands, Novelty, Coverage),
+    (   Policy.namespace == "" -> NSOpts = [] ; NSOpts = [namespace(Policy.namespace)] ),
+    access_plan(Access, [k(K), coverage(Coverage), novelty(Novelty), as(python)|NSOpts], Plan).
+knowledge_plan(_, _, _, @none).
+
+knowledge_novelty(Analysis, Novelty) :-
+    (   Analysis.references > 0 -> Novelty = off ; Novelty = Analysis.blend.novelty ).
+
+%   gather(+Request, +KnowledgePlan, +Cands0, -Cands, +Analysis0, -Analysis)
+%
+%   The second stage of the candidates, one crossing: recalled turns, warm
+%   artifacts, the boundary, the turns the references resolved to, and
+%   (side by side with recall, in Python) Tier P's facts by KnowledgePlan.
+gather(Request, Plan, Cands0, Cands, Analysis0, Analysis) :-
+    py_api(py_call_plain('ctxrelay.retrieval.candidates':gather(
+                             Cands0.handle, Request.store,
+                             _{referenced:Cands0.referenced, knowledge:Plan}), Out),
+           session(Request.session)),
+    Info0 = Cands0.info,                    % the recent turns may be Prolog's kept ones
+    Info = Out.info.put(_{recent_turns:Info0.recent_turns,
+                          recent_mentions:Info0.recent_mentions}),
+    Cands = Cands0.put(_{units:Out.units, groups:Out.groups, excludes:Out.excludes,
+                         info:Info}),
+    knowledge_novelty(Analysis0, Novelty),
+    (   Analysis0.mode \== conversation
+    ->  Analysis = Analysis0
+    ;   Out.has_knowledge == true
+    ->  K = Out.knowledge,
+        knowledge_method(Analysis0.intent, Method),
+        Analysis = Analysis0.put(knowledge,
+                                 _{facts:K.facts, novelty:Novelty, method:Method,
+                                   store_used:K.store_used, cache_hit:K.cache_hit,
+                                   retrieval_ms:K.retrieval_ms})
+    ;   Analysis = Analysis0.put(knowledge,
+                                 _{facts:0, novelty:Novelty, method:none, store_used:[],
+                                   cache_hit:false, retrieval_ms:0})
+    ).
+
+%   document_units(+Request, +Analysis0, +Cands0, -Cands, -Analysis)
+%
+%   Document and hybrid modes: Tier P per sub-query of the task, every
+%   sub-query covered before any gets a second fact.
+document_units(Request, Analysis0, Cands0, Cands, Analysis) :-
     Analysis0.mode \== conversation,
     !,
     Policy = Request.policy,
@@ -333,33 +384,7 @@ knowledge_units(Request, Analysis0, Cands0, Cands, Analysis) :-
                                           retrieval_ms:Out.retrieval_ms,
                                           subqueries:Plan.queries,
                                           coverage:Out.coverage}).
-knowledge_units(Request, Analysis0, Cands0, Cands, Analysis) :-
-    Policy = Request.policy,
-    Store = Request.store,
-    Blend = Analysis0.blend,
-    (   Analysis0.references > 0 -> Novelty = off ; Novelty = Blend.novelty ),
-    knowledge_method(Analysis0.intent, Method),
-    max_facts(Policy, K),
-    (   K > 0,
-        py_call('ctxrelay.retrieval.candidates':has_knowledge(Store), @true)
-    ->  knowledge_access(Method, Request.text, Access),
-        coverage_texts(Cands0, Novelty, Coverage),
-        (   Policy.namespace == "" -> NSOpts = [] ; NSOpts = [namespace(Policy.namespace)] ),
-        retrieve(Store, Access, [k(K), coverage(Coverage), novelty(Novelty),
-                                 as(python)|NSOpts], Retrieved),
-        py_api(py_call_plain('ctxrelay.retrieval.candidates':add_router_fact_units(
-                                 Cands0.handle, Retrieved), Out)),
-        py_free(Retrieved),                 % its facts are units now
-        append(Cands0.units, Out.units, Units),
-        Cands = Cands0.put(units, Units),
-        Knowledge = _{facts:Out.facts, novelty:Novelty, method:Method,
-                      store_used:Out.store_used, cache_hit:Out.cache_hit,
-                      retrieval_ms:Out.retrieval_ms}
-    ;   Cands = Cands0,
-        Knowledge = _{facts:0, novelty:Novelty, method:none, store_used:[], cache_hit:false,
-                      retrieval_ms:0}
-    ),
-    Analysis = Analysis0.put(knowledge, Knowledge).
+document_units(_, Analysis, Cands, Cands, Analysis).
 
 max_facts(Policy, K) :-
     (   Policy.knowledge == true -> K = Policy.max_facts ; K = 0 ).
@@ -424,7 +449,9 @@ blend_gate(Units0, Constraints0, Available, Policy, Analysis, Units, Constraints
 
 %   candidates(+Request, -Cands)
 %
-%   Python gathers the candidate units within the limits decided here:
+%   The first stage of the candidates (the window and the message's
+%   thread: what the analysis of the message reads); gather/6 brings the
+%   rest.  Python gathers the candidate units within the limits decided here:
 %   the guaranteed tail starts at TailFirst (the last min_recent_turns
 %   stored turns), the cold-history boundary is offered when turns lie
 %   before it, recalled turns are offered until they hold Oversupply
@@ -434,7 +461,6 @@ candidates(Request, Cands) :-
     Store = Request.store,
     HistoryEnd = Request.history_end,
     MessageTurn is HistoryEnd + 1,
-    warm_store(Store, Policy, Warm),
     tail_first(HistoryEnd, Policy, TailFirst),
     (   Policy.cold_history_boundary == true, TailFirst > 1
     ->  Boundary = @true
@@ -450,6 +476,8 @@ candidates(Request, Cands) :-
     py_bool(Policy.retrieval, Retrieval),
     py_bool(Policy.warm, UseWarm),
     py_bool(Policy.threads, Threads),
+    max_facts(Policy, K),
+    (   K > 0 -> Knowledge = @true ; Knowledge = @false ),
     PyOptions = _{model:Policy.model, history_end:HistoryEnd,
                   window_tokens:Policy.input_budget,
                   min_recent_turns:Policy.min_recent_turns,
@@ -458,7 +486,7 @@ candidates(Request, Cands) :-
                   retrieve_tokens:RetrieveTokens,
                   excerpt_above:ExcerptAbove, excerpt_tokens:ExcerptTokens,
                   preview_chars:PreviewChars,
-                  retrieval:Retrieval, warm:UseWarm,
+                  retrieval:Retrieval, warm:UseWarm, knowledge:Knowledge,
                   system:Policy.system,
                   boundary:Boundary, threads:Threads, embedder:Policy.embedder,
                   history_access:Policy.history_access,
@@ -466,12 +494,46 @@ candidates(Request, Cands) :-
                   message_turn_id:MessageTurn,
                   reference_turns:ReferenceTurns,
                   instruction_turns:InstructionTurns,
-                  pending:Request.pending},
-    py_api(py_call_plain('ctxrelay.retrieval.candidates':candidates(
-                             Store, Warm, Request.session, Request.text, PyOptions), Cands0),
+                  pending:Request.pending,
+                  known_recent:KnownKey},
+    text_to_string(Request.session, Session),
+    kept_recent(Session, KnownKey, KnownTurns, KnownMentions),
+    py_api(py_call_plain('ctxrelay.retrieval.candidates':window_candidates(
+                             Store, Request.session, Request.text, PyOptions), Cands0),
            session(Request.session)),
+    Info0 = Cands0.info,
+    (   get_dict(recent_turns, Info0, Recent)
+    ->  recent_mentions(Recent, Mentioned),
+        keep_recent(Session, Info0.recent_key, Recent, Mentioned),
+        Info = Info0.put(recent_mentions, Mentioned)
+    ;   Info = Info0.put(_{recent_turns:KnownTurns, recent_mentions:KnownMentions})
+    ),
     Cands = Cands0.put(_{message_turn:MessageTurn, history_end:HistoryEnd,
-                         tail_first:TailFirst}).
+                         tail_first:TailFirst, info:Info}).
+
+%   The recent turns Python last gave for a session and the words they
+%   mention, with the key that names them (the store, its write generation
+%   and the window's limits): the next assembly names the key, and Python
+%   sends the turns again only when they are not those.  One entry per
+%   session, a bounded table.
+:- dynamic recent_kept/4.                   % Session, Key, Turns, Mentions
+
+kept_recent(Session, Key, Turns, Mentions) :-
+    (   recent_kept(Session, Key0, Turns0, Mentions0)
+    ->  Key = Key0, Turns = Turns0, Mentions = Mentions0
+    ;   Key = "", Turns = [], Mentions = []
+    ).
+
+keep_recent(_, "", _, _) :- !.
+keep_recent(Session, Key, Turns, Mentions) :-
+    with_mutex(ctxrelay_recent_kept,
+               ( retractall(recent_kept(Session, _, _, _)),
+                 (   predicate_property(recent_kept(_, _, _, _), number_of_clauses(N)),
+                     N >= 256
+                 ->  retractall(recent_kept(_, _, _, _))
+                 ;   true
+                 ),
+                 assertz(recent_kept(Session, Key, Turns, Mentions)) )).
 
 %!  tail_first(+HistoryEnd, +Policy, -TailFirst) is det.
 %
@@ -522,12 +584,6 @@ reference_horizon(40).
 %   instructions: they are offered whatever the window (and are mandatory,
 %   ctxrelay_utility).
 instruction_turns(3).
-
-warm_store(Store, Policy, Warm) :-
-    (   Policy.warm == true
-    ->  py_api(py_call('ctxrelay.bridge.stores':warm_store_for(Store), Warm))
-    ;   Warm = @none
-    ).
 
 %   render(+Cands, +Plan, -Rendered)
 render(Cands, Plan, Rendered) :-

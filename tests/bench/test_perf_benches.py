@@ -39,6 +39,22 @@ def test_e2e_bench_runs_both_sides_and_writes_ratios(tmp_path):
 
 
 @pytest.mark.slow
+def test_e2e_bench_reopens_the_stores_it_kept(tmp_path):
+    # --store-cache: the second run reopens each side's store instead of building it.
+    args = ["bench/e2e_bench.py", "--sizes", "80", "--repeat", "2", "--warmup", "1",
+            "--baseline", str(ROOT), "--store-cache", str(tmp_path / "stores")]
+    rows = []
+    for run in ("first", "second"):
+        run_bench(args + ["--out", str(tmp_path / run)])
+        rows.append(json.loads((tmp_path / f"{run}.json").read_text())["results"]["80"])
+    for side in ("baseline", "new"):
+        assert rows[0][side]["build_s"]["reused"] is False
+        assert rows[1][side]["build_s"]["reused"] is True
+        assert rows[1][side]["pack_units"] == rows[0][side]["pack_units"]
+        assert (tmp_path / "stores" / side / "store-80" / ".built").exists()
+
+
+@pytest.mark.slow
 def test_turn_cost_bench_times_every_stage(tmp_path):
     out = tmp_path / "turn_cost"
     run_bench(["bench/turn_cost.py", "--turns", "60", "--rounds", "4", "--embedder", "hashing",

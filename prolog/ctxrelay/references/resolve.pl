@@ -336,10 +336,36 @@ target_dict(scratch(Id), D) => D = target{kind:scratch, scratch_id:Id}.
 %   ``` fences are skipped.
 %   @error type_error(text, Text)
 
+%
+%   Kept in a bounded table like mention_words/2: an ordinal reference
+%   ("the second one") reads the enumerations of the same recent turns on
+%   every turn of a conversation.
+
 enumerations(Text, Lists) :-
     must_be(text, Text),
+    (   memo_key(Text, Key)
+    ->  (   enumeration_memo(Key, Text, Lists0)
+        ->  Lists = Lists0
+        ;   enumerations_(Text, Lists),
+            remember_enumerations(Key, Text, Lists)
+        )
+    ;   enumerations_(Text, Lists)
+    ).
+
+enumerations_(Text, Lists) :-
     split_string(Text, "\n", "\r", Lines),
     enum_lines(Lines, outside, none, Lists).
+
+:- dynamic enumeration_memo/3.              % Hash, Text, Lists
+
+remember_enumerations(Key, Text, Lists) :-
+    flag(ctxrelay_enumeration_memo, N, N + 1),
+    (   N >= 4096
+    ->  retractall(enumeration_memo(_, _, _)),
+        flag(ctxrelay_enumeration_memo, _, 0)
+    ;   true
+    ),
+    assertz(enumeration_memo(Key, Text, Lists)).
 
 %   enum_lines(+Lines, +Fence, +Open, -Lists)
 %   Open is none, numbered(Last, RevItems) or bullet(Char, Indent, RevItems).

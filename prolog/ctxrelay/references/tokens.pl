@@ -6,7 +6,8 @@
             match_key/2,            % +Word, -Key
             stem/2,                 % +Word, -Singular
             word_parts/2,           % +Word, -Parts
-            token_words/2           % +Tokens, -Words
+            token_words/2,          % +Tokens, -Words
+            memo_key/2              % +Text, -Key (for the memo tables of this package)
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -146,7 +147,7 @@ token_words([t(W, K, _, _)|Ts], Ws) :-
 
 mention_words(Text, Words) :-
     must_be(text, Text),
-    (   mention_memo_key(Text, Key)
+    (   memo_key(Text, Key)
     ->  (   mention_memo(Key, Text, Words0)
         ->  Words = Words0
         ;   mention_words_(Text, Words),
@@ -162,7 +163,7 @@ mention_words_(Text, Words) :-
 
 :- dynamic mention_memo/3.                  % Hash, Text, Words
 
-mention_memo_key(Text, Key) :-
+memo_key(Text, Key) :-
     (   string(Text) -> string_length(Text, Len) ; atom_length(Text, Len) ),
     Len =< 16384,                           % long texts are rare: not kept
     term_hash(Text, Key).

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.retrieval.router import Router, turn_record
+from ctxrelay.retrieval.router import Router, route_plan, turn_record
 from ctxrelay.storage.stores import Stores, find_stores, open_stores
 
 
@@ -342,6 +342,4 @@ def route_plain(stores: Stores, plan: dict, records: bool = False) -> dict:
 def _plan(plan: Any) -> dict:
     # Prolog's @none arrives as None; a query "none" must stay text, so no
     # _none_if_unset here.
-    plan = dict(plan)
-    plan["steps"] = [dict(s) for s in plan.get("steps") or []]
-    return plan
+    return route_plan(plan)

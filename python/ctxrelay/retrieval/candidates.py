@@ -12,8 +12,13 @@ than the budget, and cold turns come from the inverted index.
 """
 from __future__ import annotations
 
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.retrieval.fact_units import (  # noqa: F401
     add_router_fact_units,
     fact_unit,
@@ -38,6 +43,7 @@ from ctxrelay.retrieval.pricing import (  # noqa: F401
 )
 from ctxrelay.retrieval.recalled import _add_with_tool_family, _retrieve
 from ctxrelay.retrieval.render import host_only_tokens, render  # noqa: F401
+from ctxrelay.retrieval.router import Router, route_plan
 from ctxrelay.retrieval.thread_context import _thread_context
 from ctxrelay.retrieval.units import Candidates, Unit, _tool_call_ids
 from ctxrelay.retrieval.window import (
@@ -53,10 +59,16 @@ from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 
 
-def candidates(stores: Stores, warm_store: Any, session_id: str,
-               message: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """Gather the candidate units for one assembly from the store's parts, within
-    the limits Prolog set.
+def window_candidates(stores: Stores, session_id: str, message: Any,
+                      options: dict[str, Any]) -> dict[str, Any]:
+    """The first stage of an assembly's candidates: what the message's analysis needs.
+
+    Reads the recent window (kept between turns, see :mod:`ctxrelay.retrieval.prepared`)
+    and the message's thread, and keeps the units so far (system, message,
+    pending, the window's turns, a resumed thread's) with the ``info`` Prolog
+    reads to resolve references, classify the intent and plan Tier P.  Recall,
+    warm artifacts, the boundary, referenced turns and Tier P come in the
+    second stage (:func:`gather`), which runs Tier P beside recall.
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
@@ -67,25 +79,25 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
     either is reached), reference_turns (the latest turns and scratch
     entries handed to the reference resolver), instruction_turns (system
     turns among the session's first this many are offered as standing
-    instructions), retrieval, warm, system, threads, embedder, pending
+    instructions), retrieval, warm, knowledge (Tier P may be asked for: its query
+    is embedded ahead), system, threads, embedder, pending
     (the new messages before ``message``, not stored yet: offered as
-    mandatory units in their order).
+    mandatory units in their order), known_recent (the ``recent_key`` of the
+    recent turns Prolog holds for the session: ``info`` then leaves them out when
+    they are unchanged).
     """
     store = stores.transcript
     model = str(options.get("model") or "cl100k_base")
     history_end = int(options["history_end"])
     window_tokens = int(options["window_tokens"])
-    _COST_CAP.set(window_tokens)
     above, size = options.get("excerpt_above"), options.get("excerpt_tokens")
-    _EXCERPT.set((int(above), int(size)) if above and size else None)
-    _STORE_USED.set(set())
     counter = tok.resolve(model)      # resolved once: every unit below is counted with it
-    _STORED_COUNTS_MODEL.set(_stored_counts_model(store, counter))
-    _TOKENIZER_KEY.set(_tokenizer_key(counter))
+    limits = _Limits(window_tokens, (int(above), int(size)) if above and size else None,
+                     _stored_counts_model(store, counter), _tokenizer_key(counter), set())
+    limits.apply()
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
     groups: list[list[str]] = []
-    excludes: list[list[str]] = []
     info: dict[str, Any] = {"history_end": history_end}
 
     system_text = str(options.get("system") or "")
@@ -104,9 +116,10 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
 
     reference_turns = int(options["reference_turns"])
     instruction_turns = int(options["instruction_turns"])
+    generation = store.write_generation()
     window, window_start = _kept(
         stores, ("window", session_id, history_end, window_tokens, min_recent, instruction_turns),
-        store.write_generation(),
+        generation,
         lambda: _read_window(stores, session_id, history_end, window_tokens, min_recent,
                              instruction_turns))
     window = list(window)
@@ -128,24 +141,128 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
     if options.get("threads", True) and (history_end > 0 or message is not None):
         thread_info, dense = _thread_context(stores, session_id, message, query_text, window,
                                              history_end, units, counter, options, scratch)
-    if options.get("retrieval", True) and query_text:
+    tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
+    info.update(window_start=window_start, tail_first=tail_first, total_turns=history_end)
+    info.update(thread_info)
+    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
+    # a bounded preview, so a huge turn costs the same as a short one there.
+    preview = int(options.get("preview_chars", 2000))
+    # They are the same until the window changes: Prolog keeps the last ones it was
+    # given per session and names them (known_recent); when they are still these,
+    # they do not cross again.
+    recent_key = "" if generation is None else json.dumps(
+        [stores.path, session_id, generation, history_end, window_tokens, min_recent,
+         instruction_turns, reference_turns, preview])
+    info["recent_key"] = recent_key
+    if not recent_key or options.get("known_recent") != recent_key:
+        info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
+                                 "content": t.content[:preview]}
+                                for t in window[-reference_turns:]] if reference_turns > 0 else []
+    info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
+        {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
+        for e in scratch.latest(session_id, reference_turns)]
+    priming = tok.count_messages([], counter).n
+    cands = Candidates(session_id, model, units, priming, groups, [], info)
+    # Read here, before Tier P's thread starts in gather(): there each LMDB call
+    # lets that thread take the GIL, and the caller waits for it to come back.
+    log_generation = stores.turnlog.write_generation() if dense is not None else None
+    warm_store = stores.warm_if_present() if options.get("warm", True) else None
+    # Recall's ranking needs nothing Prolog decides next: it runs while Prolog
+    # analyses the message (janus releases the GIL while Prolog runs).
+    ranking = None
+    embedder = None
+    if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
-        embedder = get_embedder(options.get("embedder") or None) if dense is not None else None
-        info["recall"] = _retrieve(stores, session_id, query_text, window_start, history_end,
+        embedder = get_embedder(options.get("embedder") or None)
+    if RECALL_BESIDE_ANALYSIS and options.get("retrieval", True) and query_text \
+            and history_end >= 1 and int(options.get("max_retrieved", 200)) > 0:
+        from ctxrelay.retrieval.recall import recall
+        ranking = _side_pool().submit(recall, stores, session_id, query_text, upto=history_end,
+                                      dense=dense, embedder=embedder,
+                                      dense_generation=log_generation)
+    if options.get("knowledge") and message is not None and has_knowledge(stores):
+        # Tier P's query is the message: its embedding is ready when Prolog's plan comes.
+        _side_pool().submit(Router.of(stores).prepare_query, query_text)
+    cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
+                         generation, log_generation, warm_store, embedder, ranking)
+    # No units yet: recall marks the window's turns with their relevance, so their
+    # summaries go to Prolog with the rest, from gather().
+    return {"handle": cands, "priming": priming, "info": info}
+
+
+def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[str, Any]:
+    """The second stage: recalled turns, warm artifacts, the boundary, the turns a
+    reference resolved to, and Tier P's facts, added to ``cands`` in that order.
+
+    ``options``: referenced (turn ids, Prolog's resolution of the message's
+    references) and knowledge (a router plan, ``ctxrelay_router:access_plan/3``,
+    or None for no Tier P).  The plan runs on the router's pool while this
+    thread recalls turns (recall's numpy, LMDB and hnswlib release the GIL), and
+    its facts are added last, as ever.  Returns every unit's summary, the groups and
+    excludes, the whole info and ``knowledge`` (None: no knowledge base, else the
+    facts' report as :func:`add_router_fact_units` gives it).
+    """
+    stage = cands.stage
+    if stage is None:
+        raise InvalidArgumentError("gather/3 takes the candidates of window_candidates/4, once")
+    cands.stage = None
+    stage.limits.apply()
+    plan = options.get("knowledge")
+    fetch = None
+    if plan is not None and has_knowledge(stores):
+        if TIER_P_BESIDE_RECALL:
+            fetch = _side_pool().submit(Router.of(stores).execute, route_plan(plan))
+        else:
+            fetch = _Done(Router.of(stores), route_plan(plan))
+    try:
+        _gather_history(cands, stores, stage)
+        summaries = [u.summary() for u in cands.units.values()]
+        store_used = sorted(stage.limits.used)
+        groups = [list(g) for g in cands.groups]        # what Prolog packs with (see below)
+        excludes = [list(e) for e in cands.excludes]
+        referenced = [int(t) for t in options.get("referenced") or []]
+        if referenced:
+            summaries.extend(add_turn_units(cands, stores, referenced))
+    except BaseException:
+        if fetch is not None:                 # the first error is the one to report
+            fetch.cancel() or _quietly(fetch.result)
+        raise
+    result = fetch.result() if fetch is not None else None
+    knowledge = None if result is None else add_router_fact_units(cands, result)
+    if knowledge is not None:
+        summaries.extend(knowledge.pop("units"))
+    cands.info["store_used"] = store_used
+    # The groups and excludes as they stood before the referenced turns and the
+    # facts, as Prolog has always been given them (a referenced turn's tool family
+    # was grouped on the Python side only).
+    return {"units": summaries, "groups": groups, "excludes": excludes, "info": cands.info,
+            "knowledge": knowledge, "has_knowledge": fetch is not None}
+
+
+def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
+    """Recalled turns, the session's warm artifacts and the cold-history boundary."""
+    options, units, info, counter = stage.options, cands.units, cands.info, stage.counter
+    session_id, store = cands.session_id, stores.transcript
+    history_end = int(info["history_end"])
+    window_tokens = int(options["window_tokens"])
+    if options.get("retrieval", True) and stage.query_text:
+        info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
+                                   history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
                                    int(options.get("max_retrieved", 200)),
-                                   units, groups, counter, scratch, dense, embedder,
-                                   pair=bool(options.get("pair_turns", False)))
-
-    if options.get("warm", True) and warm_store is not None:
-        _warm_units(warm_store, session_id, query_text, history_end, units, excludes, counter)
-
-    tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
+                                   units, cands.groups, counter, stage.scratch, stage.dense,
+                                   stage.embedder, pair=bool(options.get("pair_turns", False)),
+                                   dense_generation=stage.log_generation,
+                                   ranking=stage.ranking)
+    if stage.warm_store is not None:
+        _warm_units(stage.warm_store, session_id, stage.query_text, history_end, units,
+                    cands.excludes, counter)
+    tail_first = int(info["tail_first"])
     if options.get("boundary", True) and tail_first > 1:
         first, last = 1, tail_first - 1
         count = last - first + 1
         prefix_tokens = _kept(stores, ("range", session_id, first, last, history_end),
-                              store.write_generation(),
+                              stage.generation,
                               lambda: _range_tokens(store, session_id, first, last, history_end))
         text = boundary_text(first, last, count, prefix_tokens,
                              str(options.get("history_access") or "context"))
@@ -154,25 +271,84 @@ def candidates(stores: Stores, warm_store: Any, session_id: str,
                          features={"omitted_first": first, "omitted_last": last,
                                    "omitted_count": count, "omitted_tokens": prefix_tokens}),
              counter)
-    info.update(window_start=window_start, tail_first=tail_first,
-                total_turns=history_end)
-    info.update(thread_info)
-    # What Prolog reads of the recent turns (references, mentions, novelty, seeds):
-    # a bounded preview, so a huge turn costs the same as a short one there.
-    preview = int(options.get("preview_chars", 2000))
-    info["recent_turns"] = [{"turn_id": t.turn_id, "role": t.role,
-                             "content": t.content[:preview]}
-                            for t in window[-reference_turns:]] if reference_turns > 0 else []
-    info["scratch_recent"] = [] if scratch is None or reference_turns <= 0 else [
-        {"scratch_id": e.scratch_id, "tool_name": e.tool_name, "created": e.created}
-        for e in scratch.latest(session_id, reference_turns)]
     if any(u.kind == "scratch" for u in units.values()):
         _used("pointer")
-    info["store_used"] = sorted(_STORE_USED.get())
-    priming = tok.count_messages([], counter).n
-    cands = Candidates(session_id, model, units, priming, groups, excludes, info)
-    return {"handle": cands, "units": [u.summary() for u in units.values()],
-            "groups": groups, "excludes": excludes, "priming": priming, "info": info}
+
+
+# Tier P's fetch beside recall.  Not the router's own pool: a blended plan fetches its
+# steps there and waits for them, which from inside that pool could exhaust it.
+_SIDE_WORKERS = 4
+TIER_P_BESIDE_RECALL = True     # False: fetched after recall, in the caller's thread
+RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
+_side: ThreadPoolExecutor | None = None
+_side_lock = threading.Lock()
+
+
+def _side_pool() -> ThreadPoolExecutor:
+    global _side
+    if _side is None:
+        with _side_lock:
+            if _side is None:
+                _side = ThreadPoolExecutor(max_workers=_SIDE_WORKERS,
+                                           thread_name_prefix="ctxrelay-tier-p")
+    return _side
+
+
+class _Done:
+    """Tier P fetched in the caller's thread when asked for (after recall)."""
+
+    def __init__(self, router: Router, plan: dict[str, Any]) -> None:
+        self._router, self._plan = router, plan
+
+    def cancel(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self._router.execute(self._plan)
+
+
+def _quietly(fn: Any) -> None:
+    try:
+        fn()
+    except BaseException:   # noqa: BLE001, S110 - only waited for; the caller's error is raised
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """The assembly's limits that the pricing helpers read from context variables."""
+
+    cost_cap: int
+    excerpt: tuple[int, int] | None
+    stored_counts_model: Any
+    tokenizer_key: Any
+    used: set[str]                # the primitives read (CRP-Context-Store-Used)
+
+    def apply(self) -> None:
+        # Each crossing from Prolog may run in another context: set them again.
+        _COST_CAP.set(self.cost_cap)
+        _EXCERPT.set(self.excerpt)
+        _STORED_COUNTS_MODEL.set(self.stored_counts_model)
+        _TOKENIZER_KEY.set(self.tokenizer_key)
+        _STORE_USED.set(self.used)
+
+
+@dataclass(slots=True)
+class _Stage:
+    """What the first stage hands the second (kept on the candidates, used once)."""
+
+    options: dict[str, Any]
+    limits: _Limits
+    counter: Any
+    scratch: Any
+    dense: Any
+    query_text: str
+    window_start: int
+    generation: Any               # the transcript's, when the window was read
+    log_generation: Any           # the turn log's, for the dense window
+    warm_store: Any
+    embedder: Any                 # recall's (None without the dense side)
+    ranking: Any                  # recall's ranking, a future (None: no recall)
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,

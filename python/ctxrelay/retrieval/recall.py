@@ -41,6 +41,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import snowballstemmer
 
+from ctxrelay.retrieval.prepared import prepared
 from ctxrelay.storage.lmdb.textindex import tokenize
 from ctxrelay.types import Turn
 from ctxrelay.text.bounds import derived_text
@@ -371,7 +372,8 @@ def score_turns(idx: _SessionIndex, query: str,
 
 
 def recall(stores: Any, session_id: str, query: str, *, upto: int,
-           dense: Any = None, embedder: Any = None) -> tuple[Ranking, dict[str, Any]]:
+           dense: Any = None, embedder: Any = None,
+           dense_generation: Any = None) -> tuple[Ranking, dict[str, Any]]:
     """Turns ``1..upto`` of ``session_id`` ranked for ``query``, best first, with
     scores normalised to the best (1.0); turns older than the horizon come
     from the store's inverted index at half weight.
@@ -379,6 +381,8 @@ def recall(stores: Any, session_id: str, query: str, *, upto: int,
     ``dense`` is ``(turn_log, query_vector)`` or None; when the query names
     a participant and ``embedder`` is given, the dense query is re-embedded
     without the names (names pull every turn of that speaker alike).
+    ``dense_generation``: the turn log's write generation when the caller read
+    it (read here when None); the dense window is kept under it.
     """
     store = stores.transcript
     query = derived_text(query)
@@ -391,7 +395,11 @@ def recall(stores: Any, session_id: str, query: str, *, upto: int,
         stripped = strip_names(query, names)
         if embedder is not None and stripped != query and stripped:
             vec = embedder.embed_batch([derived_text(stripped)])[0]
-        ids, matrix = log.dense_window(session_id)
+        # The dense window changes only with the turn log: kept under its generation.
+        ids, matrix = prepared(stores).get(
+            ("dense_window", session_id),
+            log.write_generation() if dense_generation is None else dense_generation,
+            lambda: (log.dense_window(session_id), frozenset()))[0]
         if len(ids):
             values = matrix @ np.asarray(vec, dtype=np.float32)
             sims = (ids, values)

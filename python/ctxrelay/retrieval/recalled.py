@@ -26,20 +26,28 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
               history_end: int, retrieve_tokens: int, max_retrieved: int,
               units: dict[str, Unit], groups: list[list[str]], model: str | tok.Tokenizer,
               scratch: Any = None, dense: Any = None, embedder: Any = None,
-              pair: bool = False) -> dict[str, Any]:
+              pair: bool = False, dense_generation: Any = None,
+              ranking: Any = None) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
     get their relevance as a feature; older ones become ``retrieved``
     candidates until they hold ``_RETRIEVE_OVERSUPPLY`` times the budget
-    (the packer chooses among them) or ``max_retrieved`` turns."""
+    (the packer chooses among them) or ``max_retrieved`` turns.
+
+    ``ranking``: a future of that ranking (``recall``'s answer) started earlier
+    with the same arguments (:func:`ctxrelay.retrieval.candidates.window_candidates`),
+    or None to rank here."""
     from ctxrelay.retrieval.recall import recall
     if max_retrieved <= 0 or history_end < 1:
         return {}
     import time
     t0 = time.perf_counter()
     store = stores.transcript
-    ranked, info = recall(stores, session_id, query, upto=history_end, dense=dense,
-                          embedder=embedder)
+    if ranking is not None:
+        ranked, info = ranking.result()
+    else:
+        ranked, info = recall(stores, session_id, query, upto=history_end, dense=dense,
+                              embedder=embedder, dense_generation=dense_generation)
     info["ms"] = round((time.perf_counter() - t0) * 1000, 3)
     _used("index")
     offered, count = 0, 0

@@ -111,6 +111,14 @@ def _shared_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def route_plan(plan: Any) -> dict[str, Any]:
+    """A plan from Prolog (``ctxrelay_router:access_plan/3``) as :meth:`Router.execute`
+    takes it: plain dicts.  Prolog's @none arrives as None; a query "none" stays text."""
+    plan = dict(plan)
+    plan["steps"] = [dict(s) for s in plan.get("steps") or []]
+    return plan
+
+
 # -- rolling log entries ------------------------------------------------------------
 
 # A ring entry is one turn as a JSON array in _TURN_FIELDS order (a str entry
@@ -340,6 +348,15 @@ class Router:
     def vector(self, text: str) -> Any:
         """The query's embedding under the CKF's embedder, memoised by text."""
         return self._embedded(text)[0]
+
+    def prepare_query(self, text: str) -> None:
+        """Embed ``text`` ahead of a plan that will ask with it (kept by text, as
+        :meth:`vector` and the cache key need it); a text that cannot be embedded
+        is left for the plan to report."""
+        try:
+            self._embedded(text)
+        except CtxRelayError:
+            pass
 
     def _embedded(self, text: str) -> tuple[Any, Any]:
         # (embedding, its cache-key template): a repeated query costs neither an

@@ -44,6 +44,7 @@ class Candidates:
     groups: list[list[str]]
     excludes: list[list[str]]
     info: dict[str, Any]
+    stage: Any = None             # between the two stages of gathering (candidates.py)
 
     def unit(self, unit_id: str) -> Unit:
         return self.units[unit_id]

@@ -40,6 +40,7 @@ import itertools
 import math
 import re
 import struct
+import threading
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -50,6 +51,7 @@ if TYPE_CHECKING:     # numpy loads on the first ranked query: listing or readin
     import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.base import prefixed
 
 K1 = 1.2
@@ -66,6 +68,7 @@ _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _POSTING = struct.Struct(">QII")      # doc_id, term frequency, document length
 _POSTING_FIELDS = [("doc", ">u8"), ("tf", ">u4"), ("len", ">u4")]   # numpy dtype of _POSTING
+_KEPT_TERMS = 512        # terms whose postings are kept (<= 16 KB each at 1,024)
 _NS_STATS = struct.Struct(">QQ")      # document count, total length
 _MAX_TERM_BYTES = 256                 # LMDB keys are at most 511 bytes
 _U32_MAX = 2**32 - 1
@@ -131,6 +134,12 @@ class TextIndex:
         self._post = env.open_db(post, txn=txn, create=create, dupsort=True, dupfixed=True)
         self._docs = env.open_db(docs, txn=txn, create=create)
         self._ns = env.open_db(ns, txn=txn, create=create)
+        # A term's raw postings as read in a snapshot, by (snapshot id, namespace, term,
+        # bound): a conversation asks about the same words turn after turn, and reading
+        # and verifying a frequent term's 1,024 postings was most of a search.  Only
+        # read-only snapshots fill it (see search), so an id names one unchanging state.
+        self._kept: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+        self._kept_lock = threading.Lock()
 
     def handles(self) -> dict[bytes, Any]:
         """The index's database handles by name (for the store's messages)."""
@@ -275,16 +284,19 @@ class TextIndex:
 
     def search(self, txn: Any, namespace: int, query: str, *, k: int = 10,
                accept: Callable[[int], bool] | None = None,
-               max_postings: int | None = None) -> list[tuple[int, float]]:
+               max_postings: int | None = None,
+               snapshot: int | None = None) -> list[tuple[int, float]]:
         """The ``k`` best ``(doc_id, score)`` pairs for ``query``, best first.
 
         Reads only the postings of the query's terms.  ``accept``, if given,
         filters doc ids; it is called in rank order and only until ``k`` docs
         are accepted, so a caller that must load a document to decide pays for
-        few loads.
+        few loads.  ``snapshot``: the id of ``txn`` when it is a read-only
+        transaction (never a write one, whose id the next snapshot reuses): the
+        terms' postings read in it are kept for later searches in the same state.
         """
         import numpy as np
-        ids, scores = self._scores(txn, namespace, query, max_postings)
+        ids, scores = self._scores(txn, namespace, query, max_postings, snapshot)
         # Best first, ties: the newest document (the larger id).
         order = np.lexsort((-ids, -scores))
         if accept is None:
@@ -299,7 +311,8 @@ class TextIndex:
         return accepted
 
     def _scores(self, txn: Any, namespace: int, query: str,
-                max_postings: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                max_postings: int | None = None,
+                snapshot: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """BM25 scores of the documents holding a query term: ``(doc ids, scores)``.
 
         With ``max_postings`` each term contributes its newest postings only
@@ -322,17 +335,29 @@ class TextIndex:
         parts: list[bytes] = []
         idfs: list[np.ndarray] = []
         for term in terms:
-            if not cursor.set_key(prefix + _term_bytes(term)):
+            key = (snapshot, namespace, term, max_postings)
+            found = self._kept.get(key) if snapshot is not None else None
+            if found is None:
+                if not cursor.set_key(prefix + _term_bytes(term)):
+                    found = (b"", 0)
+                else:
+                    df = cursor.count()
+                    if max_postings is not None and df > max_postings:
+                        cursor.last_dup()
+                        values = list(itertools.islice(
+                            cursor.iterprev_dup(keys=False, values=True), max_postings))
+                    else:
+                        values = list(cursor.iternext_dup(keys=False, values=True))
+                    found = (b"".join(values), df)
+                if snapshot is not None:
+                    with self._kept_lock:
+                        keep(self._kept, key, found, _KEPT_TERMS)
+            raw, df = found
+            if not df:
                 continue
-            df = cursor.count()
-            if max_postings is not None and df > max_postings:
-                cursor.last_dup()
-                values = list(itertools.islice(
-                    cursor.iterprev_dup(keys=False, values=True), max_postings))
-            else:
-                values = list(cursor.iternext_dup(keys=False, values=True))
-            parts.append(b"".join(values))
-            idfs.append(np.full(len(values), bm25_idf(stats.doc_count, df)))
+            parts.append(raw)
+            idfs.append(np.full(len(raw) // _POSTING.size,
+                                bm25_idf(stats.doc_count, df)))
         if not parts:
             return empty
         post = np.frombuffer(b"".join(parts), dtype=np.dtype(_POSTING_FIELDS))

@@ -536,7 +536,8 @@ class TranscriptStore(LmdbStore):
         def read(txn: Any) -> list[tuple[int, float]]:
             session = self._require_session(txn, session_id)
             self._check_index_size(txn, session, session_id)
-            return self._index.search(txn, session.num, query, k=k, max_postings=max_postings)
+            return self._index.search(txn, session.num, query, k=k, max_postings=max_postings,
+                                      snapshot=txn.raw.id())
         return self._read(read)
 
     def _check_index_size(self, txn: Any, session: Any, session_id: str) -> None:
