@@ -393,7 +393,7 @@ test(long_texts_are_not_kept) :-
     length(Cs, 20000), maplist(=(0'a), Cs), string_codes(Long, Cs),
     mention_words(Long, _),
     term_hash(Long, H),
-    assertion(\+ ctxrelay_reference_tokens:mention_memo(H, Long, _)).
+    assertion(\+ ctxrelay_reference_tokens:text_memo_(_, H, Long, _)).
 test(bad_input, [error(type_error(text, 42))]) :-
     mention_words(42, _).
 

@@ -7,6 +7,7 @@
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(tokens).
+:- use_module(words).
 
 /** <module> The grammar of referential expressions (CRP-SPEC-028 §4.1)
 
@@ -24,23 +25,6 @@ Part of ctxrelay_references, which re-exports the public predicates.
 :- det(references/2).
 :- det(token_references/2).
 
-%   The word lists are extension points of module ctxrelay_references
-%   (users add clauses there; the defaults are in lexicon.pl), called
-%   through these forwarders.
-entity_determiner(A1) :- ctxrelay_references:entity_determiner(A1).
-weak_determiner(A1) :- ctxrelay_references:weak_determiner(A1).
-entity_noun(A1) :- ctxrelay_references:entity_noun(A1).
-turn_marker(A1) :- ctxrelay_references:turn_marker(A1).
-action_marker(A1) :- ctxrelay_references:action_marker(A1).
-tool_noun(A1) :- ctxrelay_references:tool_noun(A1).
-tool_source(A1) :- ctxrelay_references:tool_source(A1).
-tool_verb(A1) :- ctxrelay_references:tool_verb(A1).
-tool_alias(A1, A2) :- ctxrelay_references:tool_alias(A1, A2).
-ordinal_word(A1, A2) :- ctxrelay_references:ordinal_word(A1, A2).
-ordinal_noun(A1) :- ctxrelay_references:ordinal_noun(A1).
-earlier_word(A1) :- ctxrelay_references:earlier_word(A1).
-imperative_verb(A1) :- ctxrelay_references:imperative_verb(A1).
-cardinal_word(W, N) :- ctxrelay_references:cardinal_word(W, N).
 
                  /*******************************
                  *           DETECTION          *

@@ -9,6 +9,7 @@
 :- use_module(library(pairs)).
 :- use_module(tokens).
 :- use_module(grammar).
+:- use_module(words).
 
 /** <module> Resolution of referential expressions (CRP-SPEC-028 §4.2)
 
@@ -22,22 +23,6 @@ re-exports the public predicates.
 :- det(enumerations/2).
 :- det(reference_dict/2).
 
-%   The word lists are extension points of module ctxrelay_references
-%   (users add clauses there; the defaults are in lexicon.pl), called
-%   through these forwarders.
-entity_determiner(A1) :- ctxrelay_references:entity_determiner(A1).
-weak_determiner(A1) :- ctxrelay_references:weak_determiner(A1).
-entity_noun(A1) :- ctxrelay_references:entity_noun(A1).
-turn_marker(A1) :- ctxrelay_references:turn_marker(A1).
-action_marker(A1) :- ctxrelay_references:action_marker(A1).
-tool_noun(A1) :- ctxrelay_references:tool_noun(A1).
-tool_source(A1) :- ctxrelay_references:tool_source(A1).
-tool_verb(A1) :- ctxrelay_references:tool_verb(A1).
-tool_alias(A1, A2) :- ctxrelay_references:tool_alias(A1, A2).
-ordinal_word(A1, A2) :- ctxrelay_references:ordinal_word(A1, A2).
-ordinal_noun(A1) :- ctxrelay_references:ordinal_noun(A1).
-earlier_word(A1) :- ctxrelay_references:earlier_word(A1).
-imperative_verb(A1) :- ctxrelay_references:imperative_verb(A1).
 
                  /*******************************
                  *          RESOLUTION          *
@@ -343,29 +328,11 @@ target_dict(scratch(Id), D) => D = target{kind:scratch, scratch_id:Id}.
 
 enumerations(Text, Lists) :-
     must_be(text, Text),
-    (   memo_key(Text, Key)
-    ->  (   enumeration_memo(Key, Text, Lists0)
-        ->  Lists = Lists0
-        ;   enumerations_(Text, Lists),
-            remember_enumerations(Key, Text, Lists)
-        )
-    ;   enumerations_(Text, Lists)
-    ).
+    text_memo(enumerations_, Text, Lists).
 
 enumerations_(Text, Lists) :-
     split_string(Text, "\n", "\r", Lines),
     enum_lines(Lines, outside, none, Lists).
-
-:- dynamic enumeration_memo/3.              % Hash, Text, Lists
-
-remember_enumerations(Key, Text, Lists) :-
-    flag(ctxrelay_enumeration_memo, N, N + 1),
-    (   N >= 4096
-    ->  retractall(enumeration_memo(_, _, _)),
-        flag(ctxrelay_enumeration_memo, _, 0)
-    ;   true
-    ),
-    assertz(enumeration_memo(Key, Text, Lists)).
 
 %   enum_lines(+Lines, +Fence, +Open, -Lists)
 %   Open is none, numbered(Last, RevItems) or bullet(Char, Indent, RevItems).

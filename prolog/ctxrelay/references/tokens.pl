@@ -7,7 +7,7 @@
             stem/2,                 % +Word, -Singular
             word_parts/2,           % +Word, -Parts
             token_words/2,          % +Tokens, -Words
-            memo_key/2              % +Text, -Key (for the memo tables of this package)
+            text_memo/3             % :Derive, +Text, -Result (bounded memo)
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -147,35 +147,49 @@ token_words([t(W, K, _, _)|Ts], Ws) :-
 
 mention_words(Text, Words) :-
     must_be(text, Text),
-    (   memo_key(Text, Key)
-    ->  (   mention_memo(Key, Text, Words0)
-        ->  Words = Words0
-        ;   mention_words_(Text, Words),
-            remember_mentions(Key, Text, Words)
-        )
-    ;   mention_words_(Text, Words)
-    ).
+    text_memo(mention_words_, Text, Words).
 
 mention_words_(Text, Words) :-
     text_words(Text, Words0),
     foldl(add_mention_forms, Words0, Forms, []),
     sort(Forms, Words).
 
-:- dynamic mention_memo/3.                  % Hash, Text, Words
+%!  text_memo(:Derive, +Text, -Result) is det.
+%
+%   Result is call(Derive, Text, Result), kept in a bounded table per
+%   Derive: for pure functions of a turn's text that assembly asks of the
+%   same recent turns on every turn.  Long texts (rare) are not kept; a
+%   table that reaches 4,096 entries is emptied.
+
+:- meta_predicate text_memo(2, +, -).
+
+text_memo(Derive, Text, Result) :-
+    (   memo_key(Text, Key)
+    ->  (   text_memo_(Derive, Key, Text, Result0)
+        ->  Result = Result0
+        ;   call(Derive, Text, Result),
+            remember(Derive, Key, Text, Result)
+        )
+    ;   call(Derive, Text, Result)
+    ).
+
+:- dynamic text_memo_/4.                    % Derive, Hash, Text, Result
 
 memo_key(Text, Key) :-
     (   string(Text) -> string_length(Text, Len) ; atom_length(Text, Len) ),
     Len =< 16384,                           % long texts are rare: not kept
     term_hash(Text, Key).
 
-remember_mentions(Key, Text, Words) :-
-    flag(ctxrelay_mention_memo, N, N + 1),
+remember(Derive, Key, Text, Result) :-
+    term_to_atom(Derive, Name),
+    atom_concat(ctxrelay_text_memo_, Name, Flag),
+    flag(Flag, N, N + 1),
     (   N >= 4096
-    ->  retractall(mention_memo(_, _, _)),
-        flag(ctxrelay_mention_memo, _, 0)
+    ->  retractall(text_memo_(Derive, _, _, _)),
+        flag(Flag, _, 0)
     ;   true
     ),
-    assertz(mention_memo(Key, Text, Words)).
+    assertz(text_memo_(Derive, Key, Text, Result)).
 
 add_mention_forms(W, [W, S|Forms0], Forms) :-
     match_key(W, S),
