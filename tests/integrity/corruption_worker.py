@@ -9,21 +9,40 @@ else; the parent compares the ``ok`` values with the pristine store's.
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ctxrelay.errors import CorruptStoreError
 # Imported here so the forkserver loads them once, not once per trial.
 import ctxrelay.knowledge.fabric  # noqa: E402,F401
 import ctxrelay.storage.stores  # noqa: E402,F401
+from ctxrelay.errors import CorruptStoreError
 from ctxrelay.storage.lmdb import scratch, transcript, turnlog, warm  # noqa: E402,F401
 
 SESSIONS = ("ops", "notes")
 VOLATILE = {"last_access"}     # a read itself moves it (the scratch LRU)
 QUERIES = ("etcd defrag", "quota alarm", "backup snapshot")
 FACT_KEYS = tuple(f"fact-{i}" for i in range(12))
+
+
+def close_stores() -> None:
+    """Close every store this process opened (so a test can damage the files)."""
+    from ctxrelay.storage.lmdb.base import close_all as close_lmdb
+    from ctxrelay.storage.stores import close_all
+    close_all()
+    close_lmdb()
+
+
+def run_cli(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ctxrelay --store STORE --json ARGS`` of this checkout, in a child process."""
+    from support import ROOT
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "ctxrelay"), "--store", str(store),
+                           "--json", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def _plain(value: Any) -> Any:

@@ -15,43 +15,24 @@ never rewrite a primary record from damaged bytes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
+import corruption_worker
 import lmdb
 import pytest
-
-import corruption_worker
+from corruption_worker import close_stores as _close
+from corruption_worker import run_cli as _ctxrelay
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.lmdb.base import close_all as close_lmdb
 from ctxrelay.storage.lmdb.framing import CHECKSUM_BYTES, intact
-from ctxrelay.storage.stores import close_all, open_stores
-from support import ROOT, mounted_tmpfs
+from ctxrelay.storage.stores import open_stores
+from support import mounted_tmpfs
 
 TRIALS_PER_FILE = 30            # x 8 files = 240 trials, ~30 s on the 2-core dev machine
 SEED = 15
 
 
-def _close() -> None:
-    close_all()
-    close_lmdb()
 
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("corruption") / "store"
-    corruption_worker.populate(store)
-    _close()
-    return store
-
-
-def _ctxrelay(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "ctxrelay"), "--store", str(store),
-                           "--json", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
 
 
 def _flip_in_file(path: Path, old: bytes, new: bytes) -> None:

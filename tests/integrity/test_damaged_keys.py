@@ -13,38 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-
 import corruption_worker
+import pytest
+from corruption_worker import close_stores as _close
+from corruption_worker import run_cli as _ctxrelay
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.lmdb.base import close_all as close_lmdb
-from ctxrelay.storage.stores import close_all, open_stores
-from support import ROOT
-
-
-def _close() -> None:
-    close_all()
-    close_lmdb()
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("damaged-keys") / "store"
-    corruption_worker.populate(store)
-    _close()
-    return store
-
-
-def _ctxrelay(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "ctxrelay"), "--store", str(store),
-                           "--json", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
+from ctxrelay.storage.stores import open_stores
 
 
 def _damage_key_bytes(data_file: Path, key_bytes: bytes, at: int) -> None:

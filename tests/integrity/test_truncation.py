@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from support import ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -38,16 +37,6 @@ def _env() -> dict[str, str]:
         [str(ROOT / "python"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    import corruption_worker
-    from ctxrelay.storage.lmdb.base import close_all as close_lmdb
-    from ctxrelay.storage.stores import close_all
-    store = tmp_path_factory.mktemp("truncation") / "store"
-    corruption_worker.populate(store)
-    close_all()
-    close_lmdb()
-    return store
 
 
 @pytest.mark.parametrize("part", sorted(FILES))

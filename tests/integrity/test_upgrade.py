@@ -15,30 +15,20 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import corruption_worker
 import lmdb
 import pytest
-
-import corruption_worker
+from corruption_worker import close_stores as _close
+from corruption_worker import run_cli as _ctxrelay
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.lmdb.base import close_all as close_lmdb
 from ctxrelay.storage.lmdb.framing import CHECKSUM_BYTES
-from ctxrelay.storage.stores import close_all, open_stores
+from ctxrelay.storage.stores import open_stores
 from support import ROOT
 
 LMDB_DIRS = {"transcript": "transcript.lmdb", "warm": "warm", "turnlog": "turnlog",
              "scratch": "scratch/scratch.lmdb", "facts": "ckf/db"}
 
 
-def _close() -> None:
-    close_all()
-    close_lmdb()
-
-
-def _ctxrelay(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "ctxrelay"), "--store", str(store),
-                           "--json", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
 
 
 def _as_written_before_checksums(env_dir: Path) -> None:
