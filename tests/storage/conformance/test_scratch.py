@@ -149,3 +149,45 @@ def test_every_output_reads_back_as_it_was_put(scratch, outputs):
     assert [e.scratch_id for e in scratch.list(session)] == ids
     assert scratch.stats(session).bytes == sum(
         len(r.encode("utf-8") if isinstance(r, str) else r) for r in outputs)
+
+
+def test_copies_restore_as_they_were(scratch):
+    """What ``ctxrelay migrate`` relies on: ``sessions`` finds every session with
+    entries, ``blob`` reads without a use, ``restore`` writes entries whole (ids,
+    times, last use, order, pins, references), so retention carries over."""
+    from ctxrelay.errors import SessionExistsError
+    from ctxrelay.storage.lmdb.scratch import ScratchBlobError
+    t0 = 1_700_000_000.0
+    kept = scratch.put("s", "sql", {"q": 1}, "rows\n" * 50, now=t0, ttl=60.0)
+    pinned = scratch.put("s", "fetch", {}, b"\x00\xff" * 10, now=t0 + 1, pinned=True)
+    used = scratch.put("s", "ls", {"d": "/"}, "a b c", now=t0 + 2, ttl=None)
+    scratch.put("t", "ls", {}, "another session", now=t0 + 3)
+    scratch.reference("s", used.scratch_id, 7, now=t0 + 5)
+    assert scratch.sessions() == ["s", "t"]
+    before = scratch.list("s")
+    assert scratch.blob("s", pinned.scratch_id) == b"\x00\xff" * 10
+    assert scratch.blob("s", kept.scratch_id) == b"rows\n" * 50
+    assert scratch.list("s") == before                       # blob() is not a use
+    blobs = {e.scratch_id: scratch.blob("s", e.scratch_id) for e in before}
+    for entry in before:
+        scratch.delete("s", entry.scratch_id)
+    assert scratch.sessions() == ["t"]
+    assert scratch.restore([(e, blobs[e.scratch_id]) for e in before]) == 3
+    assert scratch.list("s") == before and scratch.sessions() == ["s", "t"]
+    assert scratch.raw("s", kept.scratch_id, now=t0 + 6) == "rows\n" * 50
+    assert scratch.stats("s").entries == 3 and scratch.stats("s").pinned == 1
+    later = scratch.put("s", "ls", {}, "after the copy", now=t0 + 7, ttl=None)
+    assert later.seq > max(e.seq for e in before)            # insertion order goes on
+    assert [e.scratch_id for e in scratch.list("s")][-1] == later.scratch_id
+    # retention carried over: the expired unpinned entry goes, the others stay
+    report = scratch.evict(now=t0 + 100)
+    assert [v.scratch_id for v in report.evicted if v.session_id == "s"] == [kept.scratch_id]
+    # a clash or a wrong blob refuses the whole batch before writing
+    with pytest.raises(SessionExistsError):
+        scratch.restore([(kept, blobs[kept.scratch_id]), (pinned, blobs[pinned.scratch_id])])
+    assert {e.scratch_id for e in scratch.list("s")} == \
+        {pinned.scratch_id, used.scratch_id, later.scratch_id}
+    with pytest.raises(ScratchBlobError):
+        scratch.restore([(kept, b"other bytes")])
+    with pytest.raises(UnknownScratchError):
+        scratch.get("s", kept.scratch_id, touch=False)

@@ -224,3 +224,17 @@ def test_set_thread_state_replaces_only_the_fields_given(spec_parts, embedder):
     assert state.established == ["three members"]
     assert state.user_constraints == ["never expose 2379"]
     assert state.open_questions == derived.open_questions              # not given: as derived
+
+
+def test_inputs_are_the_hand_set_states_and_references(spec_parts, embedder):
+    """What ``ctxrelay migrate`` copies of a turn log (the rest is derived again)."""
+    transcript, log = spec_parts
+    log.sync(transcript, "spec", embedder)
+    assert log.inputs("spec") == {"thread_states": {}, "references": {}}
+    log.set_thread_state("spec", "T2", open_questions=["how long to keep WAL?"],
+                         established=[])
+    log.set_references("spec", 5, [1, 2, 2])
+    assert log.inputs("spec") == {
+        "thread_states": {"T2": {"established": [], "open_questions": ["how long to keep WAL?"]}},
+        "references": {5: [1, 2]}}
+    assert log.inputs("nobody") == {"thread_states": {}, "references": {}}

@@ -133,3 +133,37 @@ def test_versions_count_the_publishes_of_each_range(warm, ranges):
         assert art.version == counts[(start, end)]
     assert [(a.start, a.end, a.version) for a in warm.latest(session)] == \
         [(s, e, n) for (s, e), n in sorted(counts.items())]
+
+
+def test_copies_restore_as_they_were_and_keys_keep_working(warm):
+    """What ``ctxrelay migrate`` relies on: ``sessions`` finds every session with
+    artifacts and ``restore`` writes copies whole (versions, times, keys)."""
+    import dataclasses
+
+    from ctxrelay.errors import SessionExistsError
+    made = [warm.publish("s", 1, 4, "First.", facts=["f"], metadata={"n": 1}, key="k1"),
+            warm.publish("s", 1, 4, "Second.", producer="summariser"),
+            warm.publish("s", 5, 9, "Later turns.", entities=["etcd"], key="k2")]
+    assert warm.sessions() == ["s"]
+    copies = [dataclasses.replace(a, session_id="copy", artifact_id=f"copy:{a.start}-{a.end}")
+              for a in warm.versions("s", 1, 4) + warm.versions("s", 5, 9)]
+    assert warm.restore(copies) == 3
+    assert warm.sessions() == ["copy", "s"]
+    assert warm.versions("copy", 1, 4) + warm.versions("copy", 5, 9) == copies
+    assert [a.created for a in copies] == [a.created for a in made]   # times kept
+    assert warm.latest("copy") == [copies[1], copies[2]]
+    # a retry of a keyed publish finds the copied artifact instead of adding one
+    assert warm.publish("copy", 1, 4, "First.", facts=["f"], metadata={"n": 1},
+                        key="k1") == copies[0]
+    with pytest.raises(ArtifactKeyConflictError):
+        warm.publish("copy", 5, 9, "Other.", key="k2")
+    assert warm.publish("copy", 1, 4, "Third.").version == 3
+    # a clash refuses the whole batch before writing
+    fresh = dataclasses.replace(copies[2], session_id="other", artifact_id="other:5-9")
+    with pytest.raises(SessionExistsError):
+        warm.restore([fresh, copies[0]])
+    assert warm.sessions() == ["copy", "s"]
+    bad = dataclasses.replace(fresh, summary="not what was hashed")
+    with pytest.raises(InvalidArtifactError):
+        warm.restore([bad])
+    assert warm.versions("other", 5, 9) == []

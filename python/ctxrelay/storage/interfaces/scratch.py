@@ -34,6 +34,15 @@ Errors
     The scratch errors above, InvalidArgumentError, InvalidContentError
     (output not str/bytes), StoreFullError, StoreError (closed),
     CorruptStoreError.
+Copying (``ctxrelay migrate``)
+    ``sessions()`` lists the sessions holding entries; ``blob`` reads an
+    output's bytes without counting a use (the source of a copy keeps its
+    LRU order); ``restore`` writes entries read from another store with their
+    blobs as they are (ids, times, last use, insertion number, pins,
+    references, so retention, LRU and expiry carry over), each blob checked
+    against its entry's hash, and runs no eviction; it refuses
+    (:class:`~ctxrelay.errors.SessionExistsError`) an id the store already
+    holds, before writing anything.
 Durable and rebuildable
     Entries and blobs are durable (but evictable by design); the usage
     totals and the order/LRU/expiry indexes are derived: ``verify()``
@@ -42,7 +51,7 @@ Durable and rebuildable
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -116,6 +125,17 @@ class ScratchBuffer(Protocol):
                policy: str | None = None, can_reinvoke: bool = True) -> "Rendered": ...
 
     def promote(self, session_id: str, scratch_id: str) -> "Promotion": ...
+
+    # -- copying (ctxrelay migrate) ----------------------------------------------------------
+    def sessions(self) -> list[str]:
+        """The ids of the sessions holding entries, sorted."""
+
+    def blob(self, session_id: str, scratch_id: str) -> bytes:
+        """The stored output's bytes, checked against its hash; not a use (no LRU touch)."""
+
+    def restore(self, entries: Iterable[tuple["ScratchEntry", bytes]]) -> int:
+        """Write copies of ``(entry, blob)`` pairs as they are; returns how many
+        (see Copying)."""
 
     # -- consistency -----------------------------------------------------------------------
     def check(self, *, grace_seconds: float = 60.0, verify: bool = False) -> "CheckReport":

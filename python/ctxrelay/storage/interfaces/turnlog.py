@@ -34,7 +34,9 @@ Durable and rebuildable
     Everything here is derived from the transcript and the embedder, so all
     of it can be rebuilt with ``recompute``; only hand-set thread states
     (``set_thread_state``) and recorded references are inputs of their own,
-    and they are kept until a recompute drops them.
+    and they are kept until a recompute drops them.  ``inputs(session)``
+    returns those inputs (a copy of the store derives the rest again at the
+    target and re-applies them: ``ctxrelay migrate``).
 """
 from __future__ import annotations
 
@@ -120,3 +122,8 @@ class TurnLogStore(Protocol):
                          user_constraints: list[str] | None = None) -> None:
         """Set fields of a thread's state by hand: a field given replaces the
         derived one from now on, a field not given stays as it was."""
+
+    def inputs(self, session_id: str) -> dict[str, Any]:
+        """What callers set rather than the derivation: ``{"thread_states": {thread
+        id: the fields set by hand}, "references": {turn id: turn ids}}`` (threads
+        and turns without any left out)."""

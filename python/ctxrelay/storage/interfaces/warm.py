@@ -29,6 +29,13 @@ Errors
     summary, lists or producer), :class:`~ctxrelay.errors.UnknownArtifactError`
     (no such range or version), ArtifactKeyConflictError, StoreFullError,
     StoreError (closed or read-only), CorruptStoreError.
+Copying (``ctxrelay migrate``)
+    ``sessions()`` lists the sessions holding artifacts; ``restore`` writes
+    artifacts read from another store as they are (range, version, creation
+    time, content, producer, metadata, key) in one transaction, so their
+    idempotency keys keep working; it refuses
+    (:class:`~ctxrelay.errors.SessionExistsError`) a version or key the
+    store already holds, before writing anything.
 Durable and rebuildable
     The artifacts are durable; the latest-version and key records are
     derived from them: ``check()`` compares, ``check(repair=True)`` rewrites
@@ -82,6 +89,13 @@ class WarmArtifacts(Protocol):
 
     def covering(self, session_id: str, turn_id: int) -> list["WarmArtifact"]:
         """Latest versions whose range contains ``turn_id``, by start then end."""
+
+    def sessions(self) -> list[str]:
+        """The ids of the sessions holding artifacts, sorted."""
+
+    def restore(self, artifacts: Iterable["WarmArtifact"]) -> int:
+        """Write copies of ``artifacts`` (read from another store) as they are, in one
+        transaction; returns how many (see Copying)."""
 
     def check(self, *, repair: bool = False) -> tuple[str, ...]:
         """The derived records' disagreements with the artifacts (rewritten

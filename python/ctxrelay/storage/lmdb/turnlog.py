@@ -31,6 +31,7 @@ import numpy as np
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.storage.lmdb.base import prefixed as base_prefixed
 from ctxrelay.storage import turnlog_derivation as derivation
 from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home)
     DENSE_SESSIONS as _DENSE_SESSIONS, DENSE_WINDOW as _DENSE_WINDOW,
@@ -383,6 +384,24 @@ class TurnLog(LmdbStore):
             rec["references"] = sorted({int(r) for r in references})
             txn.put(key, json.dumps(rec).encode(), db=self.dbs[b"derived"])
         self.write(write)
+
+    def inputs(self, session_id: str) -> dict[str, Any]:
+        """The hand-set thread states and recorded references of the session."""
+        skey = _session_key(session_id)
+
+        def read(txn: Any) -> dict[str, Any]:
+            states = {}
+            for _, raw in base_prefixed(txn, self.dbs[b"threads"], skey):
+                info = json.loads(raw)
+                if info.get("override"):
+                    states[info["thread_id"]] = info["override"]
+            references = {}
+            for key, raw in base_prefixed(txn, self.dbs[b"derived"], skey):
+                rec = json.loads(raw)
+                if rec.get("references"):
+                    references[_U64.unpack(key[32:])[0]] = list(rec["references"])
+            return {"thread_states": states, "references": references}
+        return self.read(read)
 
 
 def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.ndarray,

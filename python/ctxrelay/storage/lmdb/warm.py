@@ -53,6 +53,7 @@ from ctxrelay.errors import (
     InvalidArgumentError,
     InvalidArtifactError,
     InvalidRangeError,
+    SessionExistsError,
     UnknownArtifactError,
     UnknownSessionError,
     UnknownTurnError,
@@ -320,6 +321,29 @@ class _Pending:
             "key": self.key})
 
 
+def pending_of(artifact: Any) -> _Pending:
+    """A copied artifact (``restore``) checked as a publish is, its content hash too."""
+    if not isinstance(artifact, WarmArtifact):
+        raise InvalidArgumentError(
+            f"restore() takes WarmArtifacts, not {type(artifact).__name__}; pass the "
+            "artifacts another store's versions() returned")
+    start, end = _check_range(artifact.start, artifact.end)
+    pending = _Pending(
+        session_id=_check_session_id(artifact.session_id), start=start, end=end,
+        summary=_check_text(artifact.summary, "summary"),
+        lists={name: _check_items(list(getattr(artifact, name)), name) for name in LIST_FIELDS},
+        producer=_check_producer(artifact.producer),
+        metadata=_normalise_metadata(artifact.metadata),
+        key=_check_optional_str(artifact.key, "key", empty_ok=False))
+    _check_int(artifact.version, "version", minimum=1)
+    if pending.content_hash != artifact.content_hash:
+        raise InvalidArtifactError(
+            f"artifact {artifact.artifact_id} v {artifact.version} has content hash "
+            f"{artifact.content_hash[:12]} but its content hashes to "
+            f"{pending.content_hash[:12]}; copy artifacts as a store returned them")
+    return pending
+
+
 def _parse_artifact(raw: bytes) -> WarmArtifact:
     try:
         data = json.loads(raw)
@@ -532,6 +556,57 @@ class WarmStore(LmdbStore):
                     "is not stored; the warm store is damaged, restore a backup")
             found.append(artifact)
         return found
+
+    # -- copying (ctxrelay migrate) --------------------------------------
+
+    def sessions(self) -> list[str]:
+        """The ids of the sessions holding artifacts, sorted."""
+        def read(txn: Any) -> list[str]:
+            found = []
+            cursor = txn.cursor(db=self._artifacts)
+            positioned = cursor.first()
+            while positioned:
+                found.append(_parse_artifact(cursor.value()).session_id)
+                # the next session's keys start past every key of this one
+                positioned = cursor.set_range(cursor.key()[:32] + b"\xff" * 24)
+            return sorted(found)
+        return self._read(read)
+
+    def restore(self, artifacts: Iterable[WarmArtifact]) -> int:
+        """Write copies of ``artifacts`` as they are (versions, creation times, keys),
+        with their latest-version and key records, in one transaction.
+
+        @raises SessionExistsError if a version or key is held already (nothing
+            is written).
+        """
+        copies = [(pending_of(a), a.version, a.created) for a in artifacts]
+
+        def run(txn: Any) -> int:
+            newest: dict[bytes, int] = {}
+            for pending, version, created in copies:
+                prefix = _sha256(pending.session_id)
+                range_key = prefix + _U64.pack(pending.start) + _U64.pack(pending.end)
+                name = artifact_id(pending.session_id, pending.start, pending.end)
+                if not txn.put(range_key + _U64.pack(version), pending.record(version, created),
+                               db=self._artifacts, overwrite=False):
+                    raise SessionExistsError(
+                        f"this warm store already holds version {version} of {name}; "
+                        "copy into a store without the session's artifacts. Nothing was "
+                        "written")
+                held = txn.get(range_key, db=self._latest)
+                newest[range_key] = max(version, newest.get(range_key, 0),
+                                        0 if held is None else _U64.unpack(held)[0])
+                if pending.key is not None:
+                    if not txn.put(prefix + _sha256(pending.key),
+                                   range_key[32:] + _U64.pack(version) + pending.digest,
+                                   db=self._keys, overwrite=False):
+                        raise SessionExistsError(
+                            f"this warm store already holds key {pending.key!r} of session "
+                            f"{pending.session_id!r}; nothing was written")
+            for range_key, version in newest.items():
+                txn.put(range_key, _U64.pack(version), db=self._latest)
+            return len(copies)
+        return self._write(run)
 
     # -- consistency ---------------------------------------------------
 

@@ -31,8 +31,8 @@ from ctxrelay.storage.lmdb.scratch.errors import (NotPromotableError, ScratchBlo
 from ctxrelay.storage.lmdb.scratch.freshness import gate, render
 from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    Promotion, Rendered, ScratchEntry,
-                                                   ScratchStats, entry_of, plain_entry,
-                                                   unknown)
+                                                   ScratchStats, copied_record, entry_of,
+                                                   plain_entry, unknown)
 from ctxrelay.storage.lmdb.scratch.store import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
                                                  DEFAULT_FRESHNESS, DEFAULT_TTL,
                                                  RAW_TOKEN_LIMIT)
@@ -472,6 +472,63 @@ class PgScratch:
             corrupt = [(s, i) for s, i, want, have in rows if want != have]
         return CheckReport(orphan_blobs=(), temp_files=(), dangling=(),
                            corrupt=tuple(corrupt), unknown_files=())
+
+    # -- copying (ctxrelay migrate) --------------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT DISTINCT session_id FROM scratch_entries").fetchall())
+        return sorted(r[0] for r in rows)
+
+    def blob(self, session_id: str, scratch_id: str) -> bytes:
+        """The output's bytes, checked against its hash, without counting a use."""
+        session_id = check_session_id(session_id)
+        scratch_id = check_scratch_id(scratch_id)
+        row = self._read(lambda cur: cur.execute(
+            "SELECT record, blob FROM scratch_entries WHERE session_id = %s AND scratch_id = %s",
+            (session_id, scratch_id)).fetchone())
+        if row is None:
+            raise unknown(session_id, scratch_id)
+        data = bytes(row[1])
+        if hashlib.sha256(data).hexdigest() != json.loads(row[0])["content_sha256"]:
+            raise ScratchBlobError(
+                f"the blob of scratch entry {scratch_id} does not match its sha256: it "
+                "was changed in the database; delete the entry and re-run the tool")
+        return data
+
+    def restore(self, entries: Any) -> int:
+        """Write copies of ``(entry, blob)`` pairs as they are (ids, times, last use,
+        insertion numbers, pins, references) in one transaction; the sequence of
+        insertion numbers is moved past the copies.  No eviction runs.
+        SessionExistsError (nothing written) if an id is held already."""
+        from ctxrelay.errors import SessionExistsError
+        copies = [(copied_record(entry, data), data) for entry, data in entries]
+
+        def run(cur: Any) -> int:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                        (f"{_LOCK}:{self._db.schema}",))
+            cur.execute("CREATE TEMP TABLE scratch_copy (LIKE scratch_entries) "
+                        "ON COMMIT DROP")
+            with cur.copy("COPY scratch_copy (session_id, scratch_id, seq, record, blob, "
+                          "size, pinned, access_us, expires_us) FROM STDIN") as copy:
+                for record, data in copies:
+                    copy.write_row((record["session_id"], record["scratch_id"], record["seq"],
+                                    _dumps(record), data, record["size"], record["pinned"],
+                                    record["access_us"], _expires(record)))
+            held = cur.execute("SELECT c.session_id, c.scratch_id FROM scratch_copy c "
+                               "JOIN scratch_entries USING (session_id, scratch_id) "
+                               "LIMIT 1").fetchone()
+            if held is not None:
+                raise SessionExistsError(
+                    f"this scratch store already holds entry {held[1]} of session "
+                    f"{held[0]!r}; copy into a store without the session's entries. "
+                    "Nothing was written")
+            cur.execute("INSERT INTO scratch_entries SELECT * FROM scratch_copy")
+            cur.execute("SELECT setval(s::regclass, greatest(nextval(s::regclass), "
+                        "(SELECT coalesce(max(seq), 0) + 1 FROM scratch_entries)), false) "
+                        "FROM pg_get_serial_sequence('scratch_entries', 'seq') s")
+            return len(copies)
+        return self._run(run)
 
     def verify(self, *, repair: bool = False) -> tuple[str, ...]:
         """The columns the indexes use (pinned, last use, size) against the records."""

@@ -350,3 +350,23 @@ class PgTurnLog:
             cur.execute("UPDATE turnlog_threads SET info = %s WHERE session_id = %s AND num = %s",
                         (json.dumps(info), session_id, num))
         self._run(write)
+
+    def inputs(self, session_id: str) -> dict[str, Any]:
+        """The hand-set thread states and recorded references of the session."""
+        def read(cur: Any) -> dict[str, Any]:
+            threads = cur.execute(
+                "SELECT info FROM turnlog_threads WHERE session_id = %s ORDER BY num",
+                (session_id,)).fetchall()
+            turns = cur.execute(
+                "SELECT turn_id, record FROM turnlog_turns WHERE session_id = %s AND "
+                "record::jsonb -> 'references' <> '[]'::jsonb ORDER BY turn_id",
+                (session_id,)).fetchall()
+            states = {}
+            for (raw,) in threads:
+                info = json.loads(raw)
+                if info.get("override"):
+                    states[info["thread_id"]] = info["override"]
+            references = {int(t): list(json.loads(r)["references"]) for t, r in turns
+                          if json.loads(r).get("references")}
+            return {"thread_states": states, "references": references}
+        return self._read(read)

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ctxrelay.errors import ArtifactKeyConflictError, StoreError, UnknownArtifactError
+from ctxrelay.errors import (ArtifactKeyConflictError, SessionExistsError, StoreError,
+                             UnknownArtifactError)
 from ctxrelay.storage.lmdb.warm import (WarmArtifact, _check_int, _check_items,
                                         _check_optional_str, _check_producer, _check_range,
                                         _check_session_id, _check_text, _check_transcript,
                                         _normalise_metadata, _normalise_timestamp, _Pending,
-                                        _parse_artifact, _require_transcript_like, variants)
+                                        _parse_artifact, _require_transcript_like,
+                                        pending_of, variants)
 
 __all__ = ["PgWarm"]
 
@@ -179,6 +181,48 @@ class PgWarm:
 
     def variants(self, artifact: WarmArtifact) -> list[dict[str, str]]:
         return variants(artifact)
+
+    # -- copying (ctxrelay migrate) ------------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT DISTINCT session_id FROM warm_artifacts ORDER BY session_id").fetchall())
+        return sorted(r[0] for r in rows)
+
+    def restore(self, artifacts: Iterable[WarmArtifact]) -> int:
+        """Write copies of ``artifacts`` as they are (versions, creation times, keys) in
+        one transaction; SessionExistsError (nothing written) if a version or key is
+        held already."""
+        rows = []
+        for artifact in artifacts:
+            pending = pending_of(artifact)
+            key = None if pending.key is None else pending.key.encode("utf-8")
+            rows.append((pending.session_id, pending.start, pending.end, artifact.version,
+                         pending.record(artifact.version, artifact.created).decode("utf-8"),
+                         key, None if key is None else pending.digest))
+
+        def run(cur: Any) -> int:
+            for sid in sorted({r[0] for r in rows}):
+                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                            (f"ctxrelay-warm:{sid}",))
+            cur.execute("CREATE TEMP TABLE warm_copy (LIKE warm_artifacts) ON COMMIT DROP")
+            with cur.copy("COPY warm_copy (session_id, start_turn, end_turn, version, "
+                          "record, key, key_digest) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            held = cur.execute(
+                "SELECT c.session_id, c.start_turn, c.end_turn, c.version, c.key "
+                "FROM warm_copy c JOIN warm_artifacts w ON w.session_id = c.session_id AND "
+                "((w.start_turn, w.end_turn, w.version) = (c.start_turn, c.end_turn, c.version)"
+                " OR w.key = c.key) LIMIT 1").fetchone()
+            if held is not None:
+                raise SessionExistsError(
+                    f"this warm store already holds version {held[3]} of "
+                    f"{held[0]}:{held[1]}-{held[2]} or its key; copy into a store without "
+                    "the session's artifacts. Nothing was written")
+            cur.execute("INSERT INTO warm_artifacts SELECT * FROM warm_copy")
+            return len(rows)
+        return self._run(run)
 
     def check(self, *, repair: bool = False) -> tuple[str, ...]:
         """Nothing here is derived (the latest version is computed, keys live on the

@@ -2,6 +2,7 @@
 report, a rendered entry and a promotion; and how a stored record becomes them."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,7 +13,7 @@ from ctxrelay.storage.lmdb.scratch.errors import UnknownScratchError
 from ctxrelay.types import copy_plain
 
 __all__ = ["ScratchEntry", "ScratchStats", "Evicted", "EvictionReport", "CheckReport",
-           "Rendered", "Promotion", "entry_of", "plain_entry", "unknown"]
+           "Rendered", "Promotion", "entry_of", "plain_entry", "copied_record", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,33 @@ def entry_of(record: dict[str, Any]) -> ScratchEntry:
         structured=record["structured"], raw_tokens=record["raw_tokens"],
         raw_tokens_exact=record["raw_tokens_exact"], last_access=record["last_access"],
         referenced_by=tuple(record["referenced_by"]), seq=record["seq"])
+
+
+def copied_record(entry: Any, data: Any) -> dict[str, Any]:
+    """The stored record of an entry copied from another store (``restore``), its
+    blob checked against it; the fields in the order ``put`` writes them."""
+    from ctxrelay.storage.lmdb.scratch.checks import check_scratch_id, micros
+    from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
+    from ctxrelay.storage.validation import check_session_id
+    from ctxrelay.errors import InvalidArgumentError
+    if not isinstance(entry, ScratchEntry) or not isinstance(data, bytes):
+        raise InvalidArgumentError(
+            "restore() takes (ScratchEntry, bytes) pairs: the entries another store's "
+            "list() returned and the bytes its blob() returned")
+    check_session_id(entry.session_id)
+    check_scratch_id(entry.scratch_id)
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.content_sha256:
+        raise ScratchBlobError(
+            f"the blob given for scratch entry {entry.scratch_id} ({len(data)} bytes) does "
+            f"not match the entry ({entry.size} bytes, its sha256); copy the bytes the "
+            "source's blob() returned. Nothing was written")
+    record = plain_entry(vars(entry), copy_plain(entry.args), copy_plain(entry.structured))
+    for derived in ("provenance_hash", "created_at", "persistence"):
+        del record[derived]
+    record["access_us"] = micros(entry.last_access)
+    record["referenced_by"] = record.pop("referenced_by")
+    record["seq"] = record.pop("seq")
+    return record
 
 
 def unknown(session_id: str, scratch_id: str) -> UnknownScratchError:

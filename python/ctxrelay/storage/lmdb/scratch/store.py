@@ -6,6 +6,7 @@ import hashlib
 import json
 import marshal
 import os
+import struct
 import threading
 from collections.abc import Mapping
 from datetime import datetime
@@ -647,6 +648,92 @@ class ScratchStore(LmdbStore):
             except CtxRelayError as exc:
                 problems.append(str(exc))
         return problems
+
+    # -- copying (ctxrelay migrate) -----------------------------------------------
+
+    def sessions(self) -> list[str]:
+        """The ids of the sessions holding entries, sorted."""
+        def read(txn: Any) -> list[str]:
+            found = []
+            cursor = txn.cursor(db=self._table.entries)
+            positioned = cursor.first()
+            while positioned:
+                found.append(json.loads(cursor.value())["session_id"])
+                # scratch ids are ASCII: every key of this session sorts before 0xff
+                positioned = cursor.set_range(cursor.key()[:32] + b"\xff")
+            return sorted(found)
+        return self._read(read)
+
+    def blob(self, session_id: str, scratch_id: str) -> bytes:
+        """The output's bytes, checked against its hash, without counting a use."""
+        entry = self.get(session_id, scratch_id, touch=False)
+        session_key = self._session_key(entry.session_id)
+        try:
+            data = self._blobs.read(session_key, entry.scratch_id)
+        except OSError as exc:
+            raise ScratchBlobError(
+                f"cannot read the blob of scratch entry {scratch_id} ({exc.strerror}); run "
+                "check() to drop an entry whose blob is gone") from None
+        if hashlib.sha256(data).hexdigest() != entry.content_sha256:
+            raise ScratchBlobError(
+                f"the blob of scratch entry {scratch_id} does not match its sha256: it was "
+                "changed on disk; delete the entry and re-run the tool")
+        return data
+
+    def restore(self, entries: Any) -> int:
+        """Write copies of ``(entry, blob)`` pairs as they are (ids, times, last use,
+        insertion numbers, pins, references): the blobs first, durably, then every
+        entry with its indexes and usage in one transaction.  No eviction runs.
+
+        @raises SessionExistsError if an id is held already (nothing written).
+        """
+        from ctxrelay.errors import SessionExistsError
+        from ctxrelay.storage.lmdb.scratch.records import copied_record
+        copies = [(copied_record(entry, data), data) for entry, data in entries]
+        keys = [self._session_key(r["session_id"]) + r["scratch_id"].encode("ascii")
+                for r, _ in copies]
+
+        def clash(txn: Any) -> None:
+            for key, (record, _) in zip(keys, copies):
+                if txn.get(key, db=self._table.entries) is not None:
+                    raise SessionExistsError(
+                        f"this scratch store already holds entry {record['scratch_id']} of "
+                        f"session {record['session_id']!r}; copy into a store without the "
+                        "session's entries. Nothing was written")
+        self._read(clash)
+        written = []
+        try:
+            for key, (record, data) in zip(keys, copies):
+                self._blobs.write(key[:32], record["scratch_id"], data)
+                written.append(key)
+
+            def run(txn: Any) -> int:
+                clash(txn)
+                usage = self._table.usage(txn)
+                top = 0
+                for key, (record, _) in zip(keys, copies):
+                    self._table.save(txn, key, record)
+                    txn.put(key[:32] + struct.pack(">Q", record["seq"]),
+                            record["scratch_id"].encode("ascii"), db=self._table.order)
+                    usage[0] += 1
+                    usage[1] += record["size"]
+                    if record["pinned"]:
+                        usage[2] += 1
+                        usage[3] += record["size"]
+                    else:
+                        self._table.index(txn, key, record, add=True)
+                    top = max(top, record["seq"])
+                self._table.set_usage(txn, usage)
+                raw = txn.get(b"next_seq", db=self._table.meta)
+                if raw is None or struct.unpack(">Q", raw)[0] <= top:
+                    txn.put(b"next_seq", struct.pack(">Q", top + 1), db=self._table.meta)
+                return len(copies)
+            return self._write(run)
+        except BaseException:
+            for key in written:
+                if not self._named(key[:32], key[32:].decode("ascii")):
+                    self._blobs.remove(key[:32], key[32:].decode("ascii"))
+            raise
 
     def verify(self, *, repair: bool = False) -> tuple[str, ...]:
         """Compare the derived records (usage totals, the order, lru and expiry
