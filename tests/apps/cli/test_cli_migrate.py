@@ -75,13 +75,31 @@ def test_a_target_holding_a_source_session_is_refused_before_any_copy(run, tmp_p
         assert [s.session_id for s in stores.transcript.sessions()] == ["empty"]
 
 
-def test_parts_the_target_cannot_hold_are_refused_not_dropped(run, tmp_path):
-    source = tmp_path / "source"
-    _fill(str(source))
-    with open_stores(str(source)) as stores:
-        stores.scratch                          # the store now has a scratch buffer
+def test_the_report_gives_counts_and_a_checksum_per_part(run, tmp_path, pg):
+    """Warm artifacts and scratch entries travel too; the printed report has one line
+    per part (counts, checksum) and the JSON report the same figures both ways."""
+    source, back = str(tmp_path / "source"), str(tmp_path / "back")
+    _fill(source)
+    with open_stores(source) as stores:
+        stores.warm.publish("ops", 1, 2, "Terse, then the quota.", key="w1")
+        stores.warm.publish("ops", 1, 2, "The etcd quota is 8 GiB.")
+        stores.scratch.put("ops", "kubectl", {"get": "pods"}, b"pod-1 Running\x00", pinned=True)
     close_all()
-    rc, _, err = run("migrate", "--from", str(source), "--to", str(tmp_path / "t"), store=None)
-    assert rc == 2 and "holds scratch" in err and "nothing was copied" in err
-    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir()) \
-        or _everything(str(tmp_path / "t")) == {}
+    rc, out, err = run("migrate", "--from", source, "--to", pg, store=None)
+    assert rc == 0, err
+    lines = {line.split()[0]: line for line in out.splitlines()[1:-1]}
+    assert set(lines) == {"transcript", "facts", "warm", "scratch"}
+    assert "sessions 3, turns 304, keys 2;" in lines["transcript"]
+    assert "sessions 1, items 2, bytes 0;" in lines["warm"]
+    assert "sessions 1, items 1, bytes 14;" in lines["scratch"]
+    close_all()
+    rc, out, err = run("--json", "migrate", "--from", pg, "--to", back, store=None)
+    assert rc == 0, err
+    parts = json.loads(out)["parts"]
+    assert parts["scratch"]["items"] == 1 and parts["warm"]["items"] == 2
+    assert parts["warm"]["checksum"][:16] in lines["warm"]
+    assert parts["scratch"]["checksum"][:16] in lines["scratch"]
+    with open_stores(back) as stores:
+        entry, = stores.scratch.list("ops")
+        assert stores.scratch.raw("ops", entry.scratch_id) == b"pod-1 Running\x00"
+        assert [a.version for a in stores.warm.versions("ops", 1, 2)] == [1, 2]

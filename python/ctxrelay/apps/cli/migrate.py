@@ -22,20 +22,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     if args.json:
         emit_json(report.to_dict())
-    else:
-        out(f"migrated {len(report.sessions)} session(s), {report.turns} turn(s), "
-            f"{report.facts} fact(s) in {len(report.namespaces)} namespace(s) from "
-            f"{report.source} to {report.target}; checksum {report.checksum}")
-        if report.rebuild:
-            out(f"rebuild on the target: {', '.join(report.rebuild)} "
-                "(ctxrelay --store TARGET derive SESSION)")
+        return EXIT_OK
+    out(f"migrated {report.source} to {report.target} in {report.seconds:.1f} s, "
+        "every part read back and compared:")
+    for name, totals in report.part_totals().items():
+        counts = ", ".join(f"{k} {v}" for k, v in totals.items()
+                           if k != "checksum" and not isinstance(v, (bool, float)))
+        out(f"  {name:<10} {counts}; checksum {totals['checksum'][:16]}")
+    if report.rebuild:
+        out(f"derived again at the target (hand-set inputs copied): {', '.join(report.rebuild)}")
+    out(f"store checksum {report.checksum}")
     return EXIT_OK
 
 
 def register(commands: Commands) -> None:
     p = commands.add(
-        "migrate", "copy every session, turn and fact of a store to another store (another "
-        "back end), verified by checksums",
+        "migrate", "copy a whole store (sessions, turns, keys, facts, warm artifacts, scratch "
+        "entries and blobs; the turn log derived again) to another store, another back end, "
+        "verified part by part with counts and checksums",
         ["ctxrelay migrate --from .ctxrelay --to postgresql://ctxrelay@127.0.0.1:55432/ctxrelay",
          "ctxrelay migrate --from postgresql://host/db --to ./store-copy"],
         func=cmd_migrate)
@@ -43,4 +47,4 @@ def register(commands: Commands) -> None:
                    help="the store to copy: a directory or a URL (postgresql://...)")
     p.add_argument("--to", dest="target", required=True, metavar="SPEC",
                    help="where to copy it: a new directory or a URL; must hold none of "
-                   "the source's sessions")
+                   "the source's sessions, fact namespaces, artifacts or scratch entries")
