@@ -76,6 +76,7 @@ class MigrationReport:
     namespaces: list[NamespaceCopy] = field(default_factory=list)   # the knowledge fabric
     parts: dict[str, PartCopy] = field(default_factory=dict)   # warm, scratch, turnlog
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)   # seconds per part
 
     @property
     def facts(self) -> int:
@@ -122,6 +123,7 @@ class MigrationReport:
                 "sessions": len(self.sessions), "turns": self.turns, "keys": self.keys,
                 "checksum": self.checksum, "rebuild": list(self.rebuild),
                 "parts": self.part_totals(), "seconds": round(self.seconds, 3),
+                "part_seconds": {k: round(v, 3) for k, v in self.timings.items()},
                 "per_session": [s.__dict__ for s in self.sessions],
                 "facts": self.facts, "per_namespace": [n.__dict__ for n in self.namespaces]}
 
@@ -190,18 +192,24 @@ def migrate(source: Any, target: Any, *,
         report = MigrationReport(str(source), str(target),
                                  rebuild=[p for p in DERIVED_PARTS if p in parts])
         try:
+            clock = time.perf_counter()
             for sid in ids:
                 report.sessions.append(_copy_session(src, dst, sid, str(target)))
                 if on_session is not None:
                     on_session(report.sessions[-1])
+            report.timings["transcript"] = time.perf_counter() - clock
         except BaseException:
             if facts is not None:
                 facts.close()
             raise
         if facts is not None:
+            clock = time.perf_counter()
             report.namespaces = facts.copy()
+            report.timings["facts"] = time.perf_counter() - clock
         for name, part in parts.items():
+            clock = time.perf_counter()
             report.parts[name] = part.copy()
+            report.timings[name] = time.perf_counter() - clock
     report.seconds = time.perf_counter() - started
     return report
 
