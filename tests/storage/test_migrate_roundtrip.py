@@ -210,3 +210,15 @@ def test_a_target_holding_a_sessions_part_is_refused_before_any_write(tmp_path, 
         digest = {sid: [hashlib.sha256(b).hexdigest() for _, b in
                         scratch_rows(stores.scratch, sid)] for sid in stores.scratch.sessions()}
         assert sum(map(len, digest.values())) == (part == "scratch")
+
+
+def test_a_refusal_leaves_a_directory_target_without_new_parts(tmp_path):
+    source, target = tmp_path / "source", tmp_path / "target"
+    _fill(source)
+    with open_stores(str(target)) as stores:
+        stores.transcript.create_session("ops")            # the clash
+    close_all()
+    with pytest.raises(SessionExistsError, match="already holds 1 of the source's sessions"):
+        migrate(str(source), str(target))
+    close_all()
+    assert sorted(p.name for p in target.iterdir()) == ["transcript.lmdb"]

@@ -72,7 +72,7 @@ class MigrationReport:
     source: str
     target: str
     sessions: list[SessionCopy] = field(default_factory=list)
-    rebuild: list[str] = field(default_factory=list)   # derived parts to rebuild on the target
+    rebuild: list[str] = field(default_factory=list)   # derived parts, derived again at the target
     namespaces: list[NamespaceCopy] = field(default_factory=list)   # the knowledge fabric
     parts: dict[str, PartCopy] = field(default_factory=dict)   # warm, scratch, turnlog
     seconds: float = 0.0

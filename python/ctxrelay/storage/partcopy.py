@@ -81,14 +81,16 @@ def warm_rows(warm: Any, session_id: str) -> list[Any]:
 
 class WarmCopy:
     def __init__(self, src: Any, dst: Any, target: str) -> None:
-        self.src, self.dst = src.warm, dst.warm
+        self.src, self._dst = src.warm, dst
         self.ids = self.src.sessions()
-        held = sorted(set(self.ids) & set(self.dst.sessions()))
+        # a target without the part is not given one until the copy (a refusal writes nothing)
+        held = sorted(set(self.ids) & set(dst.warm.sessions())) if dst.has("warm") else []
         if held:
             raise _clash("warm artifacts", target, held)
 
     def copy(self) -> PartCopy:
         out, h = PartCopy("warm", sessions=len(self.ids)), hashlib.sha256()
+        self.dst = self._dst.warm
         for sid in self.ids:
             rows = warm_rows(self.src, sid)
             self.dst.restore(rows)
@@ -114,14 +116,16 @@ def scratch_rows(scratch: Any, session_id: str) -> list[tuple[Any, bytes]]:
 
 class ScratchCopy:
     def __init__(self, src: Any, dst: Any, target: str) -> None:
-        self.src, self.dst = src.scratch, dst.scratch
+        self.src, self._dst = src.scratch, dst
         self.ids = self.src.sessions()
-        held = sorted(set(self.ids) & set(self.dst.sessions()))
+        held = (sorted(set(self.ids) & set(dst.scratch.sessions())) if dst.has("scratch")
+                else [])
         if held:
             raise _clash("scratch entries", target, held)
 
     def copy(self) -> PartCopy:
         out, h = PartCopy("scratch", sessions=len(self.ids)), hashlib.sha256()
+        self.dst = self._dst.scratch
         for sid in self.ids:
             rows = scratch_rows(self.src, sid)
             self.dst.restore(rows)
