@@ -55,5 +55,8 @@ def test_every_shell_line_runs(store_url, tmp_path):
                            text=True, timeout=300, env=_env(store_url))
         assert r.returncode == 0, f"`{line}`: {r.stderr}"
         outs.append(r.stdout)
-    assert "Restic backups run nightly" in outs[-2]   # the fact, back from PostgreSQL
-    assert "our etcd quota is 8 GiB" in outs[-1]     # the history, back from PostgreSQL
+    assert "Restic backups run nightly" in outs[-3]   # the fact, back from PostgreSQL
+    assert "our etcd quota is 8 GiB" in outs[-2]     # the history, back from PostgreSQL
+    assert "kubectl" in outs[-1]                     # the tool output, back too
+    for report in outs[-5:-3]:                       # a line and a checksum per part
+        assert all(f"  {part}" in report for part in ("transcript", "facts", "scratch"))
