@@ -222,3 +222,47 @@ def test_a_refusal_leaves_a_directory_target_without_new_parts(tmp_path):
         migrate(str(source), str(target))
     close_all()
     assert sorted(p.name for p in target.iterdir()) == ["transcript.lmdb"]
+
+
+def _chat_store(directory, embedder) -> None:
+    with open_stores(str(directory)) as stores:
+        t = stores.transcript
+        t.create_session("ops")
+        for text in ["How do I rotate the etcd certificates?", "One member at a time.",
+                     "What is the restic retention?", "48 hourly, 30 daily."]:
+            t.append("ops", "user", text)
+        stores.turnlog.sync(t, "ops", embedder)
+        stores.turnlog.set_references("ops", 3, [1])
+        t.append("ops", "user", "Back to etcd: which CA signs them?")    # not derived yet
+
+
+def test_a_partly_derived_turn_log_keeps_its_derived_turns_and_inputs(tmp_path, pg):
+    source = tmp_path / "source"
+    _chat_store(source, get_embedder("hashing"))
+    close_all()
+    report = migrate(str(source), pg)
+    assert report.parts["turnlog"].items == 4          # the turns the source had derived
+    close_all()
+    with open_stores(str(source)) as a, open_stores(pg) as b:
+        assert [a.turnlog.derived("ops", i) for i in range(1, 5)] == \
+            [b.turnlog.derived("ops", i) for i in range(1, 5)]
+        assert b.turnlog.inputs("ops") == a.turnlog.inputs("ops") == \
+            {"thread_states": {}, "references": {3: [1]}}
+        assert b.turnlog.coverage("ops")[0] == 5        # the target derived the whole session
+
+
+def test_a_turn_log_made_with_an_embedder_this_process_lacks_is_refused(tmp_path):
+    import numpy as np
+
+    from ctxrelay.errors import InvalidArgumentError
+    from ctxrelay.text.embed import CallableEmbedder
+    unknown = CallableEmbedder(lambda texts: np.ones((len(texts), 4)), dim=4,
+                               model_id="not-registered-anywhere")
+    source, target = tmp_path / "source", tmp_path / "target"
+    _chat_store(source, unknown)
+    close_all()
+    with pytest.raises(InvalidArgumentError, match="not-registered-anywhere"):
+        migrate(str(source), str(target))
+    close_all()
+    with open_stores(str(target)) as stores:
+        assert stores.transcript.sessions() == [] and not stores.has("turnlog")
