@@ -162,6 +162,11 @@ def test_every_part_goes_to_postgres_and_back_unchanged(tmp_path, pg):
     assert [e["pin_reason"] for e, _ in want["scratch"]["ops"]] == [None, "user", "auto"]
     assert len(want["warm"]["ops"]) == 3 and want["warm"]["ops"][0]["key"] == "w1"
 
+    for spec in (pg, str(back)):        # the derived records of the copies are consistent
+        with open_stores(spec) as stores:
+            assert stores.warm.check() == () and stores.scratch.verify() == ()
+            assert stores.scratch.check(verify=True).clean
+            assert stores.scratch.stats().to_dict() == want["scratch_stats"]
     with open_stores(str(source)) as a, open_stores(str(back)) as c:
         for stores in (a, c):
             # a keyed retry finds its copy; a new publish is the next version
