@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from ctxrelay.errors import SessionExistsError
 from ctxrelay.knowledge.fabric import FactStore
 from ctxrelay.storage import close_all, open_stores
@@ -65,8 +64,7 @@ def _fill(directory) -> dict:
         t.create_session("empty")
 
         warm = stores.warm
-        warm.publish("ops", 1, 4, "Certificates, then backups.", decisions=["rotate one "
-                     "member at a time"], facts=["48 hourly"], metadata={"by": "test"},
+        warm.publish("ops", 1, 4, "Certificates, then backups.", decisions=["rotate one member at a time"], facts=["48 hourly"], metadata={"by": "test"},
                      key="w1", transcript=t)
         warm.publish("ops", 1, 4, "Certificates and backups, revised.", producer="summariser")
         warm.publish("ops", 5, 7, "The CA question.", entities=["internal CA"], key="w2")
@@ -258,7 +256,6 @@ def test_a_partly_derived_turn_log_keeps_its_derived_turns_and_inputs(tmp_path, 
 
 def test_a_turn_log_made_with_an_embedder_this_process_lacks_is_refused(tmp_path):
     import numpy as np
-
     from ctxrelay.errors import InvalidArgumentError
     from ctxrelay.text.embed import CallableEmbedder
     unknown = CallableEmbedder(lambda texts: np.ones((len(texts), 4)), dim=4,

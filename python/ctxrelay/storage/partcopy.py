@@ -36,8 +36,8 @@ import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError, SessionExistsError, StoreError
 
-__all__ = ["PartCopy", "WarmCopy", "ScratchCopy", "TurnLogCopy", "warm_rows",
-           "scratch_rows", "turnlog_print", "VECTOR_TOLERANCE"]
+__all__ = ["VECTOR_TOLERANCE", "PartCopy", "ScratchCopy", "TurnLogCopy", "WarmCopy",
+           "scratch_rows", "turnlog_print", "warm_rows"]
 
 #: The largest absolute difference allowed between a turn vector at the source and
 #: the one derived again at the target.

@@ -192,10 +192,10 @@ def entry_of(record: dict[str, Any]) -> ScratchEntry:
 def copied_record(entry: Any, data: Any) -> dict[str, Any]:
     """The stored record of an entry copied from another store (``restore``), its
     blob checked against it; the fields in the order ``put`` writes them."""
+    from ctxrelay.errors import InvalidArgumentError
     from ctxrelay.storage.lmdb.scratch.checks import check_scratch_id, micros
     from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
     from ctxrelay.storage.validation import check_session_id
-    from ctxrelay.errors import InvalidArgumentError
     if not isinstance(entry, ScratchEntry) or not isinstance(data, bytes):
         raise InvalidArgumentError(
             "restore() takes (ScratchEntry, bytes) pairs: the entries another store's "
