@@ -7,11 +7,12 @@ are counted where they cost one.
 
 The budget, per call:
 
-- ``append`` (with or without an idempotency key, one turn or a batch): **2** --
-  BEGIN, the session row's lock (and the turns stored under the keys) in one
-  pipeline; then the turn, its postings, document frequencies, the counters, the
-  store's write generation and COMMIT in another.  (It was 4 before: psycopg's own
-  transaction handling syncs after BEGIN and after COMMIT.)
+- ``append`` (with or without an idempotency key, one turn or a batch): **1** --
+  one call of the server-side ``transcript_append`` (migration 7): the session
+  row's lock, the turns stored under the keys, the turn, its postings, document
+  frequencies, the counters and the store's write generation, committed as the
+  statement's own transaction.  (It was 4, then 2: BEGIN with the lock in one
+  pipeline, the writes with COMMIT in another.)
 - a read: **1** (``search``: 2, the ranking then the turns).
 - a managed turn (``Runtime.managed_turn`` on a 30-turn session, echo provider):
   **75** (63 measured); the relay's turn, ``prepare_turn`` + ``commit_turn``:
@@ -97,10 +98,10 @@ def _round_trips(proxy: TcpProxy, call) -> int:
 
 
 @pytest.mark.parametrize("call, budget", [
-    (lambda t: t.append("s", "user", "one more etcd turn"), 2),
-    (lambda t: t.append("s", "user", "a keyed turn", key="k-1"), 2),
+    (lambda t: t.append("s", "user", "one more etcd turn"), 1),
+    (lambda t: t.append("s", "user", "a keyed turn", key="k-1"), 1),
     (lambda t: t.append_many("s", [{"role": "user", "content": f"batch {i}", "key": f"b{i}"}
-                                   for i in range(50)]), 2),
+                                   for i in range(50)]), 1),
     (lambda t: t.rank("s", "etcd quorum", k=10), 1),
     (lambda t: t.search("s", "etcd quorum", k=10), 2),
     (lambda t: t.last("s", 16), 1),
@@ -112,16 +113,16 @@ def test_each_call_stays_within_its_round_trip_budget(transcript, call, budget):
     assert _round_trips(proxy, lambda: call(t)) == budget
 
 
-def test_a_keyed_retry_writes_nothing_in_two_round_trips(transcript):
+def test_a_keyed_retry_writes_nothing_in_one_round_trip(transcript):
     proxy, t = transcript
     t.append("s", "user", "keyed", key="k")
-    assert _round_trips(proxy, lambda: t.append("s", "user", "keyed", key="k")) == 2
+    assert _round_trips(proxy, lambda: t.append("s", "user", "keyed", key="k")) == 1
     assert t.turn_count("s") == 201
 
 
 def test_a_failed_append_leaves_the_connection_usable(transcript):
-    """An error between the two round trips (here: an unknown session, after BEGIN
-    went out) rolls back, and the pooled connection serves the next call."""
+    """A refused append (here: an unknown session, raised inside the server-side
+    call) rolls back, and the pooled connection serves the next call."""
     proxy, t = transcript
     from ctxrelay.errors import UnknownSessionError
     with pytest.raises(UnknownSessionError):

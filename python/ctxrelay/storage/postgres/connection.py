@@ -112,6 +112,11 @@ class Database:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def driver(self) -> Any:
+        """The ``psycopg`` module (for its error classes)."""
+        return self._psycopg
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
