@@ -238,6 +238,15 @@ class PgTurnLog:
             (session_id, int(turn_id))).fetchone())
         return None if row is None else DerivedTurn(turn_id=int(turn_id), **json.loads(row[0]))
 
+    def derived_many(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, DerivedTurn]:
+        ids = sorted({int(t) for t in turn_ids})
+        if not ids:
+            return {}
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT turn_id, record FROM turnlog_turns WHERE session_id = %s "
+            "AND turn_id = ANY(%s)", (session_id, ids)).fetchall())
+        return {t: DerivedTurn(turn_id=t, **json.loads(r)) for t, r in sorted(rows)}
+
     def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, np.ndarray]:
         ids = sorted({int(t) for t in turn_ids})
         if not ids:
