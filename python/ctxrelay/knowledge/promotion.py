@@ -289,6 +289,10 @@ class _Run:
             self._derived[turn_id] = self.turnlog.derived(self.session_id, turn_id)
         return self._derived[turn_id]
 
+    def derived_of(self, turn_ids: Iterable[int]) -> dict[int, Any]:
+        """The records read so far of the derived turns among ``turn_ids``."""
+        return {t: self._derived[t] for t in turn_ids if self._derived.get(t) is not None}
+
     def prefetch_derived(self, turn_ids: Iterable[int]) -> None:
         """The turn log's records of ``turn_ids`` not read yet, in one call."""
         missing = sorted(set(turn_ids) - set(self._derived))
@@ -401,11 +405,15 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     cross_thread = bool(options.get("cross_thread"))
     nearest = int(options.get("nearest") or 0)
     run.turn_count = count
-    # The turns looked at, the one before them (a relayed reading looks one back) and
-    # their turn-log records, each kind in one read rather than one per turn; their
-    # vectors too, on the first one asked for.
-    run.prefetch(range(first - 1, last + 1))
+    # Each kind in one read rather than one per turn: the turn-log records of the
+    # turns looked at; then those turns, the one before them (a relayed reading looks
+    # one back) and the earlier turns their references resolve to; their vectors on
+    # the first one asked for.
     run.prefetch_derived(range(first, last + 1))
+    wanted = {*range(first - 1, last + 1), *(t for t in resolved if t < last)}
+    for tid, derived in run.derived_of(range(first, last + 1)).items():
+        wanted.update(t for t in derived.references if 1 <= t < tid)
+    run.prefetch(wanted)
     run.vectors_ahead = range(first, last + 1)
     turns, ids = [], []
     for tid in range(first, last + 1):
