@@ -11,14 +11,18 @@ so machine load hits them alike (nothing else runs between them, unlike
 ``append_keyed_2_round_trips``  the same statements sent by the client, as before
                            migration 7 (bench/pg_append_reference.py): BEGIN with the
                            session lock and the key's turn; the writes with COMMIT
+``append_keyed_async``     the same call (the same parameters, built by the
+                           transcript) on a connection with ``synchronous_commit``
+                           off: the append without waiting for its WAL flush
 ``select_1``               ``SELECT 1`` on an autocommit connection: the network and
                            scheduling floor of one round trip
 ``commit_floor``           a one-row INSERT committed (1 round trip, 1 WAL flush): the
                            floor of any durable write with ``synchronous_commit`` on
 
-Each arm runs on its own pooled/held connection.  ``--profile`` also reports the
-client's CPU time per append (``time.process_time``) and the server's time inside
-``transcript_append`` (``EXPLAIN ANALYZE`` of the call on a scratch session).
+Each arm runs on its own pooled or held connection.  ``server_ms`` is the server's
+own time inside ``transcript_append`` (``EXPLAIN ANALYZE`` of the call, rolled back).
+Read together: ``select_1`` is the round trip, ``append_keyed_async`` minus it the
+client and server work, ``commit_floor`` minus ``select_1`` the WAL flush.
 
 Run: ``.venv/bin/python bench/pg_append_bench.py``; writes
 ``bench/results/pg_append.json``.
@@ -49,6 +53,7 @@ def main() -> int:
     import psycopg
 
     from ctxrelay.storage import close_all, open_stores
+    from ctxrelay.storage.postgres.transcript import _APPEND_CALL
     from services import drop_schema, fresh_schema_url, postgres_url
 
     spec, schema = fresh_schema_url()
@@ -65,10 +70,19 @@ def main() -> int:
         result["synchronous_commit"] = floor.execute("SHOW synchronous_commit").fetchone()[0]
         result["wal_sync_method"] = floor.execute("SHOW wal_sync_method").fetchone()[0]
         ping = psycopg.connect(postgres_url(), autocommit=True)
+        lazy = psycopg.connect(postgres_url(), autocommit=True)
+        lazy.execute(f"SET search_path = {schema}, public")
+        lazy.execute("SET synchronous_commit = off")
+
+        def async_append(i: int) -> None:
+            pending = t._prepare("user", f"bench append {i} etcd quota", key=f"a-{i}")
+            lazy.execute(_APPEND_CALL, t._append_params("s", [pending], "existing", {},
+                                                        pending.timestamp, False)).fetchone()
         arms = {
             "append_keyed": lambda i: t.append("s", "user", f"bench append {i} etcd quota",
                                                key=f"k-{i}"),
             "append": lambda i: t.append("s", "user", f"bench append {i} etcd raft"),
+            "append_keyed_async": async_append,
             "append_keyed_2_round_trips": lambda i: two_trip_append(
                 t, "r", f"bench append {i} etcd quota", key=f"k-{i}"),
             "select_1": lambda i: ping.execute("SELECT 1").fetchone(),
@@ -76,30 +90,26 @@ def main() -> int:
                 f"INSERT INTO {schema}.commit_floor VALUES (%s)", (i,)),
         }
         samples: dict[str, list[float]] = {name: [] for name in arms}
-        cpu: dict[str, list[float]] = {name: [] for name in arms}
         for warm in range(-6, 0):                # past psycopg's prepare threshold (5)
             for fn in arms.values():
                 fn(warm)
         for i in range(args.repeat):
             for name, fn in arms.items():
-                c0 = time.process_time()
                 t0 = time.perf_counter()
                 fn(i)
                 samples[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
         result["server_ms"] = server_time(t, floor, schema)
-        floor.close()
-        ping.close()
+        for conn in (floor, ping, lazy):
+            conn.close()
         timings = {name: percentiles(s) for name, s in samples.items()}
         result["timings"] = timings
-        result["client_cpu_ms_mean"] = {name: round(sum(c) / len(c) * 1000, 3)
-                                        for name, c in cpu.items()}
         p50 = {name: timings[name]["p50_ms"] for name in arms}
         result["ratios_p50"] = {
             "append_keyed_over_2_round_trips": round(
                 p50["append_keyed"] / p50["append_keyed_2_round_trips"], 3),
             "append_keyed_over_commit_floor": round(p50["append_keyed"] / p50["commit_floor"], 3),
             "commit_floor_over_select_1": round(p50["commit_floor"] / p50["select_1"], 3),
+            "append_keyed_over_async": round(p50["append_keyed"] / p50["append_keyed_async"], 3),
         }
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     finally:
