@@ -522,7 +522,8 @@ def api_set_references(stores: Any, session_id: str, turn_id: int, references: l
     log = stores.turnlog
     if log.derived(session_id, int(turn_id)) is None:
         log.sync(stores.transcript, session_id, _embedder(embedder))
-    if log.derived(session_id, int(turn_id)) is None:
+    try:
+        log.set_references(session_id, int(turn_id), [int(r) for r in references])
+    except InvalidArgumentError:          # still not derived (e.g. a turn of another log)
         return False
-    log.set_references(session_id, int(turn_id), [int(r) for r in references])
     return True
