@@ -282,7 +282,6 @@ class _Run:
         if missing:
             self._turns.update(zip(missing, self.store.turns(self.session_id, missing)))
 
-
     def derived(self, turn_id: int) -> Any:
         """The turn log's record of ``turn_id`` (None: not derived), read once."""
         if turn_id not in self._derived:
@@ -508,14 +507,16 @@ def _reuse_evidence(run: _Run, turn: Turn, nearest: int) -> list[dict[str, Any]]
     floor = float(run.embedder.thresholds["topic_same"])
     later_terms: set[str] | None = None
     out = []
-    near = [(cand_id, sim) for cand_id, sim in log.nearest(
+    near = [cand_id for cand_id, sim in log.nearest(
         run.session_id, vec, k=nearest, before=turn.turn_id) if sim >= floor]
-    run.prefetch_derived(cand_id for cand_id, _ in near)
-    # The candidates in another thread, and the turn before each (its relayed reading).
+    run.prefetch_derived(near)
+
     def elsewhere(origin: Any) -> bool:
         return origin is not None and bool(origin.thread_id) \
             and origin.thread_id != mine.thread_id
-    other = [cand_id for cand_id, _ in near if elsewhere(run.derived(cand_id))]
+    # The candidates in another thread (best first), then their turns and the turn
+    # before each (its relayed reading) in one read.
+    other = [cand_id for cand_id in near if elsewhere(run.derived(cand_id))]
     run.prefetch(t for cand_id in other for t in (cand_id - 1, cand_id))
     for cand_id in other:
         origin = run.derived(cand_id)
