@@ -48,6 +48,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from _common import git_rev, percentiles, write  # noqa: E402
+# the append before migration 7 (the 4-round-trip arm)
+from pg_append_reference import four_trip_append  # noqa: E402
 
 WORDS = ("etcd raft leader election timeout member defragment compaction snapshot latency "
          "disk wal fsync quorum learner lease revision watch grpc kubelet pod node drain "
@@ -80,18 +82,6 @@ def interleaved(calls: dict[str, callable], repeat: int) -> dict[str, list[float
             fn(i)
             out[name].append(time.perf_counter() - t0)
     return out
-
-
-def four_trip_append(t, content: str) -> int:
-    """``t.append`` as it was before the 2-round-trip protocol: the same statements in
-    psycopg's own transaction, which syncs after BEGIN and after COMMIT."""
-    pending = t._prepare("user", content)
-    tokenizer = t.tokenizer_name
-
-    def write(cur):
-        session, known = t._lock_with_keys(cur, "s", [pending])
-        return t._append_all(cur, session, [pending], tokenizer, known)[0]
-    return t._run(write)
 
 
 def main() -> int:

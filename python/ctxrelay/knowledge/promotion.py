@@ -247,7 +247,13 @@ class _Run:
         self.stores, self.store, self.session_id = stores, stores.transcript, session_id
         self._facts, self.scratch = facts, scratch
         self.namespace, self.turnlog, self.embedder = namespace, turnlog, embedder
+        # What this promotion read, so each turn, record and vector is read once,
+        # and many in one call where the ids are known ahead (prefetch_*).
         self._turns: dict[int, Turn] = {}
+        self.turn_count = 0                      # as evidence() found it (prefetch's bound)
+        self.vectors_ahead: Iterable[int] = ()   # the vectors to read with the first one
+        self._derived: dict[int, Any] = {}
+        self._vectors: dict[int, Any] = {}
         self._entries: dict[str, Any] = {}      # as the last reference left them
         # statement id -> (text, origin turn, origin role, threads, reusing turn, containment)
         self.statements: dict[int, tuple[str, int, str, list[str], int, float]] = {}
@@ -267,6 +273,43 @@ class _Run:
         if turn_id not in self._turns:
             self._turns[turn_id] = self.store.turn(self.session_id, turn_id)
         return self._turns[turn_id]
+
+    def prefetch(self, turn_ids: Iterable[int]) -> None:
+        """Read the turns among ``turn_ids`` not read yet in one call (one round trip
+        on a server back end, where :meth:`turn` one by one costs one each); ids
+        outside the session are left out, so :meth:`turn` still reports them."""
+        missing = sorted({t for t in turn_ids if 1 <= t <= self.turn_count} - set(self._turns))
+        if missing:
+            self._turns.update(zip(missing, self.store.turns(self.session_id, missing)))
+
+    def derived(self, turn_id: int) -> Any:
+        """The turn log's record of ``turn_id`` (None: not derived), read once."""
+        if turn_id not in self._derived:
+            self._derived[turn_id] = self.turnlog.derived(self.session_id, turn_id)
+        return self._derived[turn_id]
+
+    def derived_of(self, turn_ids: Iterable[int]) -> dict[int, Any]:
+        """The records read so far of the derived turns among ``turn_ids``."""
+        return {t: self._derived[t] for t in turn_ids if self._derived.get(t) is not None}
+
+    def prefetch_derived(self, turn_ids: Iterable[int]) -> None:
+        """The turn log's records of ``turn_ids`` not read yet, in one call."""
+        missing = sorted(set(turn_ids) - set(self._derived))
+        if missing and self.turnlog is not None:
+            found = self.turnlog.derived_many(self.session_id, missing)
+            self._derived.update({t: found.get(t) for t in missing})
+
+    def vector(self, turn_id: int) -> Any:
+        """The turn log's vector of ``turn_id`` (None: not derived), read once."""
+        if turn_id not in self._vectors:
+            self.prefetch_vectors([turn_id, *self.vectors_ahead])
+        return self._vectors[turn_id]
+
+    def prefetch_vectors(self, turn_ids: Iterable[int]) -> None:
+        missing = sorted(set(turn_ids) - set(self._vectors))
+        if missing and self.turnlog is not None:
+            found = self.turnlog.vectors(self.session_id, missing)
+            self._vectors.update({t: found.get(t) for t in missing})
 
     def entry(self, scratch_id: str) -> Any:
         """The session's scratch entry, or None (never stored here, or evicted)."""
@@ -322,7 +365,8 @@ def _open_stores(stores: Any, given: dict[str, Any], use_turnlog: bool
     return facts, scratch, turnlog, embedder
 
 
-def _turn_range(stores: Any, session_id: str, first: Any, last: Any) -> tuple[int, int]:
+def _turn_range(stores: Any, session_id: str, first: Any, last: Any) -> tuple[int, int, int]:
+    """``(first, last, the session's turn count)``, checked."""
     count = stores.transcript.turn_count(session_id)
     if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= count:
         raise InvalidArgumentError(
@@ -330,7 +374,7 @@ def _turn_range(stores: Any, session_id: str, first: Any, last: Any) -> tuple[in
     if isinstance(first, bool) or not isinstance(first, int) or not 1 <= first <= last:
         raise InvalidArgumentError(
             f"since must be an int in 1..{last} (the first turn to look at), not {first!r}")
-    return first, last
+    return first, last, count
 
 
 def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +390,8 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     :func:`similarities` and :func:`apply`).
     @raises InvalidArgumentError for a turn range outside the session.
     """
-    first, last = _turn_range(store, session_id, options.get("first"), options.get("last"))
+    first, last, count = _turn_range(store, session_id, options.get("first"),
+                                     options.get("last"))
     given = dict(options.get("stores") or {})
     if options.get("embedder"):
         given.setdefault("embedder", options["embedder"])
@@ -358,6 +403,17 @@ def evidence(store: Any, session_id: str, options: dict[str, Any]) -> dict[str, 
     naming_roles = set(options.get("naming_roles") or ())
     cross_thread = bool(options.get("cross_thread"))
     nearest = int(options.get("nearest") or 0)
+    run.turn_count = count
+    # Each kind in one read rather than one per turn: the turn-log records of the
+    # turns looked at; then those turns, the one before them (a relayed reading looks
+    # one back) and the earlier turns their references resolve to; their vectors on
+    # the first one asked for.
+    run.prefetch_derived(range(first, last + 1))
+    wanted = {*range(first - 1, last + 1), *(t for t in resolved if t < last)}
+    for tid, derived in run.derived_of(range(first, last + 1)).items():
+        wanted.update(t for t in derived.references if 1 <= t < tid)
+    run.prefetch(wanted)
+    run.vectors_ahead = range(first, last + 1)
     turns, ids = [], []
     for tid in range(first, last + 1):
         turn = run.turn(tid)
@@ -384,10 +440,11 @@ def _turn_evidence(run: _Run, turn: Turn, resolved: Iterable[int], ids: list[str
     mentions = _mention_spans(turn.content)
     targets = set(int(t) for t in resolved)
     if run.turnlog is not None:
-        derived = run.turnlog.derived(run.session_id, turn.turn_id)
+        derived = run.derived(turn.turn_id)
         if derived is not None:
             targets.update(derived.references)
     via = []
+    run.prefetch(t for t in targets if 1 <= t < turn.turn_id)
     for tid in sorted(targets):
         if 1 <= tid < turn.turn_id:
             sid = (run.turn(tid).metadata or {}).get("scratch_id")
@@ -441,21 +498,28 @@ def _reuse_evidence(run: _Run, turn: Turn, nearest: int) -> list[dict[str, Any]]
     later_values = specifics(turn.content)
     if not later_values:                     # nothing concrete to have been reused
         return []
-    mine = log.derived(run.session_id, turn.turn_id)
+    mine = run.derived(turn.turn_id)
     if mine is None or not mine.thread_id:
         return []
-    vec = log.vectors(run.session_id, [turn.turn_id]).get(turn.turn_id)
+    vec = run.vector(turn.turn_id)
     if vec is None:
         return []
     floor = float(run.embedder.thresholds["topic_same"])
     later_terms: set[str] | None = None
     out = []
-    for cand_id, sim in log.nearest(run.session_id, vec, k=nearest, before=turn.turn_id):
-        if sim < floor:
-            continue
-        origin = log.derived(run.session_id, cand_id)
-        if origin is None or not origin.thread_id or origin.thread_id == mine.thread_id:
-            continue
+    near = [cand_id for cand_id, sim in log.nearest(
+        run.session_id, vec, k=nearest, before=turn.turn_id) if sim >= floor]
+    run.prefetch_derived(near)
+
+    def elsewhere(origin: Any) -> bool:
+        return origin is not None and bool(origin.thread_id) \
+            and origin.thread_id != mine.thread_id
+    # The candidates in another thread (best first), then their turns and the turn
+    # before each (its relayed reading) in one read.
+    other = [cand_id for cand_id in near if elsewhere(run.derived(cand_id))]
+    run.prefetch(t for cand_id in other for t in (cand_id - 1, cand_id))
+    for cand_id in other:
+        origin = run.derived(cand_id)
         cand = run.turn(cand_id)
         if cand.role not in ("user", "assistant"):
             continue

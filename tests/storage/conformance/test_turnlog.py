@@ -71,6 +71,20 @@ def test_per_turn_records(parts, embedder):
         log.set_references("s", 7, [1])
 
 
+def test_derived_many_reads_what_derived_reads_in_one_call(parts, embedder):
+    transcript, log = parts
+    assert log.derived_many("s", [1, 2]) == {}                       # not derived yet
+    log.sync(transcript, "s", embedder)
+    log.set_references("s", 4, [3])
+    transcript.append("s", "user", "not derived yet")
+    got = log.derived_many("s", [6, 4, 4, 1, 7, 99])
+    assert list(got) == [1, 4, 6]                    # ascending, each once, only derived
+    assert got == {t: log.derived("s", t) for t in (1, 4, 6)}
+    assert got[4].references == [3]
+    assert log.derived_many("s", []) == {} and log.derived_many("nobody", [1]) == {}
+    assert log.derived_many("s", range(1, 7)) == {t: log.derived("s", t) for t in range(1, 7)}
+
+
 def test_threads(parts, embedder):
     transcript, log = parts
     log.sync(transcript, "s", embedder)

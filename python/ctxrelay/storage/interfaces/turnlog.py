@@ -86,6 +86,12 @@ class TurnLogStore(Protocol):
     def derived(self, session_id: str, turn_id: int) -> "DerivedTurn | None":
         """A turn's thread, entities, references and tool calls (None: not derived)."""
 
+    def derived_many(self, session_id: str,
+                     turn_ids: Iterable[int]) -> dict[int, "DerivedTurn"]:
+        """The records of the derived turns among ``turn_ids`` (the others left out),
+        in one read: what ``derived`` gives for each, for callers that would
+        otherwise ask turn by turn (one round trip on a server back end)."""
+
     def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, "np.ndarray"]:
         """The vectors of the derived turns among ``turn_ids``."""
 

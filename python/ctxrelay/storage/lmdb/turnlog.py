@@ -225,6 +225,22 @@ class TurnLog(LmdbStore):
         raw = self.read(read)
         return None if raw is None else DerivedTurn(turn_id=int(turn_id), **json.loads(raw))
 
+    def derived_many(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, DerivedTurn]:
+        skey = _session_key(session_id)
+        ids = sorted({int(t) for t in turn_ids})
+
+        def read(txn: Any) -> dict[int, bytes]:
+            out = {}
+            for tid in ids:
+                raw = txn.get(skey + _U64.pack(tid), db=self.dbs[b"derived"])
+                if raw is None:
+                    self._require_absent(txn, skey, session_id, tid, "derived record")
+                else:
+                    out[tid] = raw
+            return out
+        return {tid: DerivedTurn(turn_id=tid, **json.loads(raw))
+                for tid, raw in self.read(read).items()}
+
     def _require_absent(self, txn: Any, skey: bytes, session_id: str, turn_id: int,
                         what: str) -> None:
         """A record the progress says exists but a lookup cannot find: its key was
@@ -525,7 +541,8 @@ def api_set_references(stores: Any, session_id: str, turn_id: int, references: l
     log = stores.turnlog
     if log.derived(session_id, int(turn_id)) is None:
         log.sync(stores.transcript, session_id, _embedder(embedder))
-    if log.derived(session_id, int(turn_id)) is None:
+    try:
+        log.set_references(session_id, int(turn_id), [int(r) for r in references])
+    except InvalidArgumentError:          # still not derived (e.g. a turn of another log)
         return False
-    log.set_references(session_id, int(turn_id), [int(r) for r in references])
     return True

@@ -12,6 +12,7 @@ transaction is rolled back by the server: nothing half-written.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import weakref
@@ -112,6 +113,11 @@ class Database:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def driver(self) -> Any:
+        """The ``psycopg`` module (for its error classes)."""
+        return self._psycopg
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -159,6 +165,27 @@ class Database:
         """``fn(cursor)`` in one transaction (committed when it returns)."""
         with self.connection() as conn, conn.cursor() as cur:
             return fn(cur)
+
+    def pipelined(self, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` in one transaction, in as few round trips as its reads
+        allow: BEGIN goes out with ``fn``'s first statements, and its last writes
+        with COMMIT (each read whose result ``fn`` fetches ends a round trip).
+
+        Spelled out on an autocommit connection in pipeline mode, because psycopg's
+        own transaction handling waits after BEGIN and again after COMMIT (two
+        round trips more).  An error anywhere rolls the transaction back."""
+        with self.connection(autocommit=True) as conn, conn.cursor() as cur:
+            try:
+                with conn.pipeline():
+                    cur.execute("BEGIN")
+                    result = fn(cur)
+                    cur.execute("COMMIT")
+            except BaseException:
+                if not conn.closed and not conn.broken:
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
+            return result
 
     def read(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` without a transaction: for reads of one statement (or of

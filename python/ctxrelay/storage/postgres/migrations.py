@@ -215,6 +215,165 @@ CREATE TABLE ckf_postings (
 );
 """
 
+# The transcript's append as one server-side call (storage/postgres/transcript.py), so
+# an append is one round trip: the session's lock, its keys, the id allocation and all
+# the writes in one statement, in the implicit transaction of that statement.  Each
+# statement inside takes its own snapshot (READ COMMITTED), so the key lookup after the
+# lock sees what the appender it waited for committed.  Errors are raised with SQLSTATEs
+# of class CR (transcript.py turns them into the library's exceptions); any error rolls
+# the whole call back.
+_TRANSCRIPT_APPEND = """
+CREATE FUNCTION transcript_append(
+    p_session text,
+    p_mode text,                -- 'existing', 'create' (if missing) or 'new' (must not exist)
+    p_created text, p_session_meta text, p_counters text,   -- a session created here
+    p_archive boolean,          -- archive the session after the append (an import)
+    p_tokenizer text,
+    p_roles text[], p_contents bytea[], p_names bytea[], p_tool_call_ids bytea[],
+    p_metadata text[], p_ts text[], p_keys bytea[], p_digests bytea[],
+    p_tokens integer[], p_exact boolean[], p_lengths integer[],
+    p_post_rows integer[], p_post_terms text[], p_post_tfs integer[])
+RETURNS integer[] LANGUAGE plpgsql AS $fn$
+DECLARE
+    s        sessions;
+    c        json;
+    created  boolean := false;
+    n        integer;           -- rows
+    ids      integer[];
+    fresh    boolean[];
+    bad      integer;            -- first row whose key stands for other content
+    first_new integer;           -- first row that is a new turn
+    added    integer;
+    add_bytes bigint; add_tokens bigint; add_estimated bigint; add_length bigint;
+    first_ts text; last_ts text;
+    roles    json;
+BEGIN
+    SELECT * INTO s FROM sessions WHERE session_id = p_session FOR UPDATE;
+    IF FOUND AND p_mode = 'new' THEN
+        RAISE EXCEPTION 'session exists' USING ERRCODE = 'CR002';
+    ELSIF NOT FOUND THEN
+        IF p_mode = 'existing' THEN
+            RAISE EXCEPTION 'unknown session' USING ERRCODE = 'CR001';
+        END IF;
+        INSERT INTO sessions (session_id, created, metadata, counters)
+        VALUES (p_session, p_created, p_session_meta, p_counters)
+        ON CONFLICT (session_id) DO NOTHING RETURNING * INTO s;
+        IF FOUND THEN
+            created := true;
+        ELSIF p_mode = 'new' THEN
+            RAISE EXCEPTION 'session exists' USING ERRCODE = 'CR002';
+        ELSE                     -- created meanwhile by another appender: take turns
+            SELECT * INTO STRICT s FROM sessions WHERE session_id = p_session FOR UPDATE;
+        END IF;
+    END IF;
+    c := s.counters::json;
+
+    -- Each row's turn: a new one (the next ids, in row order), or the turn its key
+    -- already stands for (stored before, or the key's first row in this batch).
+    n := coalesce(array_length(p_roles, 1), 0);
+    IF cardinality(array_remove(p_keys, NULL)) = 0 THEN
+        ids := ARRAY(SELECT (c->>'turns')::integer + g FROM generate_series(1, n) g);
+        fresh := array_fill(true, ARRAY[n]);
+        first_new := CASE WHEN n > 0 THEN 1 END;
+    ELSE
+        WITH b AS (
+            SELECT k, d, i::integer AS i, min(i::integer) OVER (PARTITION BY k) AS first_i
+            FROM unnest(p_keys, p_digests) WITH ORDINALITY AS b(k, d, i)
+        ), r AS (
+            -- One index probe per key, never a scan of the session's keys (LIMIT 1:
+            -- the planner keeps the LATERAL as it is instead of turning it into a join).
+            SELECT b.*, st.turn_id AS stored_id, st.key_digest AS stored_d,
+                   (b.k IS NULL OR (st.turn_id IS NULL AND b.first_i = b.i)) AS is_new
+            FROM b LEFT JOIN LATERAL (
+                SELECT t.turn_id, t.key_digest FROM turns t
+                WHERE t.session_num = s.num AND t.key = b.k LIMIT 1) st ON true
+        ), m AS (
+            SELECT r.*, CASE WHEN is_new THEN (c->>'turns')::integer
+                        + count(*) FILTER (WHERE is_new) OVER (ORDER BY i) END AS new_id
+            FROM r
+        ), f AS (
+            SELECT m.i, m.is_new, coalesce(m.new_id, m.stored_id, o.new_id) AS turn_id,
+                   (NOT m.is_new AND m.d IS DISTINCT FROM coalesce(m.stored_d, o.d)) AS conflict
+            FROM m LEFT JOIN m o ON o.i = m.first_i AND NOT m.is_new AND m.stored_id IS NULL
+        )
+        SELECT array_agg(turn_id ORDER BY i), array_agg(is_new ORDER BY i),
+               min(i) FILTER (WHERE conflict), min(i) FILTER (WHERE is_new)
+        INTO ids, fresh, bad, first_new FROM f;
+    END IF;
+
+    -- The first problem in row order wins, as a row-by-row append would meet it.
+    IF s.archived AND first_new IS NOT NULL AND (bad IS NULL OR first_new < bad) THEN
+        RAISE EXCEPTION 'archived session' USING ERRCODE = 'CR003';
+    ELSIF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'key conflict' USING ERRCODE = 'CR004',
+            DETAIL = format('%s %s', bad, ids[bad]);
+    END IF;
+
+    IF first_new IS NOT NULL THEN
+        INSERT INTO turns (session_num, turn_id, role, content, name, tool_call_id, metadata,
+                           ts, key, key_digest, tokens, tokens_exact, ix_length)
+        SELECT s.num, ids[u.i], u.role, u.content, u.name, u.tool_call_id, u.metadata, u.ts,
+               u.k, u.d, u.tokens, u.exact, u.len
+        FROM unnest(p_roles, p_contents, p_names, p_tool_call_ids, p_metadata, p_ts, p_keys,
+                    p_digests, p_tokens, p_exact, p_lengths)
+             WITH ORDINALITY AS u(role, content, name, tool_call_id, metadata, ts, k, d,
+                                  tokens, exact, len, i)
+        WHERE fresh[u.i];
+
+        INSERT INTO postings (session_num, term, turn_id, tf, doclen)
+        SELECT s.num, p.term, ids[p.r], p.tf, p_lengths[p.r]
+        FROM unnest(p_post_rows, p_post_terms, p_post_tfs) AS p(r, term, tf)
+        WHERE fresh[p.r];
+        INSERT INTO term_df (session_num, term, df)
+        SELECT s.num, p.term, count(*)
+        FROM unnest(p_post_rows, p_post_terms) AS p(r, term)
+        WHERE fresh[p.r] GROUP BY p.term
+        ON CONFLICT (session_num, term) DO UPDATE SET df = term_df.df + EXCLUDED.df;
+
+        -- The running counters, as records.Counters.add moves them row by row; json
+        -- (not jsonb), in Counters' field order, so the keys keep Python's order.
+        SELECT count(*), sum(octet_length(u.content)), sum(u.tokens),
+               count(*) FILTER (WHERE NOT u.exact), sum(u.len),
+               (array_agg(u.ts ORDER BY u.i))[1], (array_agg(u.ts ORDER BY u.i DESC))[1]
+        INTO added, add_bytes, add_tokens, add_estimated, add_length, first_ts, last_ts
+        FROM unnest(p_contents, p_tokens, p_exact, p_lengths, p_ts)
+             WITH ORDINALITY AS u(content, tokens, exact, len, ts, i)
+        WHERE fresh[u.i];
+        WITH x AS (SELECT u.role, count(*) AS n, min(u.i) AS first_i
+                   FROM unnest(p_roles) WITH ORDINALITY AS u(role, i)
+                   WHERE fresh[u.i] GROUP BY u.role),
+             e AS (SELECT key AS role, value::text::bigint AS n, ord
+                   FROM json_each(c->'by_role') WITH ORDINALITY AS e(key, value, ord))
+        SELECT json_object_agg(coalesce(e.role, x.role), coalesce(e.n, 0) + coalesce(x.n, 0)
+                               ORDER BY e.ord NULLS LAST, x.first_i)
+        INTO roles FROM e FULL JOIN x ON x.role = e.role;
+        c := json_build_object(
+            'turns', (c->>'turns')::bigint + added,
+            'bytes', (c->>'bytes')::bigint + add_bytes,
+            'tokens', (c->>'tokens')::bigint + add_tokens,
+            'estimated', (c->>'estimated')::bigint + add_estimated,
+            'by_role', roles,
+            'first', CASE WHEN coalesce(c->>'first', '') <> '' THEN c->'first'
+                          ELSE to_json(first_ts) END,
+            'last', to_json(last_ts),
+            'tokenizers', CASE WHEN (c->'tokenizers')::jsonb ? p_tokenizer THEN c->'tokenizers'
+                               ELSE ((c->'tokenizers')::jsonb || to_jsonb(p_tokenizer))::json END);
+        UPDATE sessions SET counters = c::text, ix_docs = ix_docs + added,
+                            ix_length = ix_length + add_length
+        WHERE num = s.num;
+    END IF;
+    IF p_archive THEN
+        UPDATE sessions SET archived = true WHERE num = s.num;
+    END IF;
+    IF first_new IS NOT NULL OR created OR p_archive THEN
+        -- Last, so the one generation row is locked only until commit.
+        UPDATE store_generation SET generation = generation + 1;
+    END IF;
+    RETURN ids;
+END
+$fn$;
+"""
+
 # The relay's per-key counters (apps/server/limits.py), shared by every relay on the
 # store: requests and body bytes per key per one-minute window, stored bytes per tenant.
 _RELAY_LIMITS = """
@@ -239,7 +398,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (4, "scratch buffer: entries with their blobs", _SCRATCH),
     (5, "turn log: topic thread labels", _THREAD_LABELS),
     (6, "knowledge fabric: facts, pgvector vectors, edges, change feed, terms", _FACTS),
-    # 10: the relay's own tables; versions 7-9 are left to the store's parts.
+    (7, "transcript: the append as one server-side call", _TRANSCRIPT_APPEND),
+    # 10: the relay's own tables; versions 8-9 are left to the store's parts.
     (10, "relay: per-key limit counters", _RELAY_LIMITS),
 ]
 

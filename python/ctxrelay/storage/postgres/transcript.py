@@ -6,12 +6,14 @@ totals), ``turns`` (one row per turn, written once), ``postings`` and
 ``term_df`` (the index, :mod:`ctxrelay.storage.postgres.textindex`).
 
 Appends
-    An append locks its session's row (``SELECT ... FOR UPDATE``), so the
-    appenders of one session -- threads, processes, relays on other hosts --
-    take turns: the id is the counter + 1, and the turn, its postings, the
-    counters and the store generation commit in one transaction.  Appends to
-    different sessions do not wait for each other except on the one
-    generation row, which each write updates last (just before commit).
+    One call of the server-side function ``transcript_append`` (migration 7):
+    one statement, one round trip.  It locks its session's row (``SELECT ...
+    FOR UPDATE``), so the appenders of one session -- threads, processes,
+    relays on other hosts -- take turns: the ids are the counter + 1, 2, ...,
+    and the turns, their postings, the counters and the store generation
+    commit in the statement's own transaction.  Appends to different sessions
+    do not wait for each other except on the one generation row, which each
+    write updates last (just before commit).
 Idempotency keys
     A unique index on (session, key) holds at most one turn per key; the
     turn keeps the digest of what the key stood for, so a retry with other
@@ -24,7 +26,6 @@ back end's own functions, so both back ends accept and refuse the same input.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -55,6 +56,11 @@ __all__ = ["PgTranscript"]
 _TURN_COLUMNS = ("turn_id, role, content, name, tool_call_id, metadata, ts, key, tokens, "
                  "tokens_exact")
 _CHUNK = 512                  # turns per query in iter_turns()
+# One append: the server-side function of migration 7 (its parameters, in order).
+_APPEND_CALL = (
+    "SELECT transcript_append(%s, %s, %s, %s, %s, %s, %s, %s::text[], %s::bytea[], "
+    "%s::bytea[], %s::bytea[], %s::text[], %s::text[], %s::bytea[], %s::bytea[], "
+    "%s::integer[], %s::boolean[], %s::integer[], %s::integer[], %s::text[], %s::integer[])")
 
 
 def _dumps(value: Any) -> str:
@@ -289,59 +295,7 @@ class PgTranscript:
         session_id = check_session_id(session_id)
         pending = self._prepare(role, content, name=name, tool_call_id=tool_call_id,
                                 metadata=metadata, timestamp=timestamp, key=key)
-        tokenizer = self.tokenizer_name
-
-        def write(cur: Any) -> int:
-            session, known = self._lock_with_keys(cur, session_id, [pending])
-            if session is None:
-                self._unknown(session_id)
-            return self._append_all(cur, session, [pending], tokenizer, known)[0]
-        return self._write_pipelined(write)
-
-    def _write_pipelined(self, fn: Any) -> Any:
-        """``fn(cursor)`` in one transaction of two round trips: BEGIN goes out with
-        ``fn``'s first read (the session lock), and the writes with COMMIT.
-
-        Spelled out on an autocommit connection in pipeline mode, because psycopg's
-        own transaction handling syncs after BEGIN and again after COMMIT (two more
-        round trips).  An error anywhere rolls the transaction back."""
-        self._live()
-        with self._db.connection(autocommit=True) as conn, conn.cursor() as cur:
-            try:
-                with conn.pipeline():
-                    cur.execute("BEGIN")
-                    result = fn(cur)
-                    cur.execute("COMMIT")
-            except BaseException:
-                if not conn.closed and not conn.broken:
-                    with contextlib.suppress(Exception):
-                        conn.execute("ROLLBACK")
-                raise
-            return result
-
-    def _lock_with_keys(self, cur: Any, session_id: str, pendings: list[Pending]
-                        ) -> tuple[_Session | None, dict[str, tuple[int, bytes]]]:
-        """Lock the session's row, then read the turns stored under the keys of
-        ``pendings`` (None: no such session).
-
-        Two statements, not one join: a statement that waited for the lock sees
-        the locked row's newest version but the rest of its join as of when it
-        started, so it could miss a key the appender it waited for just stored.
-        """
-        keys = [_b(p.key) for p in pendings if p.key is not None]
-        if not keys:
-            return self._find(cur, session_id, lock=True), {}
-        # Sent together (one round trip in a pipeline); the server still runs the
-        # second after the first has its lock, with a snapshot taken then.
-        cur.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = %s "
-                    "FOR UPDATE", (session_id,))
-        with cur.connection.cursor() as keyed:
-            keyed.execute("SELECT key, turn_id, key_digest FROM turns WHERE session_num = "
-                          "(SELECT num FROM sessions WHERE session_id = %s) AND key = ANY(%s)",
-                          (session_id, keys))
-            row = cur.fetchone()
-            known = {_s(k): (t, bytes(d)) for k, t, d in keyed.fetchall()}
-        return (None, {}) if row is None else (_Session(row), known)
+        return self._append_call(session_id, [pending], mode="existing")[0]
 
     def append_many(self, session_id: str, turns: Iterable[dict[str, Any]], *,
                     create: bool = False,
@@ -352,78 +306,72 @@ class PgTranscript:
                                   metadata=t.get("metadata"), timestamp=t.get("timestamp"),
                                   key=t.get("key"))
                     for t in turns]
-        meta = normalise_metadata(session_metadata) if create else None
-        created = normalise_timestamp(None)
-        tokenizer = self.tokenizer_name
+        meta = normalise_metadata(session_metadata) if create else {}
+        return self._append_call(session_id, pendings, mode="create" if create else "existing",
+                                 metadata=meta)
 
-        def write(cur: Any) -> list[int]:
-            session, known = self._lock_with_keys(cur, session_id, pendings)
-            if session is None:
-                if not create:
-                    self._unknown(session_id)
-                session = self._create(cur, session_id, created, meta or {})
-            return self._append_all(cur, session, pendings, tokenizer, known)
-        return self._write_pipelined(write)
+    def _append_call(self, session_id: str, pendings: list[Pending], *, mode: str,
+                     metadata: dict[str, Any] | None = None, created: str | None = None,
+                     archive: bool = False) -> list[int]:
+        """Append ``pendings`` with one call of the server-side ``transcript_append``
+        (migration 7): one statement, so one round trip and one transaction -- the
+        session's lock, the turns already stored under the keys, the ids, the turns,
+        their postings, the counters and the store generation, committed before the
+        answer comes back (an error anywhere rolls it all back).
 
-    def _append_all(self, cur: Any, session: _Session, pendings: list[Pending],
-                    tokenizer: str, known: dict[str, tuple[int, bytes]] | None = None
-                    ) -> list[int]:
-        """Append ``pendings`` to the locked ``session``; ``known`` are the turns
-        already stored under their keys (a retry returns the stored id).  The
-        caller's transaction commits them."""
-        known = dict(known or {})
-        ids: list[int] = []
-        rows: list[tuple] = []
-        docs: list[tuple[int, int, dict[str, int]]] = []
-        added_length = 0
-        for pending in pendings:
-            if pending.key is not None and pending.key in known:
-                turn_id, digest = known[pending.key]
-                if digest != pending.digest:
-                    raise KeyConflictError(
-                        f"key {pending.key!r} was already used for turn {turn_id} of "
-                        f"session {session.session_id!r} with a different role, content, "
-                        "name, tool_call_id or metadata; use a new key for a new turn")
-                ids.append(turn_id)
-                continue
-            if session.archived:
-                raise ArchivedSessionError(
-                    f"session {session.session_id!r} is archived and takes no new "
-                    "turns; append to a new session (it can be read as before)")
-            turn_id = session.counters.turns + 1
-            length, terms = textindex.doc_terms(pending.content)
-            rows.append((session.num, turn_id, pending.role, _b(pending.content),
-                         _b(pending.name), _b(pending.tool_call_id), _dumps(pending.metadata),
-                         pending.timestamp, _b(pending.key),
-                         pending.digest if pending.key is not None else None,
-                         pending.tokens, pending.tokens_exact, length))
-            docs.append((turn_id, length, terms))
-            added_length += length
-            session.counters.add(pending, tokenizer)
-            if pending.key is not None:
-                known[pending.key] = (turn_id, pending.digest)
-            ids.append(turn_id)
-        if rows:
-            # None of these statements needs another's result: one pipeline, one
-            # round trip for all of them (the caller's, with its COMMIT, if it has one).
-            conn = cur.connection
-            with contextlib.nullcontext() if conn._pipeline is not None else conn.pipeline():
-                self._write_rows(cur, session, rows, docs, added_length)
-        return ids
+        ``mode``: ``existing`` (the session must exist), ``create`` (created if
+        missing, with ``metadata``), ``new`` (created here; an import)."""
+        self._live()
+        params = self._append_params(session_id, pendings, mode, metadata or {},
+                                     created or normalise_timestamp(None), archive)
+        psycopg = self._db.driver
+        try:
+            with self._db.connection(autocommit=True) as conn:
+                return conn.execute(_APPEND_CALL, params).fetchone()[0]
+        except psycopg.Error as exc:
+            self._append_refused(exc, session_id, pendings)
+            raise
 
-    def _write_rows(self, cur: Any, session: _Session, rows: list[tuple],
-                    docs: list[tuple[int, int, dict[str, int]]], added_length: int) -> None:
-        if rows:
-            cur.executemany(
-                "INSERT INTO turns (session_num, turn_id, role, content, name, tool_call_id, "
-                "metadata, ts, key, key_digest, tokens, tokens_exact, ix_length) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
-            textindex.index_add(cur, session.num, docs)
-            cur.execute("UPDATE sessions SET counters = %s, ix_docs = ix_docs + %s, "
-                        "ix_length = ix_length + %s WHERE num = %s",
-                        (_dumps(session.counters.__dict__), len(rows), added_length,
-                         session.num))
-            bump_generation(cur)
+    def _append_params(self, session_id: str, pendings: list[Pending], mode: str,
+                       metadata: dict[str, Any], created: str, archive: bool) -> tuple:
+        columns: list[list[Any]] = [[] for _ in range(11)]
+        post_rows: list[int] = []
+        post_terms: list[str] = []
+        post_tfs: list[int] = []
+        for row, p in enumerate(pendings, 1):
+            length, terms = textindex.doc_terms(p.content)
+            keyed = p.key is not None
+            for column, value in zip(columns, (
+                    p.role, _b(p.content), _b(p.name), _b(p.tool_call_id),
+                    _dumps(p.metadata), p.timestamp, _b(p.key),
+                    p.digest if keyed else None, p.tokens, p.tokens_exact, length)):
+                column.append(value)
+            post_rows += [row] * len(terms)
+            post_terms += terms
+            post_tfs += terms.values()
+        return (session_id, mode, created, _dumps(metadata), _dumps(Counters().__dict__),
+                archive, self.tokenizer_name, *columns, post_rows, post_terms, post_tfs)
+
+    def _append_refused(self, exc: Any, session_id: str, pendings: list[Pending]) -> None:
+        """Raise the library's error for a refusal of ``transcript_append`` (SQLSTATEs
+        of class CR, see the migration); return for any other error."""
+        state = getattr(exc, "sqlstate", None)
+        if state == "CR001":
+            self._unknown(session_id)
+        if state == "CR002":
+            raise SessionExistsError(
+                f"session {session_id!r} already exists; choose another id, or "
+                "read it with session() / append to it") from None
+        if state == "CR003":
+            raise ArchivedSessionError(
+                f"session {session_id!r} is archived and takes no new "
+                "turns; append to a new session (it can be read as before)") from None
+        if state == "CR004":
+            row, turn_id = (int(x) for x in exc.diag.message_detail.split())
+            raise KeyConflictError(
+                f"key {pendings[row - 1].key!r} was already used for turn {turn_id} of "
+                f"session {session_id!r} with a different role, content, "
+                "name, tool_call_id or metadata; use a new key for a new turn") from None
 
     # -- reading turns ------------------------------------------------------------------
 
@@ -700,14 +648,6 @@ class PgTranscript:
                 "line 1: the header has no session_id; pass session_id= to import_jsonl")
         pending = [jsonl.guard(number, lambda f=fields: self._prepare(**f))
                    for number, fields in lines]
-        tokenizer = self.tokenizer_name
-
-        def write(cur: Any) -> None:
-            session = self._create(cur, new_id, header.created, header.metadata)
-            self._append_all(cur, session, pending, tokenizer)
-            if header.archived:
-                cur.execute("UPDATE sessions SET archived = true WHERE num = %s",
-                            (session.num,))
-            bump_generation(cur)
-        self._run(write)
+        self._append_call(new_id, pending, mode="new", metadata=header.metadata,
+                          created=header.created, archive=bool(header.archived))
         return new_id

@@ -120,6 +120,18 @@ class PgTurnLog:
             return result
         return self._db.run(write)
 
+    def _pipelined(self, fn: Any) -> Any:
+        """``fn(cursor)`` in one transaction that moves the generation, pipelined
+        (:meth:`Database.pipelined`): BEGIN with the first reads, the writes with
+        the generation and COMMIT."""
+        self._live()
+
+        def write(cur: Any) -> Any:
+            result = fn(cur)
+            bump_generation(cur)
+            return result
+        return self._db.pipelined(write)
+
     def write_generation(self) -> int | None:
         """The store's generation (one counter for every part of a PostgreSQL
         store, moved by each write); None once closed."""
@@ -135,10 +147,10 @@ class PgTurnLog:
 
     def sync(self, transcript: Any, session_id: str, embedder: Any, *,
              progress: bool = False) -> int:
-        if not transcript.has_session(session_id):
+        known, state, end = self._sync_start(transcript, session_id)
+        if not known:
             raise UnknownSessionError(
                 f"no session {session_id!r}; create the session before deriving its turn log")
-        state = self._progress(session_id)
         if state and state.get("model_id") != embedder.model_id:
             raise InvalidArgumentError(
                 f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
@@ -146,7 +158,6 @@ class PgTurnLog:
                 "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
                 "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
         start = (state or {}).get("derived_upto", 0) + 1
-        end = transcript.turn_count(session_id)
         if start > end:
             return 0
         bar = progress_bar(end - start + 1, progress, f"deriving {session_id}")
@@ -154,13 +165,32 @@ class PgTurnLog:
         for lo in range(start, end + 1, SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
             vectors = embedder.embed_batch([derived_text(t.content) for t in turns])
-            done += self._run(lambda cur: self._derive_chunk(cur, session_id, turns, vectors,
-                                                             embedder))
+            done += self._pipelined(lambda cur: self._derive_chunk(cur, session_id, turns,
+                                                                   vectors, embedder))
             if bar is not None:
                 bar.update(len(turns))
         if bar is not None:
             bar.close()
         return done
+
+    def _sync_start(self, transcript: Any, session_id: str
+                    ) -> tuple[bool, dict[str, Any] | None, int]:
+        """Whether the transcript has the session, the session's progress, and its
+        turn count: one statement when the transcript is this store's own (the
+        usual case: a sync that finds nothing new costs one round trip, not three)."""
+        if getattr(transcript, "_db", None) is not self._db:
+            if not transcript.has_session(session_id):
+                return False, None, 0
+            return True, self._progress(session_id), transcript.turn_count(session_id)
+        row = self._read(lambda cur: cur.execute(
+            "SELECT s.counters, p.state FROM (SELECT %s::text AS id) q "
+            "LEFT JOIN sessions s ON s.session_id = q.id "
+            "LEFT JOIN turnlog_progress p ON p.session_id = q.id", (session_id,)).fetchone())
+        counters, state = row
+        if counters is None:
+            return False, None, 0
+        return True, None if state is None else json.loads(state), \
+            int(json.loads(counters)["turns"])
 
     def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
                   progress: bool = True) -> int:
@@ -191,25 +221,25 @@ class PgTurnLog:
         out = derivation.derive_chunk(_Records(cur, session_id), prog, turns, vectors, embedder)
         if not out.turns:
             return 0                           # another process derived them meanwhile
-        with cur.connection.pipeline():
-            cur.executemany("INSERT INTO turnlog_turns (session_id, turn_id, record, vector) "
-                            "VALUES (%s, %s, %s, %s)",
-                            [(session_id, t, json.dumps(rec), vec.astype(np.float32).tobytes())
-                             for t, rec, vec in out.turns])
-            if out.threads:
-                cur.executemany(
-                    "INSERT INTO turnlog_threads (session_id, num, info, centroid) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, num) DO UPDATE "
-                    "SET info = EXCLUDED.info, centroid = EXCLUDED.centroid",
-                    [(session_id, num, json.dumps(info), centroid.tobytes())
-                     for num, info, centroid in sorted(out.threads, key=lambda t: t[0])])
-            if out.labels:
-                cur.executemany("INSERT INTO turnlog_labels (session_id, label, num) "
-                                "VALUES (%s, %s, %s)",
-                                [(session_id, label, thread_num(tid))
-                                 for label, tid in out.labels])
-            cur.execute("UPDATE turnlog_progress SET state = %s WHERE session_id = %s",
-                        (json.dumps(out.progress), session_id))
+        # In the caller's pipeline: sent with its COMMIT, one round trip.
+        cur.executemany("INSERT INTO turnlog_turns (session_id, turn_id, record, vector) "
+                        "VALUES (%s, %s, %s, %s)",
+                        [(session_id, t, json.dumps(rec), vec.astype(np.float32).tobytes())
+                         for t, rec, vec in out.turns])
+        if out.threads:
+            cur.executemany(
+                "INSERT INTO turnlog_threads (session_id, num, info, centroid) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, num) DO UPDATE "
+                "SET info = EXCLUDED.info, centroid = EXCLUDED.centroid",
+                [(session_id, num, json.dumps(info), centroid.tobytes())
+                 for num, info, centroid in sorted(out.threads, key=lambda t: t[0])])
+        if out.labels:
+            cur.executemany("INSERT INTO turnlog_labels (session_id, label, num) "
+                            "VALUES (%s, %s, %s)",
+                            [(session_id, label, thread_num(tid))
+                             for label, tid in out.labels])
+        cur.execute("UPDATE turnlog_progress SET state = %s WHERE session_id = %s",
+                    (json.dumps(out.progress), session_id))
         return len(out.turns)
 
     def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
@@ -237,6 +267,15 @@ class PgTurnLog:
             "SELECT record FROM turnlog_turns WHERE session_id = %s AND turn_id = %s",
             (session_id, int(turn_id))).fetchone())
         return None if row is None else DerivedTurn(turn_id=int(turn_id), **json.loads(row[0]))
+
+    def derived_many(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, DerivedTurn]:
+        ids = sorted({int(t) for t in turn_ids})
+        if not ids:
+            return {}
+        rows = self._read(lambda cur: cur.execute(
+            "SELECT turn_id, record FROM turnlog_turns WHERE session_id = %s "
+            "AND turn_id = ANY(%s)", (session_id, ids)).fetchall())
+        return {t: DerivedTurn(turn_id=t, **json.loads(r)) for t, r in sorted(rows)}
 
     def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, np.ndarray]:
         ids = sorted({int(t) for t in turn_ids})
@@ -299,7 +338,8 @@ class PgTurnLog:
             record["references"] = sorted({int(r) for r in references})
             cur.execute("UPDATE turnlog_turns SET record = %s WHERE session_id = %s "
                         "AND turn_id = %s", (json.dumps(record), session_id, int(turn_id)))
-        self._run(write)
+        # two round trips: BEGIN with the row's lock, the update with COMMIT
+        self._pipelined(write)
 
     # -- topic threads -------------------------------------------------------------------
 
