@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -224,3 +225,100 @@ def check_store(spec: str, server_url: str, schema: str, load: Load) -> dict[str
                                                        done.stderr[-2000:])
     return {"sessions": len(load.acked), "turns_stored": stored,
             "acknowledged": load.acknowledged(), "checked_sessions": len(report["sessions"])}
+
+
+# -- a scripted conversation, for comparing packs --------------------------------------------
+
+
+def script(c: int) -> list[str]:
+    """Session ``c``'s messages: facts stated and named (promotions), the same question
+    asked again (hot-cache lookups), a value renamed (a CKF change between two asks)."""
+    svc, port, moved = f"billing{c}", 8000 + c, 9000 + c
+    return [f"The {svc} service listens on port {port} in production.",
+            f"Let's call {port} the {svc} port.",
+            f"What is the {svc} port?",
+            f"The deploy of {svc} went fine yesterday after the schema change.",
+            f"What is the {svc} port?",
+            f"Let's call {moved} the {svc} port.",
+            f"What is the {svc} port?",
+            f"What is the {svc} port?",
+            f"Remind me what we said about the deploy of {svc}.",
+            f"What is the {svc} port?"]
+
+
+@dataclass
+class Scripted:
+    """Each session ``p<c>`` sends :func:`script` (c) in order through alternating relays;
+    every answer must be 200.  ``packs`` maps each message to what the upstream got
+    for it (the assembled pack); ``hits`` counts answers with a hot-cache hit."""
+
+    urls: list[str]
+    sessions: int = 4
+    prefix: str = "p"
+    acked: int = 0
+    hits: int = 0
+    seconds: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def client(self, c: int) -> None:
+        session = f"{self.prefix}{c}"
+        try:
+            for j, text in enumerate(script(c)):
+                t0 = time.monotonic()
+                r = httpx.post(f"{self.urls[(c + j) % len(self.urls)]}/v1/chat/completions",
+                               timeout=120, headers={"CRP-Session-Id": session},
+                               json={"model": "m",
+                                     "messages": [{"role": "user", "content": text}]})
+                assert r.status_code == 200, f"{r.status_code} {r.text[:300]}"
+                with self.lock:
+                    self.seconds.append(time.monotonic() - t0)
+                    self.acked += 1
+                    self.hits += r.headers.get("CRP-Context-Cache-Hit") == "true"
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            with self.lock:
+                self.failures.append(f"session {session}: {type(e).__name__}: {e}")
+
+    def run(self, during: Any = None) -> None:
+        """All sessions at once; ``during(self)`` runs beside them (the faults)."""
+        threads = [threading.Thread(target=self.client, args=(c,), daemon=True)
+                   for c in range(self.sessions)]
+        for t in threads:
+            t.start()
+        if during is not None:
+            during(self)
+        for t in threads:
+            t.join(timeout=600)
+
+    def wait_for(self, acks: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while self.acked < acks and not self.failures:
+            assert time.monotonic() < deadline, "the load stalled"
+            time.sleep(0.02)
+
+
+def packs(requests: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
+    """What the upstream got, by the user message that asked it and how many times it
+    had been asked before (one session's messages come in order)."""
+    found: dict[tuple[str, int], str] = {}
+    for body in requests:
+        asked = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+        n = sum(1 for k in found if k[0] == asked)
+        found[(asked, n)] = _fact_ids_by_order(json.dumps(body["messages"], sort_keys=True))
+    return found
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _fact_ids_by_order(text: str) -> str:
+    """Fact ids are random (uuid4) in each run: each becomes its order of appearance."""
+    order: dict[str, str] = {}
+    return _UUID.sub(lambda m: order.setdefault(m.group(0), f"<fact {len(order) + 1}>"), text)
+
+
+def reply_to(body: dict[str, Any]) -> dict[str, Any]:
+    """The recording upstream's answer as a function of the question alone, so that two
+    runs store the same replies whatever order the sessions' requests came in."""
+    asked = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+    return {"role": "assistant", "content": f"Noted: {asked}"}

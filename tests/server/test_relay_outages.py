@@ -83,3 +83,74 @@ def test_restarting_postgres_under_load_is_503_then_recovery_and_nothing_half_wr
     figures = check_store(spec, pg.url, SCHEMA, load)
     assert figures["acknowledged"] >= 36
     print("\npostgres restarts:", outcomes, figures)
+
+
+def _scripted_run(spec: str, cache: str, tmp_path, faults=None):
+    from relay_support import RecordingUpstream
+
+    from outage_load import Scripted
+    with open_stores(spec):
+        pass
+    close_all()
+    from outage_load import reply_to
+    upstream = RecordingUpstream()
+    upstream.reply = reply_to
+    relays = [Subprocess.relay(spec, tmp_path, "--upstream", upstream.base_url, "--model", "m",  # type: ignore[arg-type]
+                               "--cache", cache, "--no-warmup", "--log-level", "warning")
+              for _ in range(2)]
+    try:
+        for r in relays:
+            r.wait_ready()
+        run = Scripted([r.url for r in relays])
+        run.run(faults)
+    finally:
+        _stop(relays)
+        upstream.close()
+    return run, upstream.requests
+
+
+@pytest.mark.slow
+def test_flushing_restarting_or_stopping_redis_under_load_changes_latency_only(
+        private_postgres, private_redis, tmp_path):
+    """The same scripted conversations (4 sessions, each through both relays) twice on
+    fresh stores: once with Redis up throughout, once with Redis flushed (FLUSHALL),
+    restarted (empty) and stopped for 3 s mid-load.  Both runs: every answer 200, the
+    same turns stored, and every pack the upstream got is identical between them."""
+    from outage_load import packs, script
+    redis_server = private_redis
+    base = private_postgres.url
+
+    up, up_requests = _scripted_run(f"{base}?schema=redis_up", redis_server.url, tmp_path)
+    assert not up.failures, up.failures[:3]
+    assert up.hits >= 1          # the hot tier is read by assembly (Tier P lookups)
+    redis_server.flushall()
+    seen: dict[str, int] = {}
+
+    def faults(run) -> None:
+        total = run.sessions * len(script(0))
+        run.wait_for(total // 5)
+        redis_server.flushall()
+        seen["flushed_at"] = run.acked
+        run.wait_for(total * 2 // 5)
+        redis_server.restart()
+        seen["restarted_at"] = run.acked
+        run.wait_for(total * 3 // 5)
+        redis_server.stop()
+        seen["stopped_at"] = run.acked
+        time.sleep(3.0)
+        seen["answered_while_stopped"] = run.acked - seen["stopped_at"]
+        redis_server.start()
+
+    down, down_requests = _scripted_run(f"{base}?schema=redis_faults", redis_server.url,
+                                        tmp_path, faults)
+    assert not down.failures, down.failures[:3]
+    assert down.acked == up.acked == 4 * len(script(0))
+    assert seen["answered_while_stopped"] >= 1, seen       # turns went on without Redis
+    assert packs(down_requests) == packs(up_requests)
+    with open_stores(f"{base}?schema=redis_up") as a, \
+            open_stores(f"{base}?schema=redis_faults") as b:
+        for session in (f"p{c}" for c in range(4)):
+            assert [(t.role, t.content) for t in a.transcript.history(session)] == \
+                   [(t.role, t.content) for t in b.transcript.history(session)]
+    close_all()
+    print("\nredis faults:", seen, "hits up/faults:", up.hits, down.hits)
