@@ -94,7 +94,9 @@ def pg_restart_arm(pg: PrivatePostgres, redis_server: PrivateRedis, tmp: Path,
                                  "recovered_s": {str(k): round(v, 3)
                                                  for k, v in seen["recovered_s"].items()},
                                  "not_recovered": seen["not_recovered"],
-                                 "answers_503": seen["errors_503"], "load_before": before})
+                                 "answers_503": seen["errors_503"],
+                                 "answers_503_sent_after_ready": seen["errors_503_after_ready"],
+                                 "load_before": before})
                 load.wait_for(load.acknowledged() + 2 * clients)
         load.finish()
     finally:
@@ -111,7 +113,10 @@ def pg_restart_arm(pg: PrivatePostgres, redis_server: PrivateRedis, tmp: Path,
         summary[mode] = {"restart_s_median": round(statistics.median(
                              r["restart_s"] for r in restarts if r["mode"] == mode), 3),
                          "recovered_s_median": round(statistics.median(rec), 3),
-                         "recovered_s_max": round(max(rec), 3)}
+                         "recovered_s_max": round(max(rec), 3),
+                         "answers_503_sent_after_ready": sum(
+                             r["answers_503_sent_after_ready"] for r in restarts
+                             if r["mode"] == mode)}
     return {"clients": clients, "rounds": rounds, "restarts": restarts, "summary": summary,
             "answers": len(load.answers),
             "answers_503": sum(1 for a in load.answers if a.status == 503),

@@ -144,6 +144,10 @@ def recovery(load: Load, down_at: float, ready_at: float, relays: int,
             break
         time.sleep(0.1)
     return {"recovered_s": back, "errors_503": sum(1 for a in after if a.status == 503),
+            # 503s answered once the server accepted connections again: requests that
+            # met a connection the restart had broken (each fails once)
+            "errors_503_after_ready": sum(1 for a in after if a.status == 503
+                                          and a.at - a.seconds >= ready_at),
             "answers": len(after), "not_recovered": [r for r in range(relays) if r not in back]}
 
 
