@@ -33,6 +33,7 @@ class Answer:
     code: str | None
     retry_after: str | None
     seconds: float             # how long it took
+    replay: bool = False       # CRP-Idempotent-Replay: the turn had been stored before
 
 
 @dataclass
@@ -63,7 +64,8 @@ class Load:
                 code = "?"
         with self.lock:
             self.answers.append(Answer(time.monotonic(), relay, r.status_code, code,
-                                       r.headers.get("Retry-After"), time.monotonic() - t0))
+                                       r.headers.get("Retry-After"), time.monotonic() - t0,
+                                       r.headers.get("CRP-Idempotent-Replay") == "true"))
         return r
 
     def client(self, c: int) -> None:
