@@ -44,11 +44,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "server"))
-from _common import git_rev, percentiles, write  # noqa: E402
+from _common import git_rev, percentiles, write
 
-from outage_load import Load, Scripted, check_store, packs, recovery, reply_to  # noqa: E402
-from private_services import PrivatePostgres, PrivateRedis  # noqa: E402
-from relay_support import RecordingUpstream, Subprocess  # noqa: E402
+from outage_load import Load, Scripted, check_store, packs, recovery, reply_to
+from private_services import PrivatePostgres, PrivateRedis
+from relay_support import RecordingUpstream, Subprocess
 
 
 def _load_average() -> list[float]:

@@ -91,7 +91,8 @@ class PrivatePostgres:
                    "-U", user, DB])
 
     def _run(self, argv: list[str], timeout: float = 120) -> None:
-        done = subprocess.run(_as_user(argv), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(_as_user(argv), capture_output=True, text=True, timeout=timeout,
+                              check=False)
         if done.returncode:
             tail = self.log.read_text()[-2000:] if self.log.exists() else ""
             raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()}\n{tail}")
@@ -112,7 +113,7 @@ class PrivatePostgres:
 
     def ready(self) -> bool:
         return subprocess.run([str(PG_BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-p",
-                               str(self.port)]).returncode == 0
+                               str(self.port)], check=False).returncode == 0
 
     def close(self) -> None:
         try:
@@ -138,7 +139,7 @@ class PrivateRedis:
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
-    def client(self):                                      # noqa: ANN201 - redis.Redis
+    def client(self):      # -> redis.Redis (imported here: only these tests need it)
         import redis
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
 
