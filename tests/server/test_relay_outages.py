@@ -10,6 +10,7 @@ restart real servers: a PostgreSQL and a Redis of the test's own
 from __future__ import annotations
 
 import signal
+import sys
 import time
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from ctxrelay.storage import close_all, open_stores
 
 from outage_load import Load, check_store, recovery
-from relay_support import Subprocess
+from relay_support import Subprocess, free_port
 
 SCHEMA = "outage"
 #: Each relay serves again by itself within this many seconds of PostgreSQL
@@ -26,8 +27,13 @@ RECOVERY_BOUND_S = 15.0
 
 
 def _relays(spec: str, cache: str, tmp_path, n: int = 2) -> list[Subprocess]:
-    relays = [Subprocess.relay(spec, tmp_path, "--upstream", "echo", "--cache", cache,  # type: ignore[arg-type]
-                               "--no-warmup", "--log-level", "warning") for _ in range(n)]
+    """``ctxrelay serve --store postgresql://... --cache redis://...`` (the first, as an
+    operator starts it) and ``python -m ctxrelay.apps.server`` (the others)."""
+    options = ["--upstream", "echo", "--cache", cache, "--no-warmup", "--log-level", "warning"]
+    port = free_port()
+    relays = [Subprocess([sys.executable, "-m", "ctxrelay.apps.cli", "serve", "--store", spec,
+                          "--port", str(port), *options], port, tmp_path / "serve.log")]
+    relays += [Subprocess.relay(spec, tmp_path, *options) for _ in range(n - 1)]  # type: ignore[arg-type]
     for r in relays:
         r.wait_ready()
     return relays
@@ -159,3 +165,41 @@ def test_flushing_restarting_or_stopping_redis_under_load_changes_latency_only(
                    [(t.role, t.content) for t in b.transcript.history(session)]
     close_all()
     print("\nredis faults:", seen, "hits up/faults:", up.hits, down.hits)
+
+
+def test_a_store_that_fails_just_after_the_commit_leaves_the_turn_answered(
+        tmp_path, monkeypatch):
+    """The turn is stored (one transaction); its promotions are written after.  A store
+    that goes away in between must not turn the stored turn into store_unavailable
+    (the relay's 503 says nothing was stored, and a retry without a key would store
+    it twice): the turn is answered, its promotions skipped.  Any other error still
+    fails the call."""
+    import ctxrelay.knowledge.promotion as promotion
+    from ctxrelay.runtime import Runtime
+    from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
+    calls = []
+
+    def gone(*args, **kwargs):
+        calls.append(args)
+        raise DatabaseUnavailableError("PostgreSQL went away (test)")
+
+    rt = Runtime(str(tmp_path / "store"))
+    try:
+        rt.create_session("s")
+        monkeypatch.setattr(promotion, "evidence", gone)
+        prepared = rt.prepare_turn("s", "Let's call 8 GiB the etcd quota.")
+        result = rt.commit_turn(prepared, "Noted.")
+        assert calls, "the promotion step was not reached"
+        assert (result.user_turn, result.assistant_turn) == (1, 2)
+        assert result.headers["CRP-Context-Promotions"] == 0
+        assert [(t.role, t.content) for t in rt.history("s")] == [
+            ("user", "Let's call 8 GiB the etcd quota."), ("assistant", "Noted.")]
+
+        def broken(*args, **kwargs):
+            raise ValueError("a bug, not an outage")
+
+        monkeypatch.setattr(promotion, "evidence", broken)
+        with pytest.raises(Exception, match="a bug, not an outage"):
+            rt.commit_turn(rt.prepare_turn("s", "And the disk quota?"), "Noted too.")
+    finally:
+        rt.close()
