@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -211,6 +212,7 @@ def main() -> None:
     finally:
         redis_server.close()
         pg.close()
+        shutil.rmtree(tmp, ignore_errors=True)      # the relays' logs, Redis's directory
     if args.out:
         args.out.write_text(json.dumps(out, indent=2, sort_keys=True))
         print(args.out)
