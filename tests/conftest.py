@@ -25,3 +25,24 @@ def python_path_env() -> dict[str, str]:
 
 
 __all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl"]
+
+
+# -- a PostgreSQL and a Redis of the test's own (tests/private_services.py) ------------
+
+
+@pytest.fixture
+def private_postgres(tmp_path: Path):
+    """A PostgreSQL cluster only this test uses (it may restart or stop it); removed after."""
+    from private_services import PrivatePostgres
+    server = PrivatePostgres(tmp_path)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path):
+    """A redis-server only this test uses (it may flush, stop or restart it)."""
+    from private_services import PrivateRedis
+    server = PrivateRedis(tmp_path)
+    yield server
+    server.close()

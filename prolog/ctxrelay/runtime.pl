@@ -287,8 +287,9 @@ turn_commit(Turn, Reply0, Result, Options) :-
     commit_(State, C, Store, ReplyText, ReplyMeta, UserTurn, AssistantTurn),
     (   State == replay
     ->  Promoted = []
-    ;   record_references(Store, C, UserTurn),
-        promote(Store, C, UserTurn, AssistantTurn, Promoted)
+    ;   after_commit(C, ( record_references(Store, C, UserTurn),
+                          promote(Store, C, UserTurn, AssistantTurn, Promoted) ),
+                     Promoted)
     ),
     length(Promoted, NPromoted),
     del_dict(commit, Turn, _, Result0),
@@ -297,6 +298,22 @@ turn_commit(Turn, Reply0, Result, Options) :-
                            headers:Headers, promotions:Promoted,
                            provider:Info.get(provider, ""),
                            usage:Info.get(usage, _{})}).
+
+%   after_commit(+Commit, :Goal, -Promoted)
+%
+%   The turn is stored (one transaction) before Goal records its references
+%   and promotions.  A store that becomes unavailable in between must not
+%   turn the stored turn into an error: the caller would be told (the relay:
+%   503) that nothing was stored, and a retry without an idempotency key
+%   would store the turn twice.  The turn is answered; what Goal would have
+%   added is skipped with a warning (a replay of the turn adds nothing
+%   either).  Any other error is raised as before.
+after_commit(C, Goal, Promoted) :-
+    catch(Goal, error(ctxrelay(store_unavailable, Message), _),
+          ( print_message(warning,
+                          format("ctxrelay: turn stored in session ~w; its references and \c
+                                  promotions were skipped: ~w", [C.session, Message])),
+            Promoted = [] )).
 
 reply_message(Reply, Text, Meta) :-
     is_dict(Reply),

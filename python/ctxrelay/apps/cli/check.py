@@ -19,7 +19,8 @@ import argparse
 from typing import Any
 
 from ctxrelay.apps.cli.check_records import add_checksums, check_records
-from ctxrelay.apps.cli.common import EXIT_OK, EXIT_PROBLEM, ROLES, CLIError, open_runtime
+from ctxrelay.apps.cli.common import (EXIT_OK, EXIT_PROBLEM, ROLES, CLIError, open_runtime,
+                                      require_store)
 from ctxrelay.apps.cli.output import clip, emit_json, out, turn_ranges
 from ctxrelay.apps.cli.parser import Commands, progress_options
 from ctxrelay.apps.cli.progress import Progress
@@ -289,7 +290,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     repair = bool(args.repair)
     with Progress("check", enabled=not args.no_progress,
                   interval=args.progress_interval) as progress, open_runtime(args) as rt, \
-            open_stores(rt.store_dir) as store:   # the Runtime's own stores (refcounted)
+            open_stores(require_store(args)) as store:   # the Runtime's own (refcounted)
         from ctxrelay.errors import CtxRelayError
         try:
             known = [s.session_id for s in rt.sessions()]

@@ -32,8 +32,11 @@ class CLIError(Exception):
 # -- the store ---------------------------------------------------------------------------
 
 def store_path(args: argparse.Namespace) -> Path:
-    """``--store``, else ``$CTXRELAY_STORE``, else ``./.ctxrelay`` (in that order)."""
-    return Path(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    """``--store``, else ``$CTXRELAY_STORE``, else ``./.ctxrelay`` (in that order).
+    A server store's URL (``postgresql://...``) stays a string: a Path would fold
+    its ``//``."""
+    given = args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
+    return given if "://" in given and not given.startswith("lmdb://") else Path(given)
 
 
 def store_origin(args: argparse.Namespace) -> str:
@@ -44,6 +47,8 @@ def store_origin(args: argparse.Namespace) -> str:
 
 
 def store_exists(path: Path) -> bool:
+    if isinstance(path, str):        # a server store: opening it says whether it is there
+        return True
     return (path / "transcript.lmdb").is_dir()
 
 

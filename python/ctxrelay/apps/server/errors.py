@@ -83,7 +83,8 @@ def from_ctxrelay(exc: CtxRelayError) -> ApiError:
         log.warning("ctxrelay relay: store unavailable: %s", exc)
         # The client is not told where the store is; the log is.
         return unavailable("the relay's store is unavailable right now; nothing of this "
-                           f"request was stored, retry after {UNAVAILABLE_RETRY_AFTER} s")
+                           f"request was stored, retry after {UNAVAILABLE_RETRY_AFTER} s "
+                           "(with the same Idempotency-Key, if it had one)")
     if isinstance(exc, ContextOverflowError):
         observe.OVERFLOWS.inc()
         return ApiError(400, str(exc), param="messages", code="context_length_exceeded")

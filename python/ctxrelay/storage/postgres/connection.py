@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ DEFAULT_SCHEMA = "ctxrelay"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 POOL_MAX = 8             # connections per store per process (a relay's worker threads)
 CONNECT_TIMEOUT = 10     # seconds to wait for a pooled connection
+SWEEP_PROBE_S = 0.2      # after a failure: how often to ask whether the server is back
+SWEEP_FOR_S = 300.0      # ... and for how long (psycopg_pool's own reconnect_timeout)
 
 
 class DatabaseUnavailableError(StoreError):
@@ -84,6 +87,7 @@ class Database:
         self.url = url
         self.conninfo, self.schema = parse_url(url)
         self._closed = False
+        self._sweeping = False
         self._lock = threading.Lock()
         # per-connection set-ups (type adapters) and the connections that had them
         self._setups: list[Callable[[Any], None]] = []
@@ -151,15 +155,49 @@ class Database:
                     self._ready.add(conn)
                 yield conn
         except psycopg.OperationalError as exc:
+            self._sweep_when_back()
             raise DatabaseUnavailableError(
                 f"PostgreSQL at {_shown(self.conninfo)} is unavailable ({_first_line(exc)}); "
                 "the call wrote nothing, retry when the server is back") from None
         except Exception as exc:
             if type(exc).__module__.startswith("psycopg_pool"):
+                self._sweep_when_back()
                 raise DatabaseUnavailableError(
                     f"no connection to PostgreSQL at {_shown(self.conninfo)} "
                     f"({_first_line(exc)}); retry when the server is back") from None
             raise
+
+    def _sweep_when_back(self) -> None:
+        """After a failure: once the server answers again, test the idle connections and
+        replace the broken ones (``pool.check()``), so that a connection a restart broke
+        fails no request.  Without it each idle connection failed one request after the
+        server was back (up to ``pool_max`` 503s per relay; tests/server/
+        test_relay_outages.py).  One sweeper at a time, in the background: no request
+        waits for it, and no request pays a check when nothing failed."""
+        with self._lock:
+            if self._sweeping or self._closed:
+                return
+            self._sweeping = True
+
+        def sweep() -> None:
+            try:
+                deadline = time.monotonic() + SWEEP_FOR_S
+                while not self._closed and time.monotonic() < deadline:
+                    try:
+                        self._psycopg.connect(self.conninfo, connect_timeout=2,
+                                              application_name=f"ctxrelay:{self.schema}").close()
+                    except Exception:          # still down: ask again shortly
+                        time.sleep(SWEEP_PROBE_S)
+                        continue
+                    self.pool.check()
+                    return
+            except Exception:                  # the pool closed under us: nothing to sweep
+                pass
+            finally:
+                self._sweeping = False
+
+        threading.Thread(target=sweep, name=f"ctxrelay-pg-sweep:{self.schema}",
+                         daemon=True).start()
 
     def run(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` in one transaction (committed when it returns)."""
