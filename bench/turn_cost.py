@@ -33,7 +33,13 @@ event loop and the Prolog threads alike) against ``Runtime.assemble`` under the
 relay's policy for that request (the client's model, strict alternation, no history
 tools), alternating.  This is the issue's figure: a relay turn against an assembly.
 
+The reply's vector reads its first words only, as Prolog's
+``ctxrelay_policy:embedded_words/2`` says (the run records the bound in force);
+``--assistant-words N`` replaces that rule for the run (0: embed replies whole), to
+measure what the bound saves.
+
     .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME] [--relay]
+                                        [--assistant-words N]
 
 Writes ``bench/results/turn_cost.json``.
 """
@@ -109,6 +115,21 @@ class StageClock:
             self.wrap(promotion, name, "promotion")
 
 
+def set_assistant_words(words: int) -> None:
+    """Replace the bound on the words of a reply that are embedded (0: none), as a user
+    would (the rule is dynamic)."""
+    from ctxrelay.bridge import engine
+    engine.once("retractall(ctxrelay_policy:embedded_words(assistant, _))")
+    if words > 0:
+        engine.once("assertz(ctxrelay_policy:embedded_words(assistant, N))", {"N": words})
+
+
+def assistant_words() -> int | None:
+    """The bound in force on an assistant turn's embedded words (None: whole)."""
+    from ctxrelay.text.bounds import embedding_bounds
+    return embedding_bounds().get("assistant")
+
+
 RELAY_MODEL = "gpt-4o"
 
 
@@ -166,8 +187,13 @@ def main() -> int:
     ap.add_argument("--embedder", default=None, help="default: the default embedder")
     ap.add_argument("--relay", action="store_true",
                     help="also time turns of the relay (in process) against assemblies")
+    ap.add_argument("--assistant-words", type=int, default=None,
+                    help="replace the rule ctxrelay_policy:embedded_words(assistant, N) for "
+                         "this run (0: embed replies whole); default: the rule as shipped")
     ap.add_argument("--out", default="turn_cost")
     args = ap.parse_args()
+    if args.assistant_words is not None:
+        set_assistant_words(args.assistant_words)
     policy = {"embedder": args.embedder} if args.embedder else {}
     rng = random.Random(11)
     cost: dict[str, list[float]] = {k: [] for k in (
@@ -239,6 +265,7 @@ def main() -> int:
         "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
         "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
         "embedder": args.embedder or "default", "derive_session_s": round(derive_s, 1),
+        "assistant_words_embedded": assistant_words(),
         "cpu": stats,
         "ratio_managed_turn_over_assemble": ratio,
         "stages_over_assemble": split,
@@ -246,6 +273,9 @@ def main() -> int:
         **({"relay": relay} if relay is not None else {}),
         "target": f"managed turn CPU <= {TARGET}x assemble CPU",
         "target_met": ratio <= TARGET,
+        **({"target_relay": f"relay turn CPU <= {TARGET}x assemble CPU (the issue's figure)",
+            "target_relay_met": relay["ratio_relay_turn_over_assemble"] <= TARGET}
+           if relay is not None else {}),
     }
     print(f"managed turn / assemble CPU: {ratio} (stages over assemble: {split})")
     print(f"-> {write(args.out, payload)}")
