@@ -126,10 +126,17 @@ def set_assistant_words(words: int) -> None:
         engine.once("assertz(ctxrelay_policy:embedded_words(assistant, N))", {"N": words})
 
 
-def assistant_words() -> int | None:
-    """The bound in force on an assistant turn's embedded words (None: whole)."""
+def assistant_words() -> int:
+    """The rule's bound on a reply's embedded words (0: none), whatever the embedder."""
+    from ctxrelay.bridge import engine
+    return engine.once("(ctxrelay_policy:embedded_words(assistant, W) -> true ; W = 0)")["W"]
+
+
+def assistant_words_embedded(embedder: str | None) -> int | None:
+    """The bound in force for ``embedder`` (None: replies embedded whole)."""
     from ctxrelay.text.bounds import embedding_bounds
-    return embedding_bounds().get("assistant")
+    from ctxrelay.text.embed import get_embedder
+    return embedding_bounds(get_embedder(embedder).model_id).get("assistant")
 
 
 RELAY_MODEL = "gpt-4o"
@@ -190,7 +197,7 @@ def relay_arm(store: Path, rounds: int, rng: random.Random,
                                 raise SystemExit(f"relay turn failed: {r.status_code} {r.text}")
                         spent = time.process_time() - c0
                         if step == "turn_whole":
-                            set_assistant_words(shipped or 0)
+                            set_assistant_words(shipped)
                         if i >= 0:
                             cost[label[step]].append(spent)
 
@@ -297,7 +304,7 @@ def main() -> int:
         "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
         "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
         "embedder": args.embedder or "default", "derive_session_s": round(derive_s, 1),
-        "assistant_words_embedded": assistant_words(),
+        "assistant_words_embedded": assistant_words_embedded(args.embedder),
         "cpu": stats,
         "ratio_managed_turn_over_assemble": ratio,
         "stages_over_assemble": split,

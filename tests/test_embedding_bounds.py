@@ -4,7 +4,12 @@ Invariants under test: a reply's turn-log vector is the embedding of its leading
 words under the rule in force, on every derivation path (a managed turn's commit,
 an import derived later, a recompute); the whole reply stays stored and searchable;
 a user changes the rule as a Prolog fact, and a recompute derives the session again
-under the new rule; a malformed bound is refused.
+under the new rule; embedders the rule exempts (hashing, by embeds_whole/1) embed
+replies whole; a malformed bound is refused.
+
+The derivations here run the hashing embedder (no model files), so the tests first
+lift its exemption: what is checked is the rule's path, which is the same for every
+embedder.
 """
 from __future__ import annotations
 
@@ -25,20 +30,37 @@ LONG_REPLY = ("Rotate the etcd peer certificates one member at a time. " * 8
               + "Keep quorum throughout; the clients never notice.")
 
 
+HASHING = get_embedder("hashing").model_id
+MINILM = "all-MiniLM-L6-v2-onnx-int8"
+
+
 @pytest.fixture
 def rule():
-    """Set embedded_words(assistant, N) for one test (None: no bound), then restore it."""
-    saved = engine.once("findall([_R, _W], ctxrelay_policy:embedded_words(_R, _W), Ps)")["Ps"]
+    """Set embedded_words(assistant, N) for one test (None: no bound) and bound the
+    hashing embedder too; restore both rules afterwards."""
+    engine.once("copy_predicate_clauses(ctxrelay_policy:embedded_words/2, "
+                "ctxrelay_policy:saved_embedded_words/2), "
+                "copy_predicate_clauses(ctxrelay_policy:embeds_whole/1, "
+                "ctxrelay_policy:saved_embeds_whole/1)")
 
-    def set_bound(words: int | None) -> None:
+    def set_bound(words: int | None, *, hashing_whole: bool = False) -> None:
         engine.once("retractall(ctxrelay_policy:embedded_words(assistant, _))")
         if words is not None:
             engine.once("assertz(ctxrelay_policy:embedded_words(assistant, W))", {"W": words})
+        engine.once("retractall(ctxrelay_policy:embeds_whole(_))")
+        if hashing_whole:
+            engine.once("assertz((ctxrelay_policy:embeds_whole(_M) :- "
+                        "string_concat(\"hashing-\", _, _M)))")
+    set_bound(24)
     yield set_bound
-    engine.once("retractall(ctxrelay_policy:embedded_words(_, _))")
-    for role, words in saved:
-        engine.once("atom_string(R, S), assertz(ctxrelay_policy:embedded_words(R, W))",
-                    {"S": role, "W": words})
+    engine.once("retractall(ctxrelay_policy:embedded_words(_, _)), "
+                "retractall(ctxrelay_policy:embeds_whole(_)), "
+                "copy_predicate_clauses(ctxrelay_policy:saved_embedded_words/2, "
+                "ctxrelay_policy:embedded_words/2), "
+                "copy_predicate_clauses(ctxrelay_policy:saved_embeds_whole/1, "
+                "ctxrelay_policy:embeds_whole/1), "
+                "abolish(ctxrelay_policy:saved_embedded_words/2), "
+                "abolish(ctxrelay_policy:saved_embeds_whole/1)")
 
 
 def test_leading_words_cuts_after_the_nth_word():
@@ -54,20 +76,31 @@ def test_embedding_texts_bound_only_the_roles_named():
     turns = [SimpleNamespace(role="user", content="one two three four"),
              SimpleNamespace(role="assistant", content="five six seven eight"),
              SimpleNamespace(role="tool", content="x" * (DERIVED_TEXT_CHARS + 10))]
-    out = embedding_texts(turns, {"assistant": 2})
+    out = embedding_texts(turns, MINILM, {"assistant": 2})
     assert out == ["one two three four", "five six", "x" * DERIVED_TEXT_CHARS]
-    assert embedding_texts([], {"assistant": 2}) == []
+    assert embedding_texts([], MINILM, {"assistant": 2}) == []
 
 
-def test_the_default_rule_bounds_replies_and_users_can_change_it(rule):
-    assert embedding_bounds() == {"assistant": 24}
+def test_the_default_rule_bounds_model_embedders_replies():
+    """As shipped: a model embedder's replies are bounded, hashing's are not."""
+    assert embedding_bounds(MINILM) == {"assistant": 24}
+    assert embedding_bounds("all-MiniLM-L6-v2") == {"assistant": 24}
+    assert embedding_bounds(HASHING) == {}
+    turns = [SimpleNamespace(role="assistant", content=LONG_REPLY)]
+    assert embedding_texts(turns, HASHING) == [LONG_REPLY]
+    assert embedding_texts(turns, MINILM) == [leading_words(LONG_REPLY, 24)]
+
+
+def test_users_change_the_rule(rule):
     rule(40)
-    assert embedding_bounds() == {"assistant": 40}
+    assert embedding_bounds(MINILM) == {"assistant": 40} == embedding_bounds(HASHING)
+    rule(40, hashing_whole=True)
+    assert embedding_bounds(MINILM) == {"assistant": 40} and embedding_bounds(HASHING) == {}
     rule(None)
-    assert embedding_bounds() == {}
+    assert embedding_bounds(MINILM) == {}
     engine.once("assertz(ctxrelay_policy:embedded_words(tool, 0))")
     with pytest.raises(InvalidArgumentError, match="0"):
-        embedding_bounds()
+        embedding_bounds(MINILM)
 
 
 def _reply_vector(store_dir, turn_id: int) -> np.ndarray:

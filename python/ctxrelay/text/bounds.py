@@ -10,7 +10,8 @@ embedding model reads (MiniLM truncates at 256 tokens).
 
 A turn's *vector* may read less, by its role: Prolog's
 ``ctxrelay_policy:embedded_words/2`` says how many leading words of a role's turns
-are embedded (by default an assistant reply's first 24).  Embedding is the part of
+are embedded (by default an assistant reply's first 24; ``embeds_whole/1`` names the
+embedders it does not apply to: hashing, which costs nothing to run whole).  Embedding is the part of
 a turn's CPU that grows with the text, and a reply is stored on every turn.
 :func:`embedding_texts` applies that rule; the turn log's derivation (every back
 end) embeds what it returns, so a session derived again gives the same vectors.
@@ -18,9 +19,15 @@ end) embeds what it returns, so a session derived again gives the same vectors.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
+
+from ctxrelay.errors import CtxRelayError
 
 DERIVED_TEXT_CHARS = 32_000
+
+#: Reads embedded_words/2 for an embedder's model id as [[Role, Words], ...].  text sits below the bridge, so the
+#: engine hands its reader down (ctxrelay.bridge.engine) instead of text importing it.
+_rule_reader: Callable[[str], Any] | None = None
 
 #: A word, as embedded_words/2 counts them (the embedders' own notion of a word).
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -41,24 +48,33 @@ def leading_words(text: str, words: int) -> str:
     return text if end is None else text[:end]
 
 
-def embedding_bounds() -> dict[str, int]:
-    """Role -> words embedded, as Prolog's embedded_words/2 says now (roles without
-    a bound are left out)."""
-    from ctxrelay.bridge import engine
-    found = engine.once("ctxrelay_policy:embedded_word_bounds(B)")["B"]
-    return {str(role): int(words) for role, words in found}
+def use_rule_reader(read: Callable[[str], Any]) -> None:
+    """Set the function that reads embedded_words/2 (the engine does, when imported)."""
+    global _rule_reader
+    _rule_reader = read
 
 
-def embedding_texts(turns: Iterable[Any], bounds: Mapping[str, int] | None = None) -> list[str]:
-    """What the turn log embeds for each of ``turns`` (objects with ``role`` and
-    ``content``): the derived text, cut after the role's bound of words.
+def embedding_bounds(model_id: str) -> dict[str, int]:
+    """Role -> words embedded by the embedder ``model_id``, as Prolog's
+    embedded_words/2 and embeds_whole/1 say now (roles without a bound left out)."""
+    if _rule_reader is None:
+        raise CtxRelayError("the rule embedded_words/2 is Prolog's and the engine is not "
+                            "loaded; import ctxrelay before deriving a turn log")
+    return {str(role): int(words) for role, words in _rule_reader(model_id)}
+
+
+def embedding_texts(turns: Iterable[Any], model_id: str,
+                    bounds: Mapping[str, int] | None = None) -> list[str]:
+    """What the turn log embeds with the embedder ``model_id`` for each of ``turns``
+    (objects with ``role`` and ``content``): the derived text, cut after the role's
+    bound of words.
 
     ``bounds`` defaults to :func:`embedding_bounds` (one query to Prolog)."""
     turns = list(turns)
     if not turns:
         return []
     if bounds is None:
-        bounds = embedding_bounds()
+        bounds = embedding_bounds(model_id)
     out = []
     for t in turns:
         text = derived_text(t.content)

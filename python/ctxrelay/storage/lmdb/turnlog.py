@@ -130,7 +130,7 @@ class TurnLog(LmdbStore):
         done = 0
         for lo in range(start, end + 1, _SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch(embedding_texts(turns))
+            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
             self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
                                                       embedder))
             done += len(turns)

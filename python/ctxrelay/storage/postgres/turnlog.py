@@ -153,7 +153,7 @@ class PgTurnLog:
         done = 0
         for lo in range(start, end + 1, SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch(embedding_texts(turns))
+            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
             done += self._run(lambda cur: self._derive_chunk(cur, session_id, turns, vectors,
                                                              embedder))
             if bar is not None:
