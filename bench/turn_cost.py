@@ -33,7 +33,15 @@ event loop and the Prolog threads alike) against ``Runtime.assemble`` under the
 relay's policy for that request (the client's model, strict alternation, no history
 tools), alternating.  This is the issue's figure: a relay turn against an assembly.
 
+The reply's vector reads its first words only, as Prolog's
+``ctxrelay_policy:embedded_words/2`` says (the run records the bound in force);
+``--assistant-words N`` replaces that rule for the run (0: embed replies whole), to
+measure what the bound saves; ``--compare-whole`` adds, in the relay arm, relay turns
+whose reply is embedded whole (the rule lifted for each of those turns only), so the
+saving is measured side by side in one run.
+
     .venv/bin/python bench/turn_cost.py [--turns 1000] [--rounds 40] [--embedder NAME] [--relay]
+                                        [--assistant-words N] [--compare-whole]
 
 Writes ``bench/results/turn_cost.json``.
 """
@@ -109,12 +117,39 @@ class StageClock:
             self.wrap(promotion, name, "promotion")
 
 
+def set_assistant_words(words: int) -> None:
+    """Replace the bound on the words of a reply that are embedded (0: none), as a user
+    would (the rule is dynamic)."""
+    from ctxrelay.bridge import engine
+    engine.once("retractall(ctxrelay_policy:embedded_words(assistant, _))")
+    if words > 0:
+        engine.once("assertz(ctxrelay_policy:embedded_words(assistant, N))", {"N": words})
+
+
+def assistant_words() -> int:
+    """The rule's bound on a reply's embedded words (0: none), whatever the embedder."""
+    from ctxrelay.bridge import engine
+    return engine.once("(ctxrelay_policy:embedded_words(assistant, W) -> true ; W = 0)")["W"]
+
+
+def assistant_words_embedded(embedder: str | None) -> int | None:
+    """The bound in force for ``embedder`` (None: replies embedded whole)."""
+    from ctxrelay.text.bounds import embedding_bounds
+    from ctxrelay.text.embed import get_embedder
+    return embedding_bounds(get_embedder(embedder).model_id).get("assistant")
+
+
 RELAY_MODEL = "gpt-4o"
 
 
-def relay_arm(store: Path, rounds: int, rng: random.Random) -> dict[str, Any]:
+def relay_arm(store: Path, rounds: int, rng: random.Random,
+              compare_whole: bool = False) -> dict[str, Any]:
     """CPU of relay turns (in-process ASGI app, echo upstream) and of assemblies under
-    the relay's policy, alternating, on session ``s`` of ``store``."""
+    the relay's policy, alternating, on session ``s`` of ``store``.
+
+    With ``compare_whole`` a third step runs a relay turn whose reply is embedded whole
+    (the rule embedded_words(assistant, _) lifted for that turn only), so the bound's
+    saving is measured in the same run; the three steps rotate every round."""
     import asyncio
 
     import httpx
@@ -124,7 +159,11 @@ def relay_arm(store: Path, rounds: int, rng: random.Random) -> dict[str, Any]:
 
     # What request.policy_for gives a plain request with "model" to an echo relay.
     relay_policy = {"model": RELAY_MODEL, "alternation": "strict", "history_access": "none"}
-    cost: dict[str, list[float]] = {"relay_turn": [], "assemble_relay_policy": []}
+    steps = ("assemble", "turn", "turn_whole") if compare_whole else ("assemble", "turn")
+    label = {"assemble": "assemble_relay_policy", "turn": "relay_turn",
+             "turn_whole": "relay_turn_reply_whole"}
+    cost: dict[str, list[float]] = {label[s]: [] for s in steps}
+    shipped = assistant_words()
 
     async def run() -> None:
         app = create_app(ServerConfig(store=store, upstream="echo"))
@@ -138,7 +177,14 @@ def relay_arm(store: Path, rounds: int, rng: random.Random) -> dict[str, Any]:
                                                     i=rng.randrange(5000)) + f" (ra{i})"
                     text = QUESTIONS[(i + 1) % 4].format(t=rng.choice(TOPICS),
                                                          i=rng.randrange(5000)) + f" (rt{i})"
-                    for step in (("turn", "assemble") if i % 4 >= 2 else ("assemble", "turn")):
+                    if compare_whole:
+                        k = i % 3
+                        order = steps[k:] + steps[:k]
+                    else:
+                        order = ("turn", "assemble") if i % 4 >= 2 else ("assemble", "turn")
+                    for step in order:
+                        if step == "turn_whole":
+                            set_assistant_words(0)
                         c0 = time.process_time()
                         if step == "assemble":
                             await relay.call(lambda rt: rt.assemble("s", asked, **relay_policy))
@@ -149,14 +195,21 @@ def relay_arm(store: Path, rounds: int, rng: random.Random) -> dict[str, Any]:
                                                     {"role": "user", "content": text}]})
                             if r.status_code != 200:
                                 raise SystemExit(f"relay turn failed: {r.status_code} {r.text}")
+                        spent = time.process_time() - c0
+                        if step == "turn_whole":
+                            set_assistant_words(shipped)
                         if i >= 0:
-                            cost["relay_turn" if step == "turn" else
-                                 "assemble_relay_policy"].append(time.process_time() - c0)
+                            cost[label[step]].append(spent)
 
     asyncio.run(run())
     stats = {k: cpu_ms(v) for k, v in cost.items()}
-    return {"cpu": stats, "ratio_relay_turn_over_assemble": round(
+    out = {"cpu": stats, "ratio_relay_turn_over_assemble": round(
         stats["relay_turn"]["median_ms"] / stats["assemble_relay_policy"]["median_ms"], 3)}
+    if compare_whole:
+        out["ratio_relay_turn_reply_whole_over_assemble"] = round(
+            stats["relay_turn_reply_whole"]["median_ms"]
+            / stats["assemble_relay_policy"]["median_ms"], 3)
+    return out
 
 
 def main() -> int:
@@ -166,8 +219,16 @@ def main() -> int:
     ap.add_argument("--embedder", default=None, help="default: the default embedder")
     ap.add_argument("--relay", action="store_true",
                     help="also time turns of the relay (in process) against assemblies")
+    ap.add_argument("--assistant-words", type=int, default=None,
+                    help="replace the rule ctxrelay_policy:embedded_words(assistant, N) for "
+                         "this run (0: embed replies whole); default: the rule as shipped")
+    ap.add_argument("--compare-whole", action="store_true",
+                    help="with --relay: also time relay turns whose reply is embedded whole "
+                         "(the rule lifted for those turns), in the same run")
     ap.add_argument("--out", default="turn_cost")
     args = ap.parse_args()
+    if args.assistant_words is not None:
+        set_assistant_words(args.assistant_words)
     policy = {"embedder": args.embedder} if args.embedder else {}
     rng = random.Random(11)
     cost: dict[str, list[float]] = {k: [] for k in (
@@ -219,10 +280,14 @@ def main() -> int:
                 cost["assemble" if i % 2 == 0 else "assemble_beside_split"].append(c_asm)
                 cost["managed_turn" if i % 2 == 0 else "split_turn"].append(c_turn)
         turns_after = rt.turn_count("s")
-        relay = relay_arm(Path(tmp) / "store", args.rounds, rng) if args.relay else None
+        relay = relay_arm(Path(tmp) / "store", args.rounds, rng, args.compare_whole) \
+            if args.relay else None
         if relay is not None:
             turns_after = rt.turn_count("s")
-            print(f"relay turn / assemble CPU: {relay['ratio_relay_turn_over_assemble']}")
+            print(f"relay turn / assemble CPU: {relay['ratio_relay_turn_over_assemble']}"
+                  + (f" (reply embedded whole: "
+                     f"{relay['ratio_relay_turn_reply_whole_over_assemble']})"
+                     if args.compare_whole else ""))
     stats = {k: cpu_ms(v) for k, v in cost.items()}
     ratio = round(stats["managed_turn"]["median_ms"] / stats["assemble"]["median_ms"], 3)
     split = {k: round(stats[k]["median_ms"] / stats["assemble_beside_split"]["median_ms"], 3)
@@ -239,6 +304,7 @@ def main() -> int:
         "benchmark": "turn_cost", "commit": git_rev(), "machine": machine(),
         "session_turns": args.turns, "turns_after": turns_after, "rounds": args.rounds,
         "embedder": args.embedder or "default", "derive_session_s": round(derive_s, 1),
+        "assistant_words_embedded": assistant_words_embedded(args.embedder),
         "cpu": stats,
         "ratio_managed_turn_over_assemble": ratio,
         "stages_over_assemble": split,
@@ -246,6 +312,9 @@ def main() -> int:
         **({"relay": relay} if relay is not None else {}),
         "target": f"managed turn CPU <= {TARGET}x assemble CPU",
         "target_met": ratio <= TARGET,
+        **({"target_relay": f"relay turn CPU <= {TARGET}x assemble CPU (the issue's figure)",
+            "target_relay_met": relay["ratio_relay_turn_over_assemble"] <= TARGET}
+           if relay is not None else {}),
     }
     print(f"managed turn / assemble CPU: {ratio} (stages over assemble: {split})")
     print(f"-> {write(args.out, payload)}")

@@ -1,6 +1,10 @@
 :- module(ctxrelay_policy,
           [ policy/2,               % +Options, -Policy
-            policy_option_names/1   % -Names
+            policy_option_names/1,  % -Names
+            embedded_word_bounds/2, % +ModelId, -Bounds
+            % extension points (multifile, dynamic)
+            embedded_words/2,       % ?Role, ?Words
+            embeds_whole/1          % +ModelId
           ]).
 :- use_module(library(error)).
 :- use_module(library(option)).
@@ -49,6 +53,72 @@ option_default(promotion,               true,   boolean).
 option_default(alternation,             free,   alternation).
 option_default(history_access,          context, history_access).
 option_default(constraints,             [],     pack_constraints).
+
+%!  embedded_words(?Role, ?Words) is nondet.
+%
+%   The vector of a stored turn of Role (its turn-log embedding: topic
+%   thread, dense recall, promotion's evidence) is computed from its first
+%   Words words only (a word is a run of letters, digits or underscores;
+%   the text up to the end of the Words-th word is embedded).  A role
+%   without a clause is embedded whole, up to what the embedder reads
+%   (MiniLM: 256 word pieces).
+%
+%   The default bounds the assistant's reply: its embedding is the one
+%   piece of a relay turn's CPU that grows with the reply (about 0.35 ms a
+%   word piece with minilm-onnx, twice an assembly for a 200-piece reply),
+%   and a reply's leading words name what it is about.  The whole reply
+%   stays stored, searchable (BM25 reads it all) and packed as it is; only
+%   its vector reads less.  Measured in docs/latency.md (CPU) and with the
+%   LoCoMo and threads benches (quality).
+%
+%   Changed like the promotion thresholds, e.g.
+%
+%       ?- retractall(ctxrelay_policy:embedded_words(assistant, _)),
+%          assertz(ctxrelay_policy:embedded_words(assistant, 64)).
+%
+%   A change applies to the turns derived from then on; turnlog_derive/3
+%   with recompute(true) derives a session's turns again under the rule
+%   in force.
+:- multifile embedded_words/2, embeds_whole/1.
+:- dynamic embedded_words/2, embeds_whole/1.
+
+embedded_words(assistant, 24).
+
+%!  embeds_whole(+ModelId) is semidet.
+%
+%   The embedders (by the model id of their vector space) that embedded_words/2
+%   does not apply to.  Feature hashing embeds a whole reply in under a
+%   millisecond, so a bound saves nothing there and loses recall (LoCoMo at
+%   2,048 tokens: 0.779 whole, 0.766 with replies' first 24 words).
+embeds_whole(ModelId) :-
+    string_concat("hashing-", _, ModelId).
+
+%!  embedded_word_bounds(+ModelId, -Bounds:list) is det.
+%
+%   Bounds is a list of [Role, Words] (Role a string, Words a positive
+%   integer), one per role with a bound under the embedder ModelId: the
+%   first clause of embedded_words/2 for a role counts, and none when
+%   embeds_whole(ModelId).  What the turn log's derivation reads
+%   (ctxrelay.text.bounds.embedding_bounds).
+%
+%   @error type_error(positive_integer, Words) for a bound that is not one
+embedded_word_bounds(ModelId, []) :-
+    must_be(text, ModelId),
+    embeds_whole(ModelId),
+    !.
+embedded_word_bounds(_, Bounds) :-
+    findall(Role-Words, embedded_words(Role, Words), Pairs),
+    foldl(first_bound, Pairs, [], Bounds0),
+    reverse(Bounds0, Bounds).
+
+first_bound(Role0-Words, Seen, Out) :-
+    must_be(positive_integer, Words),
+    must_be(text, Role0),
+    atom_string(Role0, Role),
+    (   memberchk([Role, _], Seen)
+    ->  Out = Seen
+    ;   Out = [[Role, Words]|Seen]
+    ).
 
 %!  policy_option_names(-Names) is det.
 policy_option_names(Names) :-

@@ -58,12 +58,16 @@ def test_e2e_bench_reopens_the_stores_it_kept(tmp_path):
 def test_turn_cost_bench_times_every_stage(tmp_path):
     out = tmp_path / "turn_cost"
     run_bench(["bench/turn_cost.py", "--turns", "60", "--rounds", "4", "--embedder", "hashing",
-               "--relay", "--out", str(out)])
+               "--relay", "--compare-whole", "--out", str(out)])
     data = json.loads(out.with_suffix(".json").read_text())
-    # 4 warm-up rounds + 4, two turns each, in the Runtime and again through the relay
-    assert data["turns_after"] == 60 + 2 * 8 + 2 * 8
+    # 4 warm-up rounds + 4, two turns each, in the Runtime; through the relay two relay
+    # turns a round (the reply's vector bounded by the rule, and embedded whole)
+    assert data["turns_after"] == 60 + 2 * 8 + 2 * 2 * 8
     assert data["relay"]["cpu"]["relay_turn"]["n"] == 4
+    assert data["relay"]["cpu"]["relay_turn_reply_whole"]["n"] == 4
     assert data["relay"]["ratio_relay_turn_over_assemble"] > 0
+    assert data["relay"]["ratio_relay_turn_reply_whole_over_assemble"] > 0
+    assert data["assistant_words_embedded"] is None     # hashing embeds replies whole
     for stage in ("assemble", "managed_turn", "split_turn", "prepare", "provider", "commit"):
         assert data["cpu"][stage]["n"] == 2
     assert data["ratio_managed_turn_over_assemble"] > 0

@@ -157,3 +157,11 @@ def solutions(goal: str, bindings: dict[str, Any] | None = None):
     finally:
         q.close()
 
+
+def _embedded_word_bounds(model_id: str) -> Any:
+    return once("ctxrelay_policy:embedded_word_bounds(M, B)", {"M": model_id})["B"]
+
+
+# How much of a turn the turn log embeds is Prolog's rule; the text layer asks through here.
+from ctxrelay.text import bounds as _bounds  # noqa: E402
+_bounds.use_rule_reader(_embedded_word_bounds)

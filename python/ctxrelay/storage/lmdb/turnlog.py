@@ -38,7 +38,7 @@ from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home
     KEPT_MEMBERS as _KEPT_MEMBERS, SYNC_CHUNK as _SYNC_CHUNK, DerivedTurn, ThreadInfo,
     extract_entities, progress_bar as _progress_bar, thread_num, thread_info)
 from ctxrelay.text.threads import ThreadBook, ThreadState, derive_state  # noqa: F401
-from ctxrelay.text.bounds import derived_text
+from ctxrelay.text.bounds import embedding_texts
 from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
@@ -131,7 +131,7 @@ class TurnLog(LmdbStore):
         done = 0
         for lo in range(start, end + 1, _SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch([derived_text(t.content) for t in turns])
+            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
             self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
                                                       embedder))
             done += len(turns)

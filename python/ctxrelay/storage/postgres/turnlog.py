@@ -31,7 +31,7 @@ from ctxrelay.storage.postgres.connection import bump_generation, read_generatio
 from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, SYNC_CHUNK,
                                                  DerivedTurn, ThreadInfo, progress_bar,
                                                  thread_info, thread_num)
-from ctxrelay.text.bounds import derived_text
+from ctxrelay.text.bounds import embedding_texts
 from ctxrelay.text.threads import ThreadBook
 from ctxrelay.types import Turn
 
@@ -164,7 +164,7 @@ class PgTurnLog:
         done = 0
         for lo in range(start, end + 1, SYNC_CHUNK):
             turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch([derived_text(t.content) for t in turns])
+            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
             done += self._pipelined(lambda cur: self._derive_chunk(cur, session_id, turns,
                                                                    vectors, embedder))
             if bar is not None:
