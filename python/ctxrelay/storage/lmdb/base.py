@@ -19,6 +19,10 @@ What a subclass gets:
   process, double a full map (up to ``MAX_MAP_SIZE``, then
   :class:`StoreFullError`) and retry the transaction, and map a full disk to
   :class:`StoreFullError`; a read-only store refuses writes.
+- **Bounded reads** (:mod:`ctxrelay.storage.lmdb.bounds`): transactions are
+  opened with ``buffers=True`` and every value and cursor key is checked to
+  lie inside the data file before it is copied, so a damaged record size is
+  CorruptStoreError instead of SIGBUS; store code always gets bytes.
 - **Record checksums** (:mod:`ctxrelay.storage.lmdb.framing`): in a store
   whose format ends with ``+xxh3`` (every new one) each transaction function
   gets a :class:`FramedTxn`, which seals values on put and verifies them on
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 from dataclasses import dataclass
 from collections.abc import Callable, Iterator
@@ -42,6 +47,7 @@ from typing import Any, ClassVar, TypeVar
 import lmdb
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, StoreError, StoreFullError
+from ctxrelay.storage.lmdb.bounds import BoundedTxn, MapBounds
 from ctxrelay.storage.lmdb.framing import FRAMED_SUFFIX, FramedTxn, Namer, intact, seal
 
 __all__ = ["LmdbStore", "DamagedRecord", "Gate", "close_all", "disk_nearly_full", "prefixed",
@@ -173,7 +179,10 @@ class LmdbStore:
             self.framed = False
             try:
                 self.dbs = self._open_dbs()
-            except DAMAGED_PAGES as exc:      # a damaged page of the database catalogue
+                check_catalogue(self._env, os.path.join(self._env_path, "data.mdb"),
+                                {n: (0x04 if n in self.DUPSORT else 0) for n in self.DB_NAMES},
+                                self._extra_db_names(), f"the {self.KIND} at {self._env_path}")
+            except (*DAMAGED_PAGES, lmdb.IncompatibleError) as exc:  # a damaged catalogue
                 self._env.close()
                 raise self._damaged(exc) from None
             except BaseException:
@@ -182,6 +191,8 @@ class LmdbStore:
             self._namer = Namer(f"the {self.KIND} at {self._env_path}",
                                 {id(h): n for n, h in self.dbs.items()})
             self._extra_handles: dict[bytes, Any] = {}
+            self._bounds = MapBounds(os.path.join(self._env_path, "data.mdb"),
+                                     self._env.stat()["psize"])
             _registry[self._key] = self
 
     @classmethod
@@ -387,8 +398,8 @@ class LmdbStore:
         while True:
             env = self._live_env()
             try:
-                with self._gate.shared(), env.begin() as txn:
-                    return fn(self._framed_txn(txn))
+                with self._gate.shared(), env.begin(buffers=True) as txn:
+                    return fn(self._framed_txn(txn, write=False))
             except lmdb.MapResizedError:
                 self._resize(0)
             except DAMAGED_PAGES as exc:
@@ -399,9 +410,11 @@ class LmdbStore:
             f"the {self.KIND} at {self._env_path} has a damaged page ({exc}); run 'ctxrelay "
             "check' to see what is readable, export the intact sessions or restore a backup")
 
-    def _framed_txn(self, txn: Any) -> Any:
-        """What a transaction function gets: the txn itself, or sealing/verifying."""
-        return FramedTxn(txn, self._namer, self.dbs[b"meta"]) if self.framed else txn
+    def _framed_txn(self, txn: Any, *, write: bool) -> Any:
+        """What a transaction function gets: values checked against the data file's
+        bounds, then (in a framed store) sealed on put and verified on get."""
+        bounded = BoundedTxn(txn, self._bounds, self._namer, write=write)
+        return FramedTxn(bounded, self._namer, self.dbs[b"meta"]) if self.framed else bounded
 
     def name_handles(self, handles: dict[bytes, Any]) -> None:
         """Name databases opened outside ``DB_NAMES`` (a text index): in messages,
@@ -521,8 +534,8 @@ class LmdbStore:
             env = self._live_env()
             size = env.info()["map_size"]
             try:
-                with self._gate.shared(), env.begin(write=True) as txn:
-                    return fn(self._framed_txn(txn))
+                with self._gate.shared(), env.begin(write=True, buffers=True) as txn:
+                    return fn(self._framed_txn(txn, write=True))
             except lmdb.MapFullError:
                 self._grow(size)
             except lmdb.MapResizedError:
@@ -560,6 +573,85 @@ class LmdbStore:
             # Another thread may have grown the map while we waited.
             if only_if is None or env.info()["map_size"] == only_if:
                 env.set_mapsize(new_size)
+                self._bounds.refresh()       # LMDB remaps here (the map may move)
+
+
+#: LMDB's persistent flags of a named database (MDB_db.md_flags)
+_DUPSORT, _DUPFIXED, _ALL_FLAGS = 0x04, 0x10, 0x7E
+_P_BRANCH, _P_LEAF = 0x01, 0x02
+_NO_PAGE = (1 << 64) - 1        # P_INVALID: the root of an empty database
+_CATALOGUE = struct.Struct("<IHHQQQQQ")   # pad, flags, depth, branch, leaf, overflow, entries, root
+_PAGE_HEADER = struct.Struct("<QHHHH")    # pgno, pad, flags, lower, upper
+
+
+def check_catalogue(env: Any, data_path: str, flags: dict[bytes, int],
+                    extra: tuple[bytes, ...], where: str) -> None:
+    """Verify the catalogue record of each of our named databases (the
+    ``MDB_db`` LMDB keeps in its main database, which carries no checksum).
+
+    A flipped byte there could point a database at another database's pages
+    (whose records' checksums pass: wrong data) or change how its keys compare.
+    Checked: the flags are the ones the store opens the database with; the
+    root, depth, page counts and entries are consistent with each other and
+    with the file; the root page (read with pread, not through the map) is
+    the page it says, of the right type (and for a one-page database holds
+    ``entries`` records); no two databases share a root.  Raises
+    CorruptStoreError naming the database.  Not caught: a root moved to
+    another page of the right type and depth that no other database owns
+    (a stale copy of the same database, from an older transaction).
+    """
+    psize = env.stat()["psize"]
+    last = env.info()["last_pgno"]
+    main = env.open_db(None)                  # the main database: the catalogue
+    with env.begin() as txn:
+        records = {bytes(k): bytes(v) for k, v in txn.cursor(db=main)
+                   if bytes(k) in flags or bytes(k) in extra}
+    roots: dict[int, bytes] = {}
+    with open(data_path, "rb") as data:
+        for name, record in records.items():
+            problem = _catalogue_problem(name, record, flags.get(name), psize, last,
+                                         data.fileno())
+            if problem is None:
+                root = _CATALOGUE.unpack(record)[7]
+                if root != _NO_PAGE and root in roots:
+                    problem = f"its root page {root} is also {roots[root].decode()}'s"
+                roots[root] = name
+            if problem:
+                raise CorruptStoreError(
+                    f"{where}: the catalogue record of database {name.decode()} is damaged "
+                    f"({problem}); restore the store from a backup, or export what "
+                    "'ctxrelay check' finds readable")
+
+
+def _catalogue_problem(name: bytes, record: bytes, want_flags: int | None, psize: int,
+                       last: int, fd: int) -> str | None:
+    if len(record) != _CATALOGUE.size:
+        return f"{len(record)} bytes, not {_CATALOGUE.size}"
+    _, flags, depth, branch, leaf, overflow, entries, root = _CATALOGUE.unpack(record)
+    if want_flags is not None and flags != want_flags:
+        return f"flags {flags:#x}, the store opens it with {want_flags:#x}"
+    if flags & ~(_DUPSORT | _DUPFIXED) & _ALL_FLAGS or (flags & _DUPFIXED and
+                                                         not flags & _DUPSORT):
+        return f"flags {flags:#x}"
+    if root == _NO_PAGE:
+        if depth or branch or leaf or overflow or entries:
+            return "empty, but with pages or entries"
+        return None
+    pages = branch + leaf + overflow
+    if not (1 <= depth <= 32 and root <= last and pages <= last + 1 and leaf >= 1
+            and entries >= 1 and branch >= depth - 1 and (depth > 1 or branch == 0)):
+        return (f"root {root}, depth {depth}, {branch}+{leaf}+{overflow} pages, "
+                f"{entries} entries, in a file of {last + 1} pages")
+    header = os.pread(fd, _PAGE_HEADER.size, root * psize)
+    if len(header) < _PAGE_HEADER.size:
+        return f"root page {root} is past the end of the file"
+    pgno, _, page_flags, lower, _ = _PAGE_HEADER.unpack(header)
+    want = _P_LEAF if depth == 1 else _P_BRANCH
+    if pgno != root or not page_flags & want:
+        return f"root page {root} is page {pgno} with flags {page_flags:#x}"
+    if depth == 1 and not flags & _DUPSORT and (lower - _PAGE_HEADER.size) // 2 != entries:
+        return f"{entries} entries, but its one page holds {(lower - 16) // 2}"
+    return None
 
 
 def close_all(kind: type[LmdbStore] | None = None) -> None:
