@@ -651,6 +651,63 @@ def _catalogue_problem(name: bytes, record: bytes, want_flags: int | None, psize
         return f"root page {root} is page {pgno} with flags {page_flags:#x}"
     if depth == 1 and not flags & _DUPSORT and (lower - _PAGE_HEADER.size) // 2 != entries:
         return f"{entries} entries, but its one page holds {(lower - 16) // 2}"
+    if depth > 1 and not flags & _DUPSORT and branch <= _MAX_WALK:
+        return _walk_problem(fd, root, depth, branch, leaf, entries, psize, last)
+    return None
+
+
+_MAX_WALK = 1 << 16             # branch pages read at open, at most (~1% of the leaves)
+_MAX_LEAF_HEADERS = 1 << 12     # leaf headers read at open (their record counts), at most
+_BRANCH_NODE = struct.Struct("<HHH")       # a branch node's child page number (48 bits)
+
+
+def _walk_problem(fd: int, root: int, depth: int, branch: int, leaf: int, entries: int,
+                  psize: int, last: int) -> str | None:
+    """Read the branch pages of a database's tree (pread, not the map), and the
+    16-byte headers of its leaves when there are at most ``_MAX_LEAF_HEADERS``,
+    and compare what they give with the catalogue: a root moved onto another
+    branch page (a stale copy of the tree from an older transaction, say) gives
+    other page or record counts, or pages of the wrong type.  A stale tree of
+    the same shape and record count (values changed in place since) is not
+    told apart."""
+    level, seen = [root], 0
+    for height in range(depth - 1):
+        children: list[int] = []
+        for pgno in level:
+            page = os.pread(fd, psize, pgno * psize)
+            if len(page) < psize:
+                return f"branch page {pgno} is past the end of the file"
+            own, _, page_flags, lower, _ = _PAGE_HEADER.unpack_from(page)
+            if own != pgno or not page_flags & _P_BRANCH or not 16 < lower <= psize:
+                return f"page {pgno} of its tree is not a branch page"
+            for at in range(_PAGE_HEADER.size, lower, 2):
+                (node,) = struct.unpack_from("<H", page, at)
+                if node + 8 > psize:
+                    return f"branch page {pgno} is damaged"
+                lo, hi, top = _BRANCH_NODE.unpack_from(page, node)
+                child = lo | hi << 16 | top << 32
+                if child > last:
+                    return f"branch page {pgno} points past the file"
+                children.append(child)
+        seen += len(level)
+        if seen > branch:
+            return f"its tree has more than the {branch} branch pages it records"
+        level = children
+    if seen != branch or len(level) != leaf:
+        return (f"its tree has {seen} branch and {len(level)} leaf pages, the record "
+                f"says {branch} and {leaf}")
+    if len(level) <= _MAX_LEAF_HEADERS:
+        records = 0
+        for pgno in level:
+            header = os.pread(fd, _PAGE_HEADER.size, pgno * psize)
+            if len(header) < _PAGE_HEADER.size:
+                return f"leaf page {pgno} is past the end of the file"
+            own, _, page_flags, lower, _ = _PAGE_HEADER.unpack(header)
+            if own != pgno or not page_flags & _P_LEAF:
+                return f"page {pgno} of its tree is not a leaf page"
+            records += (lower - _PAGE_HEADER.size) // 2
+        if records != entries:
+            return f"its leaves hold {records} records, the record says {entries}"
     return None
 
 
