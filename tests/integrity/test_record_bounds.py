@@ -140,7 +140,12 @@ def test_check_reports_a_record_size_past_the_file_end(with_long, tmp_path):
     store = tmp_path / "store"
     shutil.copytree(with_long, store)
     assert damage_sizes(store / "transcript.lmdb", b"turns") >= 1
-    check = subprocess.run([str(ROOT / ".venv" / "bin" / "ctxrelay"), "--store", str(store),
-                            "check"], capture_output=True, text=True, timeout=300, env=_env())
-    assert check.returncode > 0, (check.returncode, check.stderr[-2000:])   # not a signal
-    assert "turns" in check.stdout + check.stderr, (check.stdout, check.stderr)
+    for args in (["check"], ["check", "--repair"], ["check"]):
+        check = subprocess.run([str(ROOT / ".venv" / "bin" / "ctxrelay"), "--store", str(store),
+                                *args], capture_output=True, text=True, timeout=300,
+                               env=_env())
+        assert check.returncode > 0, (args, check.returncode, check.stderr[-2000:])  # no signal
+        out = check.stdout + check.stderr
+        # The damaged turn is named, and repair rewrote nothing from it.
+        assert "database turns is unreadable" in out and "lies outside the file" in out, out
+        assert "0 repaired" in out, out

@@ -448,7 +448,9 @@ class LmdbStore:
                         if not intact(key, stored):
                             found.append(DamagedRecord(self.KIND, name.decode(), bytes(key),
                                                        bytes(stored)))
-                except lmdb.Error as exc:
+                except (lmdb.Error, CorruptStoreError) as exc:
+                    # A damaged page, or a record reaching outside the file (bounds.py):
+                    # the database is listed as unreadable from there on.
                     found.append(DamagedRecord(self.KIND, name.decode(), b"",
                                                f"unreadable: {exc}".encode()))
             return found

@@ -108,7 +108,8 @@ def address_of(view: memoryview) -> int:
 #: LMDB's leaf node header, read as one little-endian u64 just before the key:
 #: u16 lo, u16 hi (the data size), u16 flags, u16 key size
 _NODE_HEADER = 8
-_F_BIGDATA = 0x01            # the data is on overflow pages (an 8-byte page number here)
+_BIGDATA_BIT = 0x01 << 32   # F_BIGDATA in the flags: the data is on overflow pages (an
+                             # 8-byte page number where in-page data would start)
 _PAGE_HEADER = 16            # an overflow page's header before the value
 _u64_at = ctypes.c_uint64.from_address
 
@@ -170,27 +171,27 @@ class MapBounds:
         lo, hi = self.inside
         if not lo:
             return                       # no mapping known (not Linux): unchecked
-        address = address_of(key_view)
-        start, end = self.mapping
-        if not start <= address < end:
-            if write:
+        address = _from_address(id(key_view) + _BUF_OFFSET).value if _BUF_OFFSET \
+            else _address_by_api(key_view)
+        if not lo <= address < hi:
+            start, end = self.mapping
+            if write and not start <= address < end:
                 return                   # this write transaction's own dirty page
-            self._raise(namer, db, key_view, "its key lies outside the map")
+            if self._outside(address, 1):
+                self._raise(namer, db, key_view, "its key lies outside the file")
+            lo, hi = self.inside
         header = _u64_at(address - _NODE_HEADER).value
-        size = (header & 0xFFFF) | ((header >> 16) & 0xFFFF) << 16
-        ksize = header >> 48
-        if address + ksize + 8 > hi and self._outside(address, ksize + 8):
-            self._raise(namer, db, key_view, f"its key ({ksize} bytes) runs past the file")
-        if (header >> 32) & _F_BIGDATA:
-            pgno = _u64_at(address + ksize).value
-            value_at = self.inside[0] + pgno * self.psize + _PAGE_HEADER
-        else:
-            value_at = address + ksize
-        if value_at + size > self.inside[1] and self._outside(value_at, size):
+        data_at = address + (header >> 48)          # the key's end: in-page data
+        size = header & 0xFFFFFFFF
+        if header & _BIGDATA_BIT:
+            if data_at + 8 > hi and self._outside(address, data_at + 8 - address):
+                self._raise(namer, db, key_view, "its key runs past the file")
+            data_at = lo + _u64_at(data_at).value * self.psize + _PAGE_HEADER
+        if data_at + size > hi and self._outside(data_at, size):
+            lo, hi = self.inside
             self._raise(namer, db, key_view,
-                        f"its value ({size} bytes at file offset "
-                        f"{value_at - self.inside[0]}) lies outside the file "
-                        f"({self.inside[1] - self.inside[0]} bytes)")
+                        f"its value ({size} bytes at file offset {data_at - lo}) lies "
+                        f"outside the file ({hi - lo} bytes)")
 
     def check_view(self, view: memoryview, namer: Any, db: Any, *, write: bool) -> None:
         """Raise CorruptStoreError unless ``view`` (a key) lies inside the data file."""
