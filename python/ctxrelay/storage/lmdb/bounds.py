@@ -267,7 +267,17 @@ class BoundedTxn:
     def cursor(self, db: Any = None) -> "BoundedCursor":
         return BoundedCursor(self.raw.cursor(db=db), self, db)
 
-    def __getattr__(self, name: str) -> Any:       # put, delete, stat, id, drop...
+    # The hot writes, passed on directly (a __getattr__ fallback costs a failed
+    # attribute lookup on every call).
+    def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True,
+            append: bool = False, db: Any = None) -> bool:
+        return self.raw.put(key, value, dupdata=dupdata, overwrite=overwrite, append=append,
+                            db=db)
+
+    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool:
+        return self.raw.delete(key, value, db=db)
+
+    def __getattr__(self, name: str) -> Any:       # stat, id, drop...
         return getattr(self.raw, name)
 
 
@@ -357,5 +367,30 @@ class BoundedCursor:
     def __exit__(self, *exc: Any) -> None:
         self.raw.close()
 
-    def __getattr__(self, name: str) -> Any:   # first, next, set_range, delete, count...
+    # The hot moves, passed on directly (see BoundedTxn.put).
+    def first(self) -> bool:
+        return self.raw.first()
+
+    def last(self) -> bool:
+        return self.raw.last()
+
+    def next(self) -> bool:
+        return self.raw.next()
+
+    def prev(self) -> bool:
+        return self.raw.prev()
+
+    def next_nodup(self) -> bool:
+        return self.raw.next_nodup()
+
+    def set_key(self, key: bytes) -> bool:
+        return self.raw.set_key(key)
+
+    def set_range(self, key: bytes) -> bool:
+        return self.raw.set_range(key)
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __getattr__(self, name: str) -> Any:   # delete, put, count, set_key_dup...
         return getattr(self.raw, name)
