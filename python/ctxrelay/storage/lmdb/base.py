@@ -10,6 +10,8 @@ What a subclass gets:
   own pages (which would kill the process with SIGBUS when mapped) and a
   format other than ``FORMAT`` all raise a specific error saying what to do;
   nothing is written to a store that is not ours.
+- **A checked catalogue** (:mod:`ctxrelay.storage.lmdb.catalogue`): LMDB's
+  record of each named database (root page, flags, counts) is verified on open.
 - **Named databases with a format record**: ``DB_NAMES`` (``meta`` first)
   are created with ``b"format"`` -> ``FORMAT`` in one transaction when the
   environment is new (:meth:`LmdbStore._initialise` adds a subclass's own
@@ -19,6 +21,10 @@ What a subclass gets:
   process, double a full map (up to ``MAX_MAP_SIZE``, then
   :class:`StoreFullError`) and retry the transaction, and map a full disk to
   :class:`StoreFullError`; a read-only store refuses writes.
+- **Bounded reads** (:mod:`ctxrelay.storage.lmdb.bounds`): transactions are
+  opened with ``buffers=True`` and every value and cursor key is checked to
+  lie inside the data file before it is copied, so a damaged record size is
+  CorruptStoreError instead of SIGBUS; store code always gets bytes.
 - **Record checksums** (:mod:`ctxrelay.storage.lmdb.framing`): in a store
   whose format ends with ``+xxh3`` (every new one) each transaction function
   gets a :class:`FramedTxn`, which seals values on put and verifies them on
@@ -42,6 +48,8 @@ from typing import Any, ClassVar, TypeVar
 import lmdb
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, StoreError, StoreFullError
+from ctxrelay.storage.lmdb.bounds import BoundedTxn, MapBounds
+from ctxrelay.storage.lmdb.catalogue import check_catalogue
 from ctxrelay.storage.lmdb.framing import FRAMED_SUFFIX, FramedTxn, Namer, intact, seal
 
 __all__ = ["LmdbStore", "DamagedRecord", "Gate", "close_all", "disk_nearly_full", "prefixed",
@@ -173,7 +181,10 @@ class LmdbStore:
             self.framed = False
             try:
                 self.dbs = self._open_dbs()
-            except DAMAGED_PAGES as exc:      # a damaged page of the database catalogue
+                check_catalogue(self._env, os.path.join(self._env_path, "data.mdb"),
+                                {n: (0x04 if n in self.DUPSORT else 0) for n in self.DB_NAMES},
+                                self._extra_db_names(), f"the {self.KIND} at {self._env_path}")
+            except (*DAMAGED_PAGES, lmdb.IncompatibleError) as exc:  # a damaged catalogue
                 self._env.close()
                 raise self._damaged(exc) from None
             except BaseException:
@@ -182,6 +193,8 @@ class LmdbStore:
             self._namer = Namer(f"the {self.KIND} at {self._env_path}",
                                 {id(h): n for n, h in self.dbs.items()})
             self._extra_handles: dict[bytes, Any] = {}
+            self._bounds = MapBounds(os.path.join(self._env_path, "data.mdb"),
+                                     self._env.stat()["psize"])
             _registry[self._key] = self
 
     @classmethod
@@ -387,8 +400,8 @@ class LmdbStore:
         while True:
             env = self._live_env()
             try:
-                with self._gate.shared(), env.begin() as txn:
-                    return fn(self._framed_txn(txn))
+                with self._gate.shared(), env.begin(buffers=True) as txn:
+                    return fn(self._framed_txn(txn, write=False))
             except lmdb.MapResizedError:
                 self._resize(0)
             except DAMAGED_PAGES as exc:
@@ -399,9 +412,11 @@ class LmdbStore:
             f"the {self.KIND} at {self._env_path} has a damaged page ({exc}); run 'ctxrelay "
             "check' to see what is readable, export the intact sessions or restore a backup")
 
-    def _framed_txn(self, txn: Any) -> Any:
-        """What a transaction function gets: the txn itself, or sealing/verifying."""
-        return FramedTxn(txn, self._namer, self.dbs[b"meta"]) if self.framed else txn
+    def _framed_txn(self, txn: Any, *, write: bool) -> Any:
+        """What a transaction function gets: values checked against the data file's
+        bounds, then (in a framed store) sealed on put and verified on get."""
+        bounded = BoundedTxn(txn, self._bounds, self._namer, write=write)
+        return FramedTxn(bounded, self._namer, self.dbs[b"meta"]) if self.framed else bounded
 
     def name_handles(self, handles: dict[bytes, Any]) -> None:
         """Name databases opened outside ``DB_NAMES`` (a text index): in messages,
@@ -435,7 +450,9 @@ class LmdbStore:
                         if not intact(key, stored):
                             found.append(DamagedRecord(self.KIND, name.decode(), bytes(key),
                                                        bytes(stored)))
-                except lmdb.Error as exc:
+                except (lmdb.Error, CorruptStoreError) as exc:
+                    # A damaged page, or a record reaching outside the file (bounds.py):
+                    # the database is listed as unreadable from there on.
                     found.append(DamagedRecord(self.KIND, name.decode(), b"",
                                                f"unreadable: {exc}".encode()))
             return found
@@ -521,8 +538,8 @@ class LmdbStore:
             env = self._live_env()
             size = env.info()["map_size"]
             try:
-                with self._gate.shared(), env.begin(write=True) as txn:
-                    return fn(self._framed_txn(txn))
+                with self._gate.shared(), env.begin(write=True, buffers=True) as txn:
+                    return fn(self._framed_txn(txn, write=True))
             except lmdb.MapFullError:
                 self._grow(size)
             except lmdb.MapResizedError:
@@ -560,6 +577,7 @@ class LmdbStore:
             # Another thread may have grown the map while we waited.
             if only_if is None or env.info()["map_size"] == only_if:
                 env.set_mapsize(new_size)
+                self._bounds.refresh()       # LMDB remaps here (the map may move)
 
 
 def close_all(kind: type[LmdbStore] | None = None) -> None:

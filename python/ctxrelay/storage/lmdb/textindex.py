@@ -129,7 +129,8 @@ class TextIndex:
     def __init__(self, env: Any, *, txn: Any = None, prefix: str = "ix",
                  create: bool = True) -> None:
         post, docs, ns = self.db_names(prefix)
-        txn = getattr(txn, "raw", txn)          # a FramedTxn wraps the lmdb one
+        while hasattr(txn, "raw"):              # a Framed/BoundedTxn wraps the lmdb one
+            txn = txn.raw
         self._names = (post, docs, ns)
         self._post = env.open_db(post, txn=txn, create=create, dupsort=True, dupfixed=True)
         self._docs = env.open_db(docs, txn=txn, create=create)
