@@ -18,8 +18,12 @@ this checkout's Python stage totals.
     .venv/bin/python bench/e2e_bench.py [--sizes 10000,100000] [--repeat 80]
         [--baseline /work/baseline] [--store-cache DIR]
 
-Writes ``bench/results/e2e_vs_e858172.json`` (``--out`` to change).  Without a
-checkout at ``--baseline`` it times this checkout alone (no ratios).
+Writes ``bench/results/e2e_vs_e858172.json`` (``--out`` to change), with the
+command line that made it.  Without a checkout at ``--baseline`` it times this
+checkout alone (no ratios).  ``--baseline`` may name any checkout whose
+``python/`` and ``prolog/`` can run here, e.g. a copy of the previous commit:
+a before/after of one change in one run (give ``--store-cache`` a directory whose
+``baseline`` side holds stores that code reads).
 """
 from __future__ import annotations
 
@@ -142,6 +146,7 @@ def main() -> int:
     largest = (results[max(results, key=int)]["ratio_new_over_baseline"] or {}).get("total")
     payload = {
         "benchmark": "end_to_end_assembly_side_by_side", "commit": git_rev(),
+        "command": " ".join([".venv/bin/python", "bench/e2e_bench.py", *sys.argv[1:]]),
         "baseline_commit": "e858172", "machine": machine(),
         "method": "two worker processes, same messages alternately (order flips each message)",
         "repeat": args.repeat, "warmup": args.warmup, "results": results,

@@ -30,7 +30,9 @@ def test_e2e_bench_runs_both_sides_and_writes_ratios(tmp_path):
     out = tmp_path / "e2e"
     run_bench(["bench/e2e_bench.py", "--sizes", "120", "--repeat", "4", "--warmup", "1",
                "--baseline", str(ROOT), "--out", str(out)])
-    row = json.loads(out.with_suffix(".json").read_text())["results"]["120"]
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["command"].startswith(".venv/bin/python bench/e2e_bench.py --sizes 120 ")
+    row = data["results"]["120"]
     for side in ("baseline", "new"):
         assert row[side]["total"]["n"] == 4
         assert row[side]["without_message_embedding"]["p50_ms"] > 0

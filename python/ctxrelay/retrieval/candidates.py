@@ -174,15 +174,18 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None)
+    # Tier P's query is the message: its embedding is ready when Prolog's plan comes.
+    prepare = Router.of(stores).prepare_query \
+        if options.get("knowledge") and message is not None and has_knowledge(stores) else None
     if RECALL_BESIDE_ANALYSIS and options.get("retrieval", True) and query_text \
             and history_end >= 1 and int(options.get("max_retrieved", 200)) > 0:
-        from ctxrelay.retrieval.recall import recall
-        ranking = _side_pool().submit(recall, stores, session_id, query_text, upto=history_end,
-                                      dense=dense, embedder=embedder,
-                                      dense_generation=log_generation)
-    if options.get("knowledge") and message is not None and has_knowledge(stores):
-        # Tier P's query is the message: its embedding is ready when Prolog's plan comes.
-        _side_pool().submit(Router.of(stores).prepare_query, query_text)
+        # One task on the side pool, not two: on a busy machine each thread woken
+        # waits for a core (and the GIL), and both finish long before gather() asks.
+        ranking = _side_pool().submit(_prepare_then_recall, prepare, stores, session_id,
+                                      query_text, upto=history_end, dense=dense,
+                                      embedder=embedder, dense_generation=log_generation)
+    elif prepare is not None:
+        _side_pool().submit(prepare, query_text)
     cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
                          generation, log_generation, warm_store, embedder, ranking)
     # No units yet: recall marks the window's turns with their relevance, so their
@@ -292,6 +295,18 @@ def _side_pool() -> ThreadPoolExecutor:
                 _side = ThreadPoolExecutor(max_workers=_SIDE_WORKERS,
                                            thread_name_prefix="ctxrelay-tier-p")
     return _side
+
+
+def _prepare_then_recall(prepare: Any, stores: Stores, session_id: str, query_text: str,
+                         **recall_options: Any) -> Any:
+    """Tier P's query embedded ahead (``prepare``, or None), then recall's ranking."""
+    from ctxrelay.retrieval.recall import recall
+    if prepare is not None:
+        try:
+            prepare(query_text)
+        except Exception:   # noqa: BLE001, S110 - the plan meets it again and reports it
+            pass
+    return recall(stores, session_id, query_text, **recall_options)
 
 
 class _Done:

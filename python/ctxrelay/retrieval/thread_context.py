@@ -75,7 +75,7 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
         out.update(active_thread=tid, thread_label=label)
         return out, (log, vec)
     info = book.entries[placed.thread_id].record
-    out["topic_similarity"] = _topic_similarity(log, session_id, book, vec)
+    out["topic_similarity"] = _topic_similarity(stores, log, session_id, book, vec)
     out.update(active_thread=placed.thread_id, thread_label=info["label"],
                thread_resumed=placed.resumed)
     if placed.restore:
@@ -95,7 +95,8 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
     return out, (log, vec)
 
 
-def _topic_similarity(log: Any, session_id: str, book: Any, vec: Any) -> float | None:
+def _topic_similarity(stores: Stores, log: Any, session_id: str, book: Any,
+                      vec: Any) -> float | None:
     """The intent's topic similarity (SPEC-028 §5.2: the message against the active
     thread's turns): the thread the conversation is in when the message comes (a
     message the rules move to an earlier thread is a change of topic from it), read
@@ -104,10 +105,15 @@ def _topic_similarity(log: Any, session_id: str, book: Any, vec: Any) -> float |
     entry = book.entries.get(book.previous or "")
     if entry is None:
         return None
-    vecs = log.vectors(session_id, entry.record.get("user_turns") or [])
+    user_turns = tuple(entry.record.get("user_turns") or ())
+    # The thread's user-turn vectors change only with the turn log: kept under its
+    # generation (the book above is), so a message reads none of them again.
+    vecs = _kept(stores, ("topic_vectors", session_id, book.previous, user_turns),
+                 log.write_generation(),
+                 lambda: list(log.vectors(session_id, list(user_turns)).values()))
     if not vecs:
         return None
-    return round(max(float(v @ vec) for v in vecs.values()), 4)
+    return round(max(float(v @ vec) for v in vecs), 4)
 
 
 def _first_placement(text: str, thresholds: dict[str, float]) -> dict[str, Any]:
