@@ -275,8 +275,10 @@ class ThreadBook:
     def features(self, text: str, vec: np.ndarray) -> list[dict[str, Any]]:
         """One dict per candidate thread: thread, rank (0 = most recently
         active), sim, overlap (0..1), shared (the message's words the
-        thread used) and recent (how many of them its latest exchange, the
-        last user turn and what followed it, used)."""
+        thread used), recent (how many of them its latest exchange, the
+        last user turn and what followed it, used) and bridge (the largest
+        cosine against that exchange: a question that does not pick up the
+        last answer, by word or by meaning, may start another sub-topic)."""
         if not self.order:
             return []
         msg_words = content_words(text)
@@ -295,9 +297,11 @@ class ThreadBook:
         for rank, (tid, profile) in enumerate(zip(self.order, profiles)):
             entry = self.entries[tid]
             if entry.vectors:
-                sim = float(np.max(np.stack(entry.vectors) @ vec.astype(np.float32)))
+                sims = np.stack(entry.vectors) @ vec.astype(np.float32)
+                sim = float(np.max(sims))
+                bridge = float(np.max(sims[-_exchange_size(entry):]))
             else:
-                sim = 0.0
+                sim = bridge = 0.0
             hit = [s for s in unique if s in profile]
             overlap = sum(idf[s] * min(1.0, 0.25 + 0.25 * profile[s]) for s in hit) / total \
                 if total else 0.0
@@ -305,6 +309,7 @@ class ThreadBook:
             exchange = set(entry.record.get("exchange_terms") or ())
             out.append({"thread": tid, "rank": rank, "sim": round(sim, 4),
                         "overlap": round(overlap, 4), "shared": shared,
+                        "bridge": round(bridge, 4),
                         "recent": sum(1 for s in unique if s in exchange),
                         "turns": int(entry.record.get("turn_count", 0))})
         return out
@@ -363,6 +368,16 @@ class ThreadBook:
         if turn.role == "user":
             self.previous = thread_id
         return info
+
+
+def _exchange_size(entry: ThreadEntry) -> int:
+    """How many of ``entry``'s latest vectors are its latest exchange: its
+    last user turn and the turns after it (at least one, at most all kept)."""
+    recent = entry.record.get("recent_turns") or []
+    users = entry.record.get("user_turns") or []
+    last_user = users[-1] if users else None
+    k = sum(1 for t in recent if last_user is None or t >= last_user)
+    return max(1, min(k, len(entry.vectors)))
 
 
 def add_terms(profile: dict[str, int], text: str) -> dict[str, int]:
