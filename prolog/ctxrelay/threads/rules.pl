@@ -628,6 +628,10 @@ topic_opener(['^', i, also, want]).            % "I also want to start compostin
 topic_opener(['^', i, also, need]).
 topic_opener(['^', we, also, want]).
 topic_opener(['^', we, also, need]).
+topic_opener(['^', 'we\'re', also]).         % "We're also looking at daycares ..."
+topic_opener(['^', we, are, also]).
+topic_opener(['^', 'i\'m', also]).
+topic_opener(['^', i, am, also]).
 topic_opener(['^', separately]).
 topic_opener(['^', on, another, subject]).
 
