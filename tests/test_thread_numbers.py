@@ -71,6 +71,21 @@ def test_bridge_is_the_similarity_to_the_latest_exchange_only():
     assert feat["bridge"] == pytest.approx(1.0)
 
 
+def test_a_thread_keeps_its_follow_ups_bridges():
+    book = ThreadBook([], None, {"thread_join": 0.5, "topic_same": 0.3})
+    book.add(ThreadEntry({"thread_id": "T1", "label": "T1", "turn_ids": [], "user_turns": [],
+                          "recent_turns": [], "terms": {}, "turn_count": 0}))
+    script = [("user", _vec(1, 0, 0)), ("assistant", _vec(1, 0, 0)),
+              ("user", _vec(1, 1, 0)), ("assistant", _vec(0, 1, 0)), ("user", _vec(0, 0, 1))]
+    for i, (role, vec) in enumerate(script, 1):
+        book.record_turn("T1", Turn("s", i, role, "words"), vec)
+    # the first user turn has nothing before it; the second met (1,0,0) at 0.707,
+    # the third met the exchange of the second, (1,1,0) and (0,1,0), at 0
+    assert book.entries["T1"].record["bridges"] == pytest.approx([0.7071, 0.0], abs=1e-3)
+    (feat,) = book.features("anything", _vec(0, 1, 0))
+    assert feat["bridge_mean"] == pytest.approx(0.3536, abs=1e-3)
+
+
 def test_rarer_shared_words_weigh_more():
     a = _entry("T1", "etcd cluster", _vec(1, 0))
     b = _entry("T2", "postgres cluster", _vec(0, 1))

@@ -114,6 +114,12 @@ test(a_question_using_the_last_answers_words_stays, R == continue-"T1"-continuit
 test(one_content_word_is_not_enough, R == continue-"T1"-continuity) :-
     bridged(-0.02, 0, C),
     decision("When do I need lifetimes?", "T1", [C], 1, R).
+test(a_bridge_far_below_the_threads_own_starts_a_thread, R == new-""-new) :-
+    bridged(0.1, 0, C0), C = C0.put(bridge_mean, 0.4),
+    decision("Do I need to shoot raw?", "T1", [C], 2, R).
+test(a_bridge_near_the_threads_own_stays, R == continue-"T1"-continuity) :-
+    bridged(0.1, 0, C0), C = C0.put(bridge_mean, 0.15),
+    decision("Do I need to shoot raw?", "T1", [C], 2, R).
 test(no_bridge_number_no_bridge_rule, R == continue-"T1"-continuity) :-
     bridged(none, 0, C),
     decision("How do we get mobile data there?", "T1", [C], 2, R).

@@ -82,6 +82,7 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 :- create_prolog_flag(ctxrelay_thread_standalone_similarity, 1.0, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_unbridged_terms, 2, [keep(true), type(integer)]).
 :- create_prolog_flag(ctxrelay_thread_bridge_floor, 0.1, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_bridge_relative, 0.5, [keep(true), type(float)]).
 
 :- det(thread_decision/3).
 
@@ -168,7 +169,11 @@ candidate(D, c(Thread, Sim, Overlap, Shared, Recent, Bridge)) :-
     (   get_dict(shared, D, S0) -> must_be(list, S0) ; S0 = [] ),
     maplist(shared_atom, S0, Shared),
     (   get_dict(recent, D, Recent), integer(Recent) -> true ; Recent = 0 ),
-    (   get_dict(bridge, D, Bridge), number(Bridge) -> true ; Bridge = none ).
+    (   get_dict(bridge, D, B), number(B)
+    ->  (   get_dict(bridge_mean, D, M), number(M) -> true ; M = none ),
+        Bridge = bridge(B, M)
+    ;   Bridge = none
+    ).
 
 shared_atom(S, A) :-
     (   atom(S) -> A = S ; atom_string(A, S) ).
@@ -328,19 +333,27 @@ standalone(Terms0, Previous, Cands, Same) :-
 %   "How do we get mobile data there?" after an answer about Hakone
 %   day trips asks about something else; "How do I phrase the email?"
 %   after an answer about a counter-offer does not share its words
-%   either, yet is close to it in meaning.  Without a bridge number
-%   (older callers) the rule does not apply.
+%   either, yet is close to it in meaning.  A thread that has bridges of
+%   its own (`bridge_mean`: the mean similarity of its follow-ups to the
+%   exchange before each, from two on) also counts a bridge under flag
+%   ctxrelay_thread_bridge_relative times that mean as none: what is
+%   close for one embedder and thread is far for another.  Without a
+%   bridge number (older callers) the rule does not apply.
 unbridged(Terms0, Previous, Cands, Same) :-
     (   Terms0 = opener(Terms) -> true ; Terms = Terms0 ),
     integer(Terms),
     current_prolog_flag(ctxrelay_thread_unbridged_terms, Min),
     Terms >= Min,
-    memberchk(c(Previous, _, Overlap, _, Recent, Bridge), Cands),
-    number(Bridge),
+    memberchk(c(Previous, _, Overlap, _, Recent, bridge(Bridge, Mean)), Cands),
     Overlap =:= 0,
     Recent =:= 0,
     current_prolog_flag(ctxrelay_thread_bridge_floor, F),
-    Bridge < F * Same.
+    (   Bridge < F * Same
+    ->  true
+    ;   number(Mean),
+        current_prolog_flag(ctxrelay_thread_bridge_relative, R),
+        Bridge < R * Mean
+    ).
 
 %   best_named(+Target, +Previous, +Cands, -Thread)
 %

@@ -51,6 +51,8 @@ RECENT_THREADS = 32
 NEIGHBOURS = 16
 #: Content words (stems, with counts) kept per thread for word overlap.
 PROFILE_TERMS = 96
+#: Bridges (follow-ups' similarity to the exchange before them) kept per thread.
+BRIDGES = 8
 #: Turns of a thread its state is derived from (the latest).
 STATE_TURNS = 40
 #: Characters of a thread label word.
@@ -307,9 +309,12 @@ class ThreadBook:
                 if total else 0.0
             shared = [w for w in msg_words if stems[w] in profile]
             exchange = set(entry.record.get("exchange_terms") or ())
+            bridges = entry.record.get("bridges") or []
             out.append({"thread": tid, "rank": rank, "sim": round(sim, 4),
                         "overlap": round(overlap, 4), "shared": shared,
                         "bridge": round(bridge, 4),
+                        "bridge_mean": round(sum(bridges) / len(bridges), 4)
+                        if len(bridges) >= 2 else None,
                         "recent": sum(1 for s in unique if s in exchange),
                         "turns": int(entry.record.get("turn_count", 0))})
         return out
@@ -345,6 +350,12 @@ class ThreadBook:
         vectors, word profile, last activity.  Returns the record."""
         entry = self.entries[thread_id]
         info = entry.record
+        if turn.role == "user" and thread_id == self.previous and entry.vectors:
+            # How this follow-up met the thread's latest exchange: the thread's
+            # own measure of a bridge, against which a later question's is read.
+            sims = np.stack(entry.vectors[-_exchange_size(entry):]) @ vec.astype(np.float32)
+            info["bridges"] = [*(info.get("bridges") or [])[-(BRIDGES - 1):],
+                               round(float(np.max(sims)), 4)]
         info.setdefault("turn_ids", []).append(turn.turn_id)
         info["turn_count"] = info.get("turn_count", 0) + 1
         if turn.role == "user":
