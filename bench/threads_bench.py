@@ -161,6 +161,7 @@ def evaluate(split: str, embedder_name: str, show: bool) -> dict[str, Any]:
         "conversations": len(results), "turns": turns,
         "pairwise_all_turns": prf(*tot_all), "pairwise_user_turns": prf(*tot_user),
         "mean_f1_per_conversation": round(sum(per_conv) / len(per_conv), 4),
+        "f1_per_conversation": {r["id"]: round(f, 4) for r, f in zip(results, per_conv)},
         "worst_conversations": sorted(((r["id"], round(f, 3)) for r, f in zip(results, per_conv)),
                                       key=lambda x: x[1])[:5],
         "labels": {"threads": len(labels),
@@ -182,13 +183,20 @@ def main() -> None:
     ap.add_argument("--show", action="store_true", help="print the conversations with mistakes")
     ap.add_argument("--trace", help="conversation id: print each user turn's numbers and decision")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", default="threads", help="results name under bench/results")
+    ap.add_argument("--heldout-runs", type=int, default=None,
+                    help="record how many times the held-out split has been evaluated "
+                         "while the current rules were written (this run included)")
     args = ap.parse_args()
     names = args.embedder or shipped_embedders()
     if args.trace:
         trace(args.trace, names[0])
         return
     out: dict[str, Any] = {"benchmark": "threads", "data": "bench/data/threads",
+                           "command": " ".join(["bench/threads_bench.py", *sys.argv[1:]]),
                            "embedders": {}}
+    if args.heldout_runs is not None:
+        out["heldout_runs"] = args.heldout_runs
     for name in names:
         emb = get_embedder(name)
         out["embedders"][name] = {"model_id": emb.model_id, "thresholds": dict(emb.thresholds),
@@ -209,7 +217,7 @@ def main() -> None:
         print("intent accuracy (bench/data/intents.jsonl, as bench/intent_bench.py):",
               out["intent_accuracy"])
     if not args.no_write:
-        print("wrote", write("threads", out))
+        print("wrote", write(args.out, out))
 
 
 def intent_accuracy() -> dict[str, float]:

@@ -57,6 +57,35 @@ def test_features_give_similarity_overlap_and_the_shared_words():
     assert 0 < feats["T1"]["overlap"] < 1
 
 
+def test_bridge_is_the_similarity_to_the_latest_exchange_only():
+    # A thread whose older turn matches the message but whose latest exchange
+    # (its last user turn and the answer after it) does not: sim is high, the
+    # bridge low.
+    rec = {"thread_id": "T1", "label": "T1", "turn_ids": [1, 2, 3, 4], "user_turns": [1, 3],
+           "recent_turns": [1, 2, 3, 4], "terms": add_terms({}, "japan trip"), "turn_count": 4}
+    entry = ThreadEntry(rec, [_vec(1, 0, 0), _vec(1, 0, 0), _vec(0, 1, 0), _vec(0, 0, 1)])
+    book = ThreadBook([entry], "T1", {"thread_join": 0.5, "topic_same": 0.3})
+    (feat,) = book.features("How do we get mobile data there?", _vec(1, 0, 0))
+    assert feat["sim"] == pytest.approx(1.0) and feat["bridge"] == pytest.approx(0.0, abs=1e-6)
+    (feat,) = book.features("How do we get mobile data there?", _vec(0, 0, 1))
+    assert feat["bridge"] == pytest.approx(1.0)
+
+
+def test_a_thread_keeps_its_follow_ups_bridges():
+    book = ThreadBook([], None, {"thread_join": 0.5, "topic_same": 0.3})
+    book.add(ThreadEntry({"thread_id": "T1", "label": "T1", "turn_ids": [], "user_turns": [],
+                          "recent_turns": [], "terms": {}, "turn_count": 0}))
+    script = [("user", _vec(1, 0, 0)), ("assistant", _vec(1, 0, 0)),
+              ("user", _vec(1, 1, 0)), ("assistant", _vec(0, 1, 0)), ("user", _vec(0, 0, 1))]
+    for i, (role, vec) in enumerate(script, 1):
+        book.record_turn("T1", Turn("s", i, role, "words"), vec)
+    # the first user turn has nothing before it; the second met (1,0,0) at 0.707,
+    # the third met the exchange of the second, (1,1,0) and (0,1,0), at 0
+    assert book.entries["T1"].record["bridges"] == pytest.approx([0.7071, 0.0], abs=1e-3)
+    (feat,) = book.features("anything", _vec(0, 1, 0))
+    assert feat["bridge_mean"] == pytest.approx(0.3536, abs=1e-3)
+
+
 def test_rarer_shared_words_weigh_more():
     a = _entry("T1", "etcd cluster", _vec(1, 0))
     b = _entry("T2", "postgres cluster", _vec(0, 1))

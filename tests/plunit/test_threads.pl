@@ -93,6 +93,36 @@ test(without_it_the_same_question_stands_alone, R == new-""-new) :-
 test(an_old_topics_words_outweigh_continuity, R == join-"T1"-shared_words) :-
     cand("T2", 0.05, 0.0, [], Compost), cand("T1", 0.05, 0.3, ["tomato"], Tomato),
     decision("Should I prune the tomato suckers?", "T2", [Compost, Tomato], 3, R).
+%   The bridge: a short question that picks up nothing of the current thread,
+%   in words or in meaning (its similarity to the thread's latest exchange
+%   under ctxrelay_thread_bridge_floor x same), starts a thread; the same
+%   question close to the last answer stays, and so does one without a
+%   bridge number (older callers).
+bridged(Bridge, Recent, C) :-
+    cand("T1", 0.05, 0.0, [], C0),
+    (   Bridge == none -> C1 = C0 ; C1 = C0.put(bridge, Bridge) ),
+    C = C1.put(recent, Recent).
+test(an_unbridged_short_question_starts_a_thread, R == new-""-new) :-
+    bridged(-0.02, 0, C),
+    decision("How do we get mobile data there?", "T1", [C], 2, R).
+test(a_bridged_short_question_stays, R == continue-"T1"-continuity) :-
+    bridged(0.05, 0, C),
+    decision("How do I phrase the email?", "T1", [C], 2, R).
+test(a_question_using_the_last_answers_words_stays, R == continue-"T1"-continuity) :-
+    bridged(-0.02, 1, C),
+    decision("How do we get mobile data there?", "T1", [C], 2, R).
+test(one_content_word_is_not_enough, R == continue-"T1"-continuity) :-
+    bridged(-0.02, 0, C),
+    decision("When do I need lifetimes?", "T1", [C], 1, R).
+test(a_bridge_far_below_the_threads_own_starts_a_thread, R == new-""-new) :-
+    bridged(0.1, 0, C0), C = C0.put(bridge_mean, 0.4),
+    decision("Do I need to shoot raw?", "T1", [C], 2, R).
+test(a_bridge_near_the_threads_own_stays, R == continue-"T1"-continuity) :-
+    bridged(0.1, 0, C0), C = C0.put(bridge_mean, 0.15),
+    decision("Do I need to shoot raw?", "T1", [C], 2, R).
+test(no_bridge_number_no_bridge_rule, R == continue-"T1"-continuity) :-
+    bridged(none, 0, C),
+    decision("How do we get mobile data there?", "T1", [C], 2, R).
 test(flags_are_read_at_call_time, [setup(current_prolog_flag(ctxrelay_thread_standalone_terms, Old)),
                                    cleanup(set_prolog_flag(ctxrelay_thread_standalone_terms, Old)),
                                    R == continue-"T1"-continuity]) :-

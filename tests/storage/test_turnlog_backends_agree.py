@@ -1,7 +1,7 @@
 """The embedded and the PostgreSQL turn log derive the same threads (issue 18).
 
 Both call one derivation (``storage/turnlog_derivation.py``); this replays
-the thread benchmark's dev conversations (bench/data/threads/dev.txt: 16
+the thread benchmark's dev conversations (bench/data/threads/dev.txt: 24
 conversations; the rules compare a turn with fewer threads than they hold) as one long
 session into each back end, the embedded one derived in one sync and the
 PostgreSQL one in uneven chunks, and compares every record: per-turn thread

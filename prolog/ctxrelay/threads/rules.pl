@@ -80,6 +80,9 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 :- create_prolog_flag(ctxrelay_thread_standalone_terms, 4, [keep(true), type(integer)]).
 :- create_prolog_flag(ctxrelay_thread_standalone_overlap, 0.25, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_standalone_similarity, 1.0, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_unbridged_terms, 2, [keep(true), type(integer)]).
+:- create_prolog_flag(ctxrelay_thread_bridge_floor, 0.1, [keep(true), type(float)]).
+:- create_prolog_flag(ctxrelay_thread_bridge_relative, 0.5, [keep(true), type(float)]).
 
 :- det(thread_decision/3).
 
@@ -140,7 +143,7 @@ thread_decision(Text, Context, Decision) :-
 %   (recall still finds the ones that match).
 restore(resume, _, _, _, _, true) :- !.
 restore(join, _, Thread, Cands, Join, true) :-
-    memberchk(c(Thread, Sim, _, _, _), Cands),
+    memberchk(c(Thread, Sim, _, _, _, _), Cands),
     Sim >= Join,
     !.
 restore(_, _, _, _, _, false).
@@ -154,8 +157,8 @@ context_value(Key, Dict, Value) :-
 no_value(@(none)).
 no_value(none).
 
-%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared, Recent))
-candidate(D, c(Thread, Sim, Overlap, Shared, Recent)) :-
+%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared, Recent, _))
+candidate(D, c(Thread, Sim, Overlap, Shared, Recent, Bridge)) :-
     must_be(dict, D),
     context_value(thread, D, T0),
     text_to_string(T0, Thread),
@@ -165,7 +168,12 @@ candidate(D, c(Thread, Sim, Overlap, Shared, Recent)) :-
     must_be(number, Overlap),
     (   get_dict(shared, D, S0) -> must_be(list, S0) ; S0 = [] ),
     maplist(shared_atom, S0, Shared),
-    (   get_dict(recent, D, Recent), integer(Recent) -> true ; Recent = 0 ).
+    (   get_dict(recent, D, Recent), integer(Recent) -> true ; Recent = 0 ),
+    (   get_dict(bridge, D, B), number(B)
+    ->  (   get_dict(bridge_mean, D, M), number(M) -> true ; M = none ),
+        Bridge = bridge(B, M)
+    ;   Bridge = none
+    ).
 
 shared_atom(S, A) :-
     (   atom(S) -> A = S ; atom_string(A, S) ).
@@ -181,14 +189,14 @@ decide(Tokens, _, Previous, Cands, _, Action, Thread, return_cue) :-
     action(Previous, Thread, resume, Action).
 decide(Tokens, _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
     return_target(Tokens, [_|_]),              % names a topic in words no thread used:
-    findall(E-T, ( member(c(T, Sim, O, _, _), Cands), T \== Previous,   % the earlier thread
+    findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % the earlier thread
                    ( O > 0 ; Sim >= Same ),                            % the message is most
                    evidence(T, Cands, Join, E) ), Earlier),             % about
     max_member(_-Thread, Earlier),
     !.
 decide(Tokens, _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
     return_target(Tokens, []),
-    member(c(Thread, _, _, _, _), Cands),
+    member(c(Thread, _, _, _, _, _), Cands),
     Thread \== Previous,
     !.
 decide(Tokens, _, Previous, _, _, continue, Previous, clarify) :-
@@ -214,7 +222,7 @@ decide(Tokens, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     ),
     current_prolog_flag(ctxrelay_thread_continuity, Bonus),
     evidence(Previous, Cands, Join, EP),
-    findall(E-T, ( member(c(T, _, _, _, _), Cands), T \== Previous,
+    findall(E-T, ( member(c(T, _, _, _, _, _), Cands), T \== Previous,
                    evidence(T, Cands, Join, E) ), Others),
     (   Shift == false -> Stay is EP + Bonus ; Stay = EP ),
     (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay
@@ -246,7 +254,7 @@ action(_, _, Earlier, Earlier).
 evidence(none, _, _, 0) :-
     !.
 evidence(Thread, Cands, Join, E) :-
-    memberchk(c(Thread, Sim, Overlap, _, _), Cands),
+    memberchk(c(Thread, Sim, Overlap, _, _, _), Cands),
     !,
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
     E is max(Sim / max(Join, 0.01), Overlap / max(OJ, 0.01)).
@@ -259,10 +267,10 @@ evidence(_, _, _, 0).
 %   earlier thread's: "should I prune the tomato suckers?" while talking
 %   compost goes back to the tomatoes.
 back_in_old_words(Previous, Cands, Thread) :-
-    memberchk(c(Previous, _, OP, _, 0), Cands),
+    memberchk(c(Previous, _, OP, _, 0, _), Cands),
     OP =:= 0,
     current_prolog_flag(ctxrelay_thread_overlap_same, OS),
-    findall(O-T, ( member(c(T, _, O, _, _), Cands), T \== Previous, O >= OS ), Named),
+    findall(O-T, ( member(c(T, _, O, _, _, _), Cands), T \== Previous, O >= OS ), Named),
     max_member(_-Thread, Named).
 
 %   stays_after_shift(+Shift, +Previous, +Cands)
@@ -275,7 +283,7 @@ back_in_old_words(Previous, Cands, Thread) :-
 stays_after_shift(false, _, _) :-
     !.
 stays_after_shift(true, Previous, Cands) :-
-    memberchk(c(Previous, _, Overlap, _, _), Cands),
+    memberchk(c(Previous, _, Overlap, _, _, _), Cands),
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
     Overlap >= OJ.
 
@@ -292,6 +300,9 @@ stays_after_shift(true, Previous, Cands) :-
 %   topic opener ("Actually, ...", "Also, ...") one content word is
 %   enough and the latest exchange does not count.
 standalone(Terms0, Previous, Cands, Same) :-
+    unbridged(Terms0, Previous, Cands, Same),
+    !.
+standalone(Terms0, Previous, Cands, Same) :-
     (   Terms0 = opener(Terms)
     ->  Min = 1,                             % "Actually, what's a good backup?"
         Opener = true
@@ -301,7 +312,7 @@ standalone(Terms0, Previous, Cands, Same) :-
     ),
     integer(Terms),
     Terms >= Min,
-    memberchk(c(Previous, Sim, Overlap, _, Recent), Cands),
+    memberchk(c(Previous, Sim, Overlap, _, Recent, _), Cands),
     current_prolog_flag(ctxrelay_thread_standalone_overlap, OS),
     Overlap < OS,
     (   Opener == true
@@ -311,6 +322,39 @@ standalone(Terms0, Previous, Cands, Same) :-
     current_prolog_flag(ctxrelay_thread_standalone_similarity, K),
     Sim < K * Same.
 
+%   unbridged(+Terms, +Previous, +Cands, +Same)
+%
+%   A question that does not pick up the current thread at all: at least
+%   flag ctxrelay_thread_unbridged_terms content words, none of which the
+%   thread used (overlap 0) nor its latest exchange, and a similarity to
+%   that exchange (the candidate's `bridge`: the last user turn of the
+%   thread and the answers after it) under flag
+%   ctxrelay_thread_bridge_floor times the embedder's `same` threshold.
+%   "How do we get mobile data there?" after an answer about Hakone
+%   day trips asks about something else; "How do I phrase the email?"
+%   after an answer about a counter-offer does not share its words
+%   either, yet is close to it in meaning.  A thread that has bridges of
+%   its own (`bridge_mean`: the mean similarity of its follow-ups to the
+%   exchange before each, from two on) also counts a bridge under flag
+%   ctxrelay_thread_bridge_relative times that mean as none: what is
+%   close for one embedder and thread is far for another.  Without a
+%   bridge number (older callers) the rule does not apply.
+unbridged(Terms0, Previous, Cands, Same) :-
+    (   Terms0 = opener(Terms) -> true ; Terms = Terms0 ),
+    integer(Terms),
+    current_prolog_flag(ctxrelay_thread_unbridged_terms, Min),
+    Terms >= Min,
+    memberchk(c(Previous, _, Overlap, _, Recent, bridge(Bridge, Mean)), Cands),
+    Overlap =:= 0,
+    Recent =:= 0,
+    current_prolog_flag(ctxrelay_thread_bridge_floor, F),
+    (   Bridge < F * Same
+    ->  true
+    ;   number(Mean),
+        current_prolog_flag(ctxrelay_thread_bridge_relative, R),
+        Bridge < R * Mean
+    ).
+
 %   best_named(+Target, +Previous, +Cands, -Thread)
 %
 %   The thread that used the most words of Target (at least one); among
@@ -319,7 +363,7 @@ standalone(Terms0, Previous, Cands, Same) :-
 %   more recently active.
 best_named(Target, Previous, Cands, Thread) :-
     findall(k(N, Earlier, Overlap, I)-T,
-            ( nth0(I0, Cands, c(T, _, Overlap, Shared, _)),
+            ( nth0(I0, Cands, c(T, _, Overlap, Shared, _, _)),
               I is -I0,
               aggregate_all(count, ( member(W, Target), target_word_shared(W, Shared) ), N),
               N > 0,
@@ -347,10 +391,10 @@ target_word_shared(W, Shared) :-
 %   The message uses words of another candidate thread (at least half
 %   of its content words by weight) and none the current thread used.
 names_another_thread(Previous, Cands) :-
-    memberchk(c(Previous, _, OP, _, _), Cands),
+    memberchk(c(Previous, _, OP, _, _, _), Cands),
     OP =:= 0,
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
-    member(c(T, _, Overlap, _, _), Cands),
+    member(c(T, _, Overlap, _, _, _), Cands),
     T \== Previous,
     Overlap >= OJ,
     !.
@@ -445,7 +489,7 @@ follow_up(Tokens, Terms, Previous, Cands) :-
     opening_pronoun(Tokens),
     (   integer(Terms), Terms =< 2
     ->  true
-    ;   memberchk(c(Previous, _, Overlap, _, _), Cands),  % "is it possible to run X" is
+    ;   memberchk(c(Previous, _, Overlap, _, _, _), Cands),  % "is it possible to run X" is
         Overlap > 0                                     % about X, not about "it"
     ),
     !.
@@ -597,6 +641,10 @@ topic_opener(['^', i, also, want]).            % "I also want to start compostin
 topic_opener(['^', i, also, need]).
 topic_opener(['^', we, also, want]).
 topic_opener(['^', we, also, need]).
+topic_opener(['^', 'we\'re', also]).         % "We're also looking at daycares ..."
+topic_opener(['^', we, are, also]).
+topic_opener(['^', 'i\'m', also]).
+topic_opener(['^', i, am, also]).
 topic_opener(['^', separately]).
 topic_opener(['^', on, another, subject]).
 

@@ -51,6 +51,8 @@ RECENT_THREADS = 32
 NEIGHBOURS = 16
 #: Content words (stems, with counts) kept per thread for word overlap.
 PROFILE_TERMS = 96
+#: Bridges (follow-ups' similarity to the exchange before them) kept per thread.
+BRIDGES = 8
 #: Turns of a thread its state is derived from (the latest).
 STATE_TURNS = 40
 #: Characters of a thread label word.
@@ -275,8 +277,10 @@ class ThreadBook:
     def features(self, text: str, vec: np.ndarray) -> list[dict[str, Any]]:
         """One dict per candidate thread: thread, rank (0 = most recently
         active), sim, overlap (0..1), shared (the message's words the
-        thread used) and recent (how many of them its latest exchange, the
-        last user turn and what followed it, used)."""
+        thread used), recent (how many of them its latest exchange, the
+        last user turn and what followed it, used) and bridge (the largest
+        cosine against that exchange: a question that does not pick up the
+        last answer, by word or by meaning, may start another sub-topic)."""
         if not self.order:
             return []
         msg_words = content_words(text)
@@ -295,16 +299,22 @@ class ThreadBook:
         for rank, (tid, profile) in enumerate(zip(self.order, profiles)):
             entry = self.entries[tid]
             if entry.vectors:
-                sim = float(np.max(np.stack(entry.vectors) @ vec.astype(np.float32)))
+                sims = np.stack(entry.vectors) @ vec.astype(np.float32)
+                sim = float(np.max(sims))
+                bridge = float(np.max(sims[-_exchange_size(entry):]))
             else:
-                sim = 0.0
+                sim = bridge = 0.0
             hit = [s for s in unique if s in profile]
             overlap = sum(idf[s] * min(1.0, 0.25 + 0.25 * profile[s]) for s in hit) / total \
                 if total else 0.0
             shared = [w for w in msg_words if stems[w] in profile]
             exchange = set(entry.record.get("exchange_terms") or ())
+            bridges = entry.record.get("bridges") or []
             out.append({"thread": tid, "rank": rank, "sim": round(sim, 4),
                         "overlap": round(overlap, 4), "shared": shared,
+                        "bridge": round(bridge, 4),
+                        "bridge_mean": round(sum(bridges) / len(bridges), 4)
+                        if len(bridges) >= 2 else None,
                         "recent": sum(1 for s in unique if s in exchange),
                         "turns": int(entry.record.get("turn_count", 0))})
         return out
@@ -340,6 +350,12 @@ class ThreadBook:
         vectors, word profile, last activity.  Returns the record."""
         entry = self.entries[thread_id]
         info = entry.record
+        if turn.role == "user" and thread_id == self.previous and entry.vectors:
+            # How this follow-up met the thread's latest exchange: the thread's
+            # own measure of a bridge, against which a later question's is read.
+            sims = np.stack(entry.vectors[-_exchange_size(entry):]) @ vec.astype(np.float32)
+            info["bridges"] = [*(info.get("bridges") or [])[-(BRIDGES - 1):],
+                               round(float(np.max(sims)), 4)]
         info.setdefault("turn_ids", []).append(turn.turn_id)
         info["turn_count"] = info.get("turn_count", 0) + 1
         if turn.role == "user":
@@ -363,6 +379,16 @@ class ThreadBook:
         if turn.role == "user":
             self.previous = thread_id
         return info
+
+
+def _exchange_size(entry: ThreadEntry) -> int:
+    """How many of ``entry``'s latest vectors are its latest exchange: its
+    last user turn and the turns after it (at least one, at most all kept)."""
+    recent = entry.record.get("recent_turns") or []
+    users = entry.record.get("user_turns") or []
+    last_user = users[-1] if users else None
+    k = sum(1 for t in recent if last_user is None or t >= last_user)
+    return max(1, min(k, len(entry.vectors)))
 
 
 def add_terms(profile: dict[str, int], text: str) -> dict[str, int]:
