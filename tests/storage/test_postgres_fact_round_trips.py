@@ -11,6 +11,7 @@ namespace record and the store's fact version updated, the commit.
 """
 from __future__ import annotations
 
+import psycopg
 import pytest
 from test_postgres_round_trips import Counted
 
@@ -46,3 +47,53 @@ def test_each_read_stays_within_its_statement_budget(facts, call, statements, pi
     with Counted() as counted:
         call(facts)
     assert (counted.statements, counted.pipelined) == (statements, pipelined)
+
+
+@pytest.mark.parametrize("call", [
+    lambda fs: fs.cdr("etcd member quota", k=4),
+    lambda fs: fs.cdgr("etcd member quota", k=6),
+])
+def test_a_retrieval_reads_in_one_snapshot(facts, call, monkeypatch):
+    # CDR and CDGR read the facts in several steps (the ANN search, the heads, the
+    # facts, the walk): one transaction for all of them, one BEGIN and one COMMIT
+    # (each step in a snapshot of its own took a BEGIN, a COMMIT and a namespace read).
+    sent = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(cur, query, *a, **kw):
+        sent.append(str(query).split()[0].upper())
+        return execute(cur, query, *a, **kw)
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    assert call(facts)
+    assert sent.count("BEGIN") == 1 and sent.count("COMMIT") == 1
+    assert len(sent) >= 5          # the steps are there, in the one transaction
+
+
+def test_snapshots_in_a_reading_block_see_one_state(facts):
+    storage = facts.storage
+    before = storage.namespace("default").gen
+    with storage.reading():
+        assert storage.namespace("default").gen == before
+        # a write commits while the block is open (its own transaction) ...
+        facts.add_facts([{"content": "a fact written meanwhile", "key": "late"}])
+        # ... which the block does not see (one REPEATABLE READ transaction) ...
+        assert storage.namespace("default").gen == before
+        assert storage.lookup_key("default", "late") is None
+    # ... and the next read does.
+    assert storage.namespace("default").gen > before
+    assert storage.lookup_key("default", "late") is not None
+
+
+def test_an_error_in_a_reading_block_gives_the_connection_back(facts):
+    storage = facts.storage
+    with pytest.raises(ZeroDivisionError):
+        with storage.reading():
+            storage.namespace("default")
+            1 / 0
+    with pytest.raises(Exception):
+        with storage.reading():
+            storage.snapshot(lambda v: v.cur.execute("SELECT no_such_column FROM ckf_config"))
+    # the pool's connections are usable: the reads after work, in and out of a block
+    with storage.reading():
+        assert storage.namespace("default") is not None
+    assert facts.lookup_key("k3") is not None
