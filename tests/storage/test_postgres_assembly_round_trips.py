@@ -6,7 +6,7 @@ the warm and scratch parts exist twice; inside its first stage the generation
 is pinned (``PinnableDatabase.pinned``): one statement answers all of them.
 The knowledge fabric's steps of one retrieval share one read transaction
 (``PgFacts.reading``).  Budget for one assembly with knowledge on a small
-store: :data:`ASSEMBLY_BUDGET` round trips on the wire (PostgreSQL; 7 and 10
+store: :data:`ASSEMBLY_BUDGET` round trips on the wire (PostgreSQL; 7 and 9
 measured; 12 and 16 without the pin; on the bench's store 28 before both changes).
 """
 from __future__ import annotations

@@ -433,10 +433,19 @@ class _SharedRead:
                 cur = self._held.enter_context(conn.cursor(binary=True))
                 self._pipeline.enter_context(conn.pipeline())
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # The records of the namespaces this process has read before travel
+                # with the first query (the view takes them from this cursor when it
+                # first needs one): one round trip fewer per retrieval.
+                names = sorted(store.nids)
+                early = None
+                if names:
+                    early = self._held.enter_context(conn.cursor(binary=True))
+                    early.execute("SELECT name, id, info FROM ckf_namespaces "
+                                  "WHERE name = ANY(%s)", (names,))
             except BaseException:
                 self.end(ok=False)
                 raise
-            self.view = PgFactView(store, cur)
+            self.view = PgFactView(store, cur, early=(early, names) if names else None)
         return self.view
 
     def end(self, *, ok: bool) -> None:
