@@ -25,6 +25,7 @@ proxy in front of PostgreSQL and one in front of Redis).
 from __future__ import annotations
 
 import io
+import json
 import random
 import sys
 import shutil
@@ -102,8 +103,27 @@ def copy_store(source: str, target: str) -> tuple[int, int]:
     return turns, facts
 
 
+def _has_table(url: str, schema: str, table: str) -> bool:
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as conn:
+        return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                 (f"{schema}.{table}",)).fetchone()[0])
+
+
+def _mark(url: str, schema: str, table: str) -> None:
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {schema}.{table} (at timestamptz DEFAULT now())")
+
+
 def build(args: Any, pg_url: str) -> dict[str, Any]:
-    """Build (or find) the embedded store and its PostgreSQL copy; returns what it did."""
+    """Build (or find) the embedded store and its PostgreSQL copy; returns what it did.
+
+    In stages, each marked when done, so an interrupted build resumes where it
+    stopped: the embedded store (facts, turns: ``.copied`` in its directory once
+    the copy is made too, with the stage times), the copy (table ``bench_copied``
+    in the schema), then each back end's first assembly, which derives its turn
+    log (``.built`` / table ``bench_built``; a sync resumes from its progress)."""
     from assembly_bench import synthetic_jsonl
     from e2e_worker import POLICY, facts
 
@@ -113,59 +133,66 @@ def build(args: Any, pg_url: str) -> dict[str, Any]:
 
     n_turns, n_facts = args.turns, args.facts
     root = Path(args.cache_dir) / f"asm-{n_turns}-{n_facts}" / "lmdb"
+    times_file = root.parent / "build.json"
     schema = f"bench_asm_{n_turns}_{n_facts}"
     spec = f"{pg_url}{'&' if '?' in pg_url else '?'}schema={schema}"
     out: dict[str, Any] = {"lmdb_dir": str(root), "pg_schema": schema}
-    pg_built, _ = _schema_state(pg_url, schema)
-    lmdb_built = (root / ".built").exists()
-    if args.rebuild or not (pg_built and lmdb_built):
-        # The copy needs the embedded store as it was before its first assembly
-        # (the migration refuses warm artifacts), so a missing half rebuilds both.
+    copied = (root / ".copied").exists() and _has_table(pg_url, schema, "bench_copied")
+    built = {"lmdb": (root / ".built").exists(),
+             "postgres": _has_table(pg_url, schema, "bench_built")}
+    out["reused"] = copied and all(built.values()) and not args.rebuild
+    times: dict[str, Any] = json.loads(times_file.read_text()) if times_file.exists() else {}
+    if args.rebuild or not copied:
+        # The copy is made from the embedded store as it was before its first
+        # assembly, so a missing copy rebuilds both.
         if root.exists():
             shutil.rmtree(root)
         _drop_schema(pg_url, schema)
         root.mkdir(parents=True)
+        built = {"lmdb": False, "postgres": False}
         t0 = time.perf_counter()
         fs = FactStore(root / "ckf", embedder="hashing", recluster_every=None, threads=2)
         fs.add_facts(facts(n_facts, seed=n_facts), batch_size=5000, progress=False)
         fs.close()
-        t_facts = time.perf_counter() - t0
-        _say(f"{n_facts} facts in {t_facts:.1f} s")
+        times = {"lmdb": {"facts": round(time.perf_counter() - t0, 1)}, "postgres": {}}
+        _say(f"{n_facts} facts in {times['lmdb']['facts']} s")
         t0 = time.perf_counter()
         with Runtime(root) as rt:
             rt.import_jsonl(io.StringIO(synthetic_jsonl("s", n_turns, seed=n_turns)).getvalue(),
                             session_id="s")
-        t_turns = time.perf_counter() - t0
-        _say(f"{n_turns} turns in {t_turns:.1f} s")
+        times["lmdb"]["turns"] = round(time.perf_counter() - t0, 1)
+        _say(f"{n_turns} turns in {times['lmdb']['turns']} s")
         close_all()
         t0 = time.perf_counter()
-        copied = copy_store(str(root), spec)
-        t_copy = time.perf_counter() - t0
-        _say(f"copied to PostgreSQL in {t_copy:.1f} s")
+        done = copy_store(str(root), spec)
+        times["postgres"]["copy_from_lmdb"] = round(time.perf_counter() - t0, 1)
+        _say(f"copied to PostgreSQL in {times['postgres']['copy_from_lmdb']} s")
         close_all()
-        assert copied == (n_turns, n_facts), copied
-        times = {}
-        for name, where in (("lmdb", str(root)), ("postgres", spec)):
-            t0 = time.perf_counter()
-            with Runtime(where) as rt:
-                rt.assemble("s", "warm up the turn log", **POLICY)
-            times[name] = round(time.perf_counter() - t0, 1)
-            _say(f"{name}: first assembly (turn log) in {times[name]} s")
-            close_all()
-        import psycopg
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE {schema}.bench_built (at timestamptz DEFAULT now())")
-            conn.execute(f"INSERT INTO {schema}.bench_built DEFAULT VALUES")
-            conn.execute(f"VACUUM ANALYZE")        # the planner's statistics of a loaded store
-        (root / ".built").write_text("built by bench/backends_assemble.py\n")
-        out["build_s"] = {
-            "lmdb": {"facts": round(t_facts, 1), "turns": round(t_turns, 1),
-                     "first_assembly_turnlog": times["lmdb"]},
-            "postgres": {"copy_from_lmdb": round(t_copy, 1),
-                         "first_assembly_turnlog": times["postgres"]}}
-        out["reused"] = False
-    else:
-        out["reused"] = True
+        assert done == (n_turns, n_facts), done
+        _mark(pg_url, schema, "bench_copied")
+        times_file.write_text(json.dumps(times))
+        (root / ".copied").touch()
+    for name, where in (("lmdb", str(root)), ("postgres", spec)):
+        if built[name]:
+            continue
+        t0 = time.perf_counter()
+        with Runtime(where) as rt:
+            rt.assemble("s", "warm up the turn log", **POLICY)
+        # (a resumed derivation times its rest only)
+        times[name]["first_assembly_turnlog"] = round(time.perf_counter() - t0, 1)
+        _say(f"{name}: first assembly (turn log) in {times[name]['first_assembly_turnlog']} s")
+        close_all()
+        if name == "lmdb":
+            (root / ".built").touch()
+        else:
+            import psycopg
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                for (table,) in conn.execute(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)):
+                    conn.execute(f"ANALYZE {schema}.{table}")   # the planner's statistics
+            _mark(pg_url, schema, "bench_built")
+        times_file.write_text(json.dumps(times))
+    out["build_s"] = times
     out["spec"] = spec
     return out
 

@@ -62,7 +62,7 @@ def test_a_pinned_generation_is_read_once_and_a_write_ends_the_pin(proxied):
 
 def test_the_pin_belongs_to_the_thread_that_made_it(proxied):
     import threading
-    proxy, url = proxied
+    _, url = proxied
     stores = open_stores(url)
     t = stores.transcript
     t.create_session("s")

@@ -95,9 +95,10 @@ def test_an_error_in_a_reading_block_gives_the_connection_back(facts):
         with storage.reading():
             storage.namespace("default")
             1 / 0
-    with pytest.raises(Exception):
+    with pytest.raises(psycopg.errors.UndefinedColumn):
         with storage.reading():
-            storage.snapshot(lambda v: v.cur.execute("SELECT no_such_column FROM ckf_config"))
+            storage.snapshot(lambda v: v.cur.execute(
+                "SELECT no_such_column FROM ckf_config").fetchone())
     # the pool's connections are usable: the reads after work, in and out of a block
     with storage.reading():
         assert storage.namespace("default") is not None
