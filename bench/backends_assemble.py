@@ -52,7 +52,8 @@ def _say(msg: str) -> None:
 
 
 def _du(path: Path) -> int:
-    out = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True).stdout
+    """Bytes allocated on disk (LMDB files are sparse up to their map size)."""
+    out = subprocess.run(["du", "-s", "-B1", str(path)], capture_output=True, text=True).stdout
     return int(out.split()[0]) if out else 0
 
 
