@@ -103,3 +103,29 @@ def test_an_error_in_a_reading_block_gives_the_connection_back(facts):
     with storage.reading():
         assert storage.namespace("default") is not None
     assert facts.lookup_key("k3") is not None
+
+
+def test_shared_reads_leave_half_the_pool_free(facts):
+    # A shared read holds its connection between steps (and may wait for the index's
+    # lock meanwhile); the thread holding that lock must always find a connection,
+    # so at most half the pool is in shared reads: past that, a block reads step by step.
+    import threading
+    storage = facts.storage
+    slots = storage.db.pool.max_size // 2
+    entered, release, views = threading.Barrier(slots + 2), threading.Event(), []
+
+    def hold():
+        with storage.reading():
+            storage.namespace("default")
+            views.append(getattr(storage._shared, "scope", None))
+            entered.wait(timeout=30)
+            release.wait(timeout=30)
+    threads = [threading.Thread(target=hold) for _ in range(slots + 1)]
+    for t in threads:
+        t.start()
+    entered.wait(timeout=30)
+    release.set()
+    for t in threads:
+        t.join()
+    assert sum(v is not None for v in views) == slots
+    assert views.count(None) == 1

@@ -102,6 +102,12 @@ class PgFacts:
         self._local: dict[int, _Local] = {}
         #: this thread's shared read transaction (:meth:`reading`), if one is open
         self._shared = threading.local()
+        #: shared reads open at once in this process: at most half the pool, so a
+        #: thread that holds the index's lock always finds a connection for its
+        #: snapshot (a shared read holds its connection between steps, while it
+        #: may wait for that lock); past it a retrieval reads step by step
+        self._share_slots = threading.BoundedSemaphore(
+            max(1, int(getattr(getattr(db, "pool", None), "max_size", 2)) // 2))
         #: namespace name -> id (fixed when the namespace is made): reads skip a lookup
         self.nids: dict[str, int] = {}
         #: (namespace id, seq) <-> (namespace id, fact id), fixed when a fact is added
@@ -198,19 +204,24 @@ class PgFacts:
         the block ends), so a retrieval that reads the facts in several steps costs
         one ``BEGIN``/``COMMIT`` and one namespace lookup, not one per step -- and
         sees one state throughout, where separate snapshots could each see another.
-        Nested blocks join the outer one."""
-        if getattr(self._shared, "scope", None) is not None:
+        Nested blocks join the outer one; past half the pool's connections in
+        shared reads, a block reads step by step as without it."""
+        if getattr(self._shared, "scope", None) is not None \
+                or not self._share_slots.acquire(blocking=False):
             yield
             return
-        scope = self._shared.scope = _SharedRead()
         try:
-            yield
-        except BaseException:
+            scope = self._shared.scope = _SharedRead()
+            try:
+                yield
+            except BaseException:
+                self._shared.scope = None
+                scope.end(ok=False)
+                raise
             self._shared.scope = None
-            scope.end(ok=False)
-            raise
-        self._shared.scope = None
-        scope.end(ok=True)
+            scope.end(ok=True)
+        finally:
+            self._share_slots.release()
 
     def snapshot(self, fn: Callable[[FactReader], T]) -> T:
         """``fn(view)`` in one ``REPEATABLE READ`` read-only transaction (this thread's
