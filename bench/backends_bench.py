@@ -29,9 +29,15 @@ and, for the vector choice of issue 17, ``--facts N`` facts with structured
 vectors: pgvector's HNSW index against the per-process hnswlib index the CKF
 keeps, both against exact search (``bench/ann_backends.py`` says how).
 
+and, for ``--only assemble``, ``Runtime.assemble`` p50/p95 over ``--turns`` turns
+and ``--facts`` CKF facts on LMDB and on PostgreSQL+Redis, interleaved, with
+the packs compared and the round trips per assembly counted
+(``bench/backends_assemble.py`` says how; the stores are built once and cached,
+``--cache-dir``, ``--rebuild``, ``--drop``).
+
 Run: ``make services && .venv/bin/python bench/backends_bench.py [--turns N]
-[--facts N] [--only transcript|ann]``; writes ``bench/results/backends.json``
-(``--only ann``: ``backends_ann.json``).
+[--facts N] [--only transcript|ann|assemble]``; writes ``bench/results/backends.json``
+(``--only ann``: ``backends_ann.json``; ``--only assemble``: ``backends_assemble.json``).
 """
 from __future__ import annotations
 
@@ -90,12 +96,28 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--facts", type=int, default=10_000,
                     help="facts for the ANN comparison (0: skip it)")
-    ap.add_argument("--only", choices=("all", "transcript", "ann"), default="all")
+    ap.add_argument("--only", choices=("all", "transcript", "ann", "assemble"), default="all")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--warmup", type=int, default=5, help="assemble: unmeasured calls per side")
+    ap.add_argument("--cache-dir", default=None,
+                    help="assemble: where the embedded store is built and kept "
+                         "(default /tmp/ctxrelay-bench-cache)")
+    ap.add_argument("--rebuild", action="store_true", help="assemble: build the stores again")
+    ap.add_argument("--drop", action="store_true",
+                    help="assemble: remove the cached store and its schema at the end")
     args = ap.parse_args()
     if args.out is None:
-        args.out = "backends_ann" if args.only == "ann" else "backends"
-    result: dict = {"git": git_rev()}
+        args.out = {"ann": "backends_ann", "assemble": "backends_assemble"}.get(
+            args.only, "backends")
+    result: dict = {"git": git_rev(), "command": " ".join(["bench/backends_bench.py"]
+                                                            + sys.argv[1:])}
+    if args.only == "assemble":
+        import backends_assemble
+        args.cache_dir = args.cache_dir or backends_assemble.DEFAULT_CACHE
+        backends_assemble.run(args, result)
+        print(f"wrote {write(args.out, result)}")
+        backends_assemble.report(result["assemble"])
+        return 0
     if args.only != "ann":
         transcript_part(args, result)
     if args.facts and args.only != "transcript":

@@ -24,6 +24,7 @@ is a facade over parts with one concern each:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -104,6 +105,13 @@ def open_lmdb_storage(path: str, embedder: Any, **kw: Any) -> tuple[LmdbFacts, A
     return LmdbFacts(db, model_id=emb.model_id, dim=int(emb.dim), embedder_name=name,
                      **kw), emb
 
+
+
+def _one_read(storage: Any) -> Any:
+    """The steps of one retrieval in one read of the storage where it offers that
+    (PostgreSQL: one transaction and its round trips instead of one per step)."""
+    reading = getattr(storage, "reading", None)
+    return reading() if reading is not None else contextlib.nullcontext()
 
 class FactStore:
     """The CKF of one directory; see the module doc and docs/ckf.md.
@@ -446,7 +454,8 @@ class FactStore:
         win = self._retriever.window(coverage, residual, recent_outputs, novelty, now)
         gate = self._gate(min_relevance)
         pool = max(4 * k, 50) if candidates is None else check_count("candidates", candidates, 1)
-        return self._retriever.rank(q, ns, win, k, gate=gate, pool=pool)
+        with _one_read(self.storage):
+            return self._retriever.rank(q, ns, win, k, gate=gate, pool=pool)
 
     def cdgr(self, query: Any, *, k: int = 10, hops: int = _cdr.DEFAULT_MAX_HOPS,
              connector_budget: float = _cdr.DEFAULT_CONNECTOR_BUDGET, coverage: Any = (),
@@ -472,9 +481,10 @@ class FactStore:
         win = self._retriever.window(coverage, residual, recent_outputs, novelty, now)
         if k == 0:
             return []
-        return self._retriever.cdgr(q, ns, win, k, hops=hops, budget=budget,
-                                    gate=self._gate(min_relevance),
-                                    floor=self.min_connector_relevance)
+        with _one_read(self.storage):
+            return self._retriever.cdgr(q, ns, win, k, hops=hops, budget=budget,
+                                        gate=self._gate(min_relevance),
+                                        floor=self.min_connector_relevance)
 
     # -- communities (SPEC-009 §5) ----------------------------------------------------------
 

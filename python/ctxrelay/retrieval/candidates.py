@@ -12,6 +12,8 @@ than the budget, and cold turns come from the inverted index.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +61,19 @@ from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 
 
+def _one_generation(fn: Any) -> Any:
+    """Run ``fn(stores, ...)`` with the store's generation pinned where the back end
+    offers that (PostgreSQL: the generation and the presence of the parts read once,
+    not once per question; see ``storage.postgres.backend.PinnableDatabase``)."""
+    @functools.wraps(fn)
+    def run(stores: Stores, *args: Any) -> Any:
+        pinned = getattr(stores.backend, "pinned", None)
+        with pinned() if pinned is not None else contextlib.nullcontext():
+            return fn(stores, *args)
+    return run
+
+
+@_one_generation
 def window_candidates(stores: Stores, session_id: str, message: Any,
                       options: dict[str, Any]) -> dict[str, Any]:
     """The first stage of an assembly's candidates: what the message's analysis needs.

@@ -1,13 +1,86 @@
 """The ``postgresql://`` store back end (registered in :mod:`ctxrelay.storage.spec`)."""
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
-from ctxrelay.storage.postgres.connection import Database
+from ctxrelay.storage.postgres.connection import Database, read_generation
 from ctxrelay.storage.postgres.migrations import migrate
 from ctxrelay.storage.spec import StoreSpec
 
-__all__ = ["PostgresBackend", "open_fact_store"]
+__all__ = ["PostgresBackend", "PinnableDatabase", "open_fact_store"]
+
+T = TypeVar("T")
+
+#: The parts :meth:`PinnableDatabase.pinned` reads with the generation (the parts
+#: an assembly asks about every time and that are usually absent).
+_PINNED_PARTS = {"warm": "warm_artifacts", "scratch": "scratch_entries"}
+
+
+class PinnableDatabase(Database):
+    """A :class:`Database` whose generation a thread can pin for a short read.
+
+    Inside :meth:`pinned`, this thread's reads of the store's generation (the
+    transcript's and the turn log's ``write_generation``: one counter) and the
+    presence checks of the parts in :data:`_PINNED_PARTS` answer from one
+    statement made when the block opened, instead of one round trip each: an
+    assembly asks for them five to seven times, which on a loaded machine cost
+    more than the rest of its reads.  They are what the store was when the block
+    opened -- as if those reads had all been made then; every other read stays
+    live.  A write by this thread (any use of a connection other than a read)
+    ends the pin, so what this thread writes it reads back at once.
+    """
+
+    def __init__(self, url: str, **kw: Any) -> None:
+        super().__init__(url, **kw)
+        self._pins = threading.local()
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        if getattr(self._pins, "depth", 0):
+            self._pins.depth += 1
+            try:
+                yield
+            finally:
+                self._pins.depth -= 1
+            return
+        parts = ", ".join(f"EXISTS (SELECT 1 FROM {t})" for t in _PINNED_PARTS.values())
+        row = self.read(lambda cur: cur.execute(
+            f"SELECT generation, {parts} FROM store_generation").fetchone())
+        self._pins.state = (row[0], dict(zip(_PINNED_PARTS, row[1:])))
+        self._pins.depth = 1
+        try:
+            yield
+        finally:
+            self._pins.depth = 0
+            self._pins.state = None
+
+    def _pin(self) -> tuple[int, dict[str, bool]] | None:
+        return getattr(self._pins, "state", None)
+
+    def has_pinned(self, part: str) -> bool | None:
+        """Whether ``part`` was present when this thread's pin was made (None: no pin)."""
+        state = self._pin()
+        return None if state is None else state[1].get(part)
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        state = self._pin()
+        if state is not None and fn is read_generation:
+            return state[0]             # type: ignore[return-value]
+        self._pins.reading = True
+        try:
+            return super().read(fn)
+        finally:
+            self._pins.reading = False
+
+    @contextmanager
+    def connection(self, *, autocommit: bool = False) -> Iterator[Any]:
+        if not getattr(self._pins, "reading", False):
+            self._pins.state = None     # a write (or a transaction) ends this thread's pin
+        with super().connection(autocommit=autocommit) as conn:
+            yield conn
 
 
 class PostgresBackend:
@@ -20,7 +93,7 @@ class PostgresBackend:
     def __init__(self, spec: StoreSpec, *, map_size: int | None = None,
                  max_turn_bytes: int | None = None) -> None:
         self.spec = spec
-        self.db = Database(spec.text)
+        self.db = PinnableDatabase(spec.text)
         try:
             migrate(self.db)
         except BaseException:
@@ -54,7 +127,16 @@ class PostgresBackend:
         return MemoryRollingLog(capacity_entries=capacity_entries,
                                 capacity_bytes=capacity_bytes)
 
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """See :class:`PinnableDatabase` (an assembly's first stage runs inside)."""
+        with self.db.pinned():
+            yield
+
     def has(self, part: str) -> bool:
+        pinned = self.db.has_pinned(part)
+        if pinned is not None:
+            return pinned
         table = {"turnlog": "turnlog_progress", "warm": "warm_artifacts",
                  "scratch": "scratch_entries", "facts": "ckf_config"}.get(part)
         if table is None:

@@ -28,6 +28,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -99,6 +100,14 @@ class PgFacts:
         self._closed = False
         self._lock = threading.RLock()
         self._local: dict[int, _Local] = {}
+        #: this thread's shared read transaction (:meth:`reading`), if one is open
+        self._shared = threading.local()
+        #: shared reads open at once in this process: at most half the pool, so a
+        #: thread that holds the index's lock always finds a connection for its
+        #: snapshot (a shared read holds its connection between steps, while it
+        #: may wait for that lock); past it a retrieval reads step by step
+        self._share_slots = threading.BoundedSemaphore(
+            max(1, int(getattr(getattr(db, "pool", None), "max_size", 2)) // 2))
         #: namespace name -> id (fixed when the namespace is made): reads skip a lookup
         self.nids: dict[str, int] = {}
         #: (namespace id, seq) <-> (namespace id, fact id), fixed when a fact is added
@@ -188,11 +197,41 @@ class PgFacts:
 
     # -- reads ---------------------------------------------------------------------------
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """The snapshots this thread takes inside the block share one ``REPEATABLE
+        READ`` read-only transaction (opened by the first of them, committed when
+        the block ends), so a retrieval that reads the facts in several steps costs
+        one ``BEGIN``/``COMMIT`` and one namespace lookup, not one per step -- and
+        sees one state throughout, where separate snapshots could each see another.
+        Nested blocks join the outer one; past half the pool's connections in
+        shared reads, a block reads step by step as without it."""
+        if getattr(self._shared, "scope", None) is not None \
+                or not self._share_slots.acquire(blocking=False):
+            yield
+            return
+        try:
+            scope = self._shared.scope = _SharedRead()
+            try:
+                yield
+            except BaseException:
+                self._shared.scope = None
+                scope.end(ok=False)
+                raise
+            self._shared.scope = None
+            scope.end(ok=True)
+        finally:
+            self._share_slots.release()
+
     def snapshot(self, fn: Callable[[FactReader], T]) -> T:
-        """``fn(view)`` in one ``REPEATABLE READ`` read-only transaction.  Pipelined:
-        the ``BEGIN`` travels with the first query, so a read of one statement costs
-        two round trips (its query, the ``COMMIT``), not four."""
+        """``fn(view)`` in one ``REPEATABLE READ`` read-only transaction (this thread's
+        shared one inside :meth:`reading`).  Pipelined: the ``BEGIN`` travels with the
+        first query, so a read of one statement costs two round trips (its query, the
+        ``COMMIT``), not four."""
         self._live()
+        scope = getattr(self._shared, "scope", None)
+        if scope is not None:
+            return fn(scope.view_of(self))
         with self.db.connection(autocommit=True) as conn, conn.cursor(binary=True) as cur:
             done = False
             try:
@@ -386,6 +425,60 @@ class PgFacts:
             self.slot.write({n: {"gen": v.saved_gen, "ef": v.ef, "churn_base": v.churn_base}
                              for n, v in self._local.items()})
             return done
+
+
+class _SharedRead:
+    """The open transaction of a :meth:`PgFacts.reading` block (opened on first use)."""
+
+    def __init__(self) -> None:
+        self.view: PgFactView | None = None
+        self._held = ExitStack()           # the pooled connection and its cursor
+        self._pipeline = ExitStack()
+        self._conn: Any = None
+
+    def view_of(self, store: PgFacts) -> PgFactView:
+        if self.view is None:
+            try:
+                conn = self._conn = self._held.enter_context(
+                    store.db.connection(autocommit=True))
+                cur = self._held.enter_context(conn.cursor(binary=True))
+                self._pipeline.enter_context(conn.pipeline())
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # The records of the namespaces this process has read before travel
+                # with the first query (the view takes them from this cursor when it
+                # first needs one): one round trip fewer per retrieval.
+                names = sorted(store.nids)
+                early = None
+                if names:
+                    early = self._held.enter_context(conn.cursor(binary=True))
+                    early.execute("SELECT name, id, info FROM ckf_namespaces "
+                                  "WHERE name = ANY(%s)", (names,))
+            except BaseException:
+                self.end(ok=False)
+                raise
+            self.view = PgFactView(store, cur, early=(early, names) if names else None)
+        return self.view
+
+    def end(self, *, ok: bool) -> None:
+        """Commit (``ok``) or roll back, and give the connection back."""
+        if self._conn is None:
+            return
+        try:
+            if ok and self.view is not None:
+                self.view.cur.execute("COMMIT")
+                self._pipeline.close()          # the pipeline's sync: COMMIT's answer
+                return
+            try:
+                self._pipeline.close()
+            except Exception:                   # the caller's error is the one to see
+                pass
+            _rollback(self._conn)
+        except BaseException:
+            _rollback(self._conn)
+            raise
+        finally:
+            self._conn = None
+            self._held.close()
 
 
 def _rollback(conn: Any) -> None:

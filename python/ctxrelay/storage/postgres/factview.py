@@ -58,17 +58,30 @@ def as_array(vec: Any) -> np.ndarray:
 class PgFactView:
     """The fact store as one transaction sees it (``store``: the :class:`PgFacts`)."""
 
-    def __init__(self, store: Any, cur: Any) -> None:
+    def __init__(self, store: Any, cur: Any, *, early: tuple[Any, list[str]] | None = None
+                 ) -> None:
         self.store = store
         self.cur = cur
         self.model_id: str = store.model_id
         self.dim: int = store.dim
         self._seen: dict[str, tuple[int, dict[str, Any]] | None] = {}
+        #: (a cursor, the names it asked for): the rows of namespaces sent for early,
+        #: in this view's transaction, taken on first need
+        self._early = early
+
+    def _take_early(self) -> None:
+        cur, names = self._early
+        self._early = None
+        found = {name: (int(nid), json.loads(info)) for name, nid, info in cur.fetchall()}
+        for name in names:
+            self._seen[name] = found.get(name)
 
     # -- namespaces ----------------------------------------------------------------
 
     def _row(self, ns: str) -> tuple[int, dict[str, Any]] | None:
         """``(id, info)`` of the namespace (read once per view)."""
+        if self._early is not None:
+            self._take_early()
         if ns in self._seen:
             return self._seen[ns]
         row = self.cur.execute("SELECT id, info FROM ckf_namespaces WHERE name = %s",
