@@ -106,6 +106,11 @@ def _reads(store_dir: Path, part: str) -> list[tuple[str, Callable[[], Any]]]:
     return reads[part]
 
 
+#: Characters of an error message kept per read (the bench's JSON stays small); long enough for a
+#: message that names a store under a deep temporary path and still ends with its reason.
+MESSAGE_CHARS = 1000
+
+
 def read_all(store_dir: Path, part: str) -> dict[str, tuple[str, Any]]:
     try:
         reads = _reads(store_dir, part)
@@ -118,9 +123,9 @@ def read_all(store_dir: Path, part: str) -> dict[str, tuple[str, Any]]:
         try:
             out[name] = ("ok", _plain(read()))
         except CorruptStoreError as exc:
-            out[name] = ("corrupt", str(exc)[:300])
+            out[name] = ("corrupt", str(exc)[:MESSAGE_CHARS])
         except Exception as exc:  # noqa: BLE001
-            out[name] = ("error", f"{type(exc).__name__}: {str(exc)[:300]}")
+            out[name] = ("error", f"{type(exc).__name__}: {str(exc)[:MESSAGE_CHARS]}")
     return out
 
 
