@@ -46,3 +46,16 @@ def private_redis(tmp_path: Path):
     server = PrivateRedis(tmp_path)
     yield server
     server.close()
+
+
+@pytest.fixture
+def pg_schema():
+    """A PostgreSQL schema of the test's own on the test server: ``(spec, schema)``;
+    afterwards every store opened on it is closed and the schema dropped."""
+    from services import drop_schema, fresh_schema_url
+
+    from ctxrelay.storage import close_all
+    spec, schema = fresh_schema_url()
+    yield spec, schema
+    close_all()
+    drop_schema(schema)

@@ -11,18 +11,14 @@ from ctxrelay.knowledge.fabric import FactStore
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.factcopy import fingerprint, open_raw_facts
 from ctxrelay.storage.migrate import migrate
-from services import drop_schema, fresh_schema_url
 
 TOPICS = ["etcd quota member defragment compaction", "restic backup retention snapshot",
           "kubelet pod eviction node pressure", "postgres vacuum bloat replication lag"]
 
 
 @pytest.fixture
-def pg():
-    spec, schema = fresh_schema_url()
-    yield spec
-    close_all()
-    drop_schema(schema)
+def pg(pg_schema):
+    return pg_schema[0]
 
 
 def _fill(directory) -> dict[str, str]:

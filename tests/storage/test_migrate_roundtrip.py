@@ -21,17 +21,13 @@ from ctxrelay.storage.factcopy import fingerprint, open_raw_facts
 from ctxrelay.storage.migrate import migrate, session_checksum
 from ctxrelay.storage.partcopy import scratch_rows, warm_rows
 from ctxrelay.text.embed import get_embedder
-from services import drop_schema, fresh_schema_url
 
 T0 = 1_700_000_000.0
 
 
 @pytest.fixture
-def pg():
-    spec, schema = fresh_schema_url()
-    yield spec
-    close_all()
-    drop_schema(schema)
+def pg(pg_schema):
+    return pg_schema[0]
 
 
 def _fill(directory) -> dict:

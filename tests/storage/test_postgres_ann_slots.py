@@ -6,16 +6,12 @@ from __future__ import annotations
 import pytest
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.postgres.factview import PgFactView
-from services import drop_schema, fresh_schema_url
 
 
 @pytest.fixture
-def spec(tmp_path, monkeypatch):
+def spec(tmp_path, monkeypatch, pg_schema):
     monkeypatch.setenv("CTXRELAY_ANN_DIR", str(tmp_path / "ann"))
-    spec, schema = fresh_schema_url()
-    yield spec
-    close_all()
-    drop_schema(schema)
+    return pg_schema[0]
 
 
 @pytest.fixture

@@ -12,16 +12,12 @@ from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage import open_stores
 from ctxrelay.storage.postgres import DatabaseUnavailableError
 from ctxrelay.storage.postgres.migrations import MIGRATIONS
-from services import drop_schema, fresh_schema_url, postgres_url
+from services import postgres_url
 
 
 @pytest.fixture
-def pg_spec():
-    spec, schema = fresh_schema_url()
-    yield spec, schema
-    from ctxrelay.storage import close_all
-    close_all()
-    drop_schema(schema)
+def pg_spec(pg_schema):
+    return pg_schema
 
 
 def test_migrations_are_applied_once_and_recorded(pg_spec):

@@ -8,7 +8,6 @@ from cli_support import run  # noqa: F401  (the fixture)
 
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.migrate import session_checksum
-from services import drop_schema, fresh_schema_url
 
 
 def _fill(spec: str) -> None:
@@ -40,11 +39,8 @@ def _everything(spec: str) -> dict:
 
 
 @pytest.fixture
-def pg():
-    spec, schema = fresh_schema_url()
-    yield spec
-    close_all()
-    drop_schema(schema)
+def pg(pg_schema):
+    return pg_schema[0]
 
 
 def test_a_store_goes_to_postgres_and_back_unchanged(run, tmp_path, pg):
