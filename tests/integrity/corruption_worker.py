@@ -280,3 +280,23 @@ def run_trials(pristine: Path, work: Path, *, trials_per_file: int, seed: int
             shutil.rmtree(trial_dir, ignore_errors=True)
     summary["seconds"] = round(time.perf_counter() - started, 1)
     return summary
+
+
+def as_written_before_checksums(env_dir: Path) -> None:
+    """Rewrite an LMDB store as an older ctxrelay wrote it: no checksums, the old format."""
+    import lmdb
+
+    from ctxrelay.storage.lmdb.framing import CHECKSUM_BYTES
+    env = lmdb.open(str(env_dir), max_dbs=32, subdir=True)
+    try:
+        with env.begin(write=True) as txn:
+            for name in [bytes(k) for k, _ in txn.cursor()]:
+                db = env.open_db(name, txn=txn, create=False)
+                items = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
+                for k in dict.fromkeys(k for k, _ in items):     # dupfixed: all dups first
+                    txn.delete(k, db=db)
+                for k, v in items:
+                    txn.put(k, v.removesuffix(b"+xxh3") if name == b"meta" and k == b"format"
+                            else v[:-CHECKSUM_BYTES], db=db)
+    finally:
+        env.close()

@@ -161,23 +161,6 @@ def test_a_damaged_scratch_blob_is_found_by_check(pristine, tmp_path):
 
 # -- stores written before checksums ------------------------------------------------------
 
-def _strip_checksums(env_dir: Path) -> None:
-    """Rewrite a store as an older ctxrelay wrote it: no checksums, the old format."""
-    env = lmdb.open(str(env_dir), max_dbs=32, subdir=True)
-    try:
-        with env.begin(write=True) as txn:
-            names = [bytes(k) for k, _ in txn.cursor()]
-            for name in names:
-                db = env.open_db(name, txn=txn, create=False)
-                items = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
-                for k in dict.fromkeys(k for k, _ in items):     # dupfixed: all dups first
-                    txn.delete(k, db=db)
-                for k, v in items:
-                    txn.put(k, v.removesuffix(b"+xxh3") if name == b"meta" and k == b"format"
-                            else v[:-CHECKSUM_BYTES], db=db)
-    finally:
-        env.close()
-
 
 def test_a_store_written_before_checksums_opens_reads_and_is_sealed_by_repair(pristine,
                                                                             tmp_path):
@@ -185,7 +168,7 @@ def test_a_store_written_before_checksums_opens_reads_and_is_sealed_by_repair(pr
     shutil.copytree(pristine, store)
     expected = corruption_worker.read_all(store, "transcript")
     _close()
-    _strip_checksums(store / "transcript.lmdb")
+    corruption_worker.as_written_before_checksums(store / "transcript.lmdb")
     assert corruption_worker.read_all(store, "transcript") == expected
     with open_stores(store) as stores:
         assert not stores.transcript.framed

@@ -16,36 +16,15 @@ import subprocess
 from pathlib import Path
 
 import corruption_worker
-import lmdb
 import pytest
 from corruption_worker import close_stores as _close
 from corruption_worker import run_cli as _ctxrelay
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.lmdb.framing import CHECKSUM_BYTES
 from ctxrelay.storage.stores import open_stores
 from support import ROOT
 
 LMDB_DIRS = {"transcript": "transcript.lmdb", "warm": "warm", "turnlog": "turnlog",
              "scratch": "scratch/scratch.lmdb", "facts": "ckf/db"}
-
-
-
-
-def _as_written_before_checksums(env_dir: Path) -> None:
-    """Rewrite an LMDB store as an older ctxrelay wrote it: no checksums, old format."""
-    env = lmdb.open(str(env_dir), max_dbs=32, subdir=True)
-    try:
-        with env.begin(write=True) as txn:
-            for name in [bytes(k) for k, _ in txn.cursor()]:
-                db = env.open_db(name, txn=txn, create=False)
-                items = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
-                for k in dict.fromkeys(k for k, _ in items):     # dupfixed: all dups first
-                    txn.delete(k, db=db)
-                for k, v in items:
-                    txn.put(k, v.removesuffix(b"+xxh3") if name == b"meta" and k == b"format"
-                            else v[:-CHECKSUM_BYTES], db=db)
-    finally:
-        env.close()
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +36,7 @@ def old_store(tmp_path_factory) -> tuple[Path, dict]:
                 for part in ("transcript", "warm", "turnlog", "scratch", "facts")}
     _close()
     for env_dir in LMDB_DIRS.values():
-        _as_written_before_checksums(store / env_dir)
+        corruption_worker.as_written_before_checksums(store / env_dir)
     for digest in (store / "ckf" / "hnsw").glob("*.xxh3"):
         digest.unlink()
     return store, expected
