@@ -712,16 +712,7 @@ class ScratchStore(LmdbStore):
                 usage = self._table.usage(txn)
                 top = 0
                 for key, (record, _) in zip(keys, copies):
-                    self._table.save(txn, key, record)
-                    txn.put(key[:32] + struct.pack(">Q", record["seq"]),
-                            record["scratch_id"].encode("ascii"), db=self._table.order)
-                    usage[0] += 1
-                    usage[1] += record["size"]
-                    if record["pinned"]:
-                        usage[2] += 1
-                        usage[3] += record["size"]
-                    else:
-                        self._table.index(txn, key, record, add=True)
+                    self._table.place(txn, key, record, usage)
                     top = max(top, record["seq"])
                 self._table.set_usage(txn, usage)
                 raw = txn.get(b"next_seq", db=self._table.meta)

@@ -21,6 +21,8 @@ from ctxrelay.storage.lmdb.scratch.records import Evicted
 __all__ = ["EntryTable"]
 
 _U64 = struct.Struct(">Q")
+#: A session's key is the sha256 of its id; every entry key and order key starts with it.
+SESSION_KEY_BYTES = 32
 _USAGE = struct.Struct(">QQQQ")
 
 
@@ -55,9 +57,17 @@ class EntryTable:
             raise CorruptStoreError(
                 f"scratch id {record['scratch_id']} is already taken; the random id "
                 "generator repeated itself, which should not happen: retry the put")
+        self.place(txn, key, record, usage)
+        self.set_usage(txn, usage)
+        return key, record
+
+    def place(self, txn: Any, key: bytes, record: dict[str, Any], usage: list[int]) -> None:
+        """Write an entry whose insertion number is already set, with its order and
+        index records; ``usage`` (the total read in this txn) is counted up here and
+        written by the caller."""
         self.save(txn, key, record)
-        txn.put(session_key + _U64.pack(seq), record["scratch_id"].encode("ascii"),
-                db=self.order)
+        txn.put(key[:SESSION_KEY_BYTES] + _U64.pack(record["seq"]),
+                record["scratch_id"].encode("ascii"), db=self.order)
         usage[0] += 1
         usage[1] += record["size"]
         if record["pinned"]:
@@ -65,8 +75,6 @@ class EntryTable:
             usage[3] += record["size"]
         else:
             self.index(txn, key, record, add=True)
-        self.set_usage(txn, usage)
-        return key, record
 
     def usage(self, txn: Any) -> list[int]:
         raw = txn.get(b"usage", db=self.meta)
