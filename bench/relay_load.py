@@ -312,6 +312,72 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of every core since boot, from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + fields[4]                       # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _proc_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) of live processes, 0 for any that exited."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            parts = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(parts[11]) + int(parts[12])
+    return total / tick
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if open(f"/proc/{d}/comm").read().strip() == "postgres":
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+class CpuSplit:
+    """Where the machine's CPU went during one measured load: the relays, PostgreSQL's
+    processes, this driver (the clients), and the rest (Redis, the upstream, other jobs),
+    in cores busy on average -- to tell a relay-bound run from a saturated machine."""
+
+    def __init__(self, relay_pids: list[int]) -> None:
+        self.relays = relay_pids
+
+    def __enter__(self) -> "CpuSplit":
+        import resource
+        self.t0 = time.perf_counter()
+        self.machine0 = _machine_ticks()
+        self.relay0 = _proc_cpu(self.relays)
+        self.pg_pids = _postgres_pids()
+        self.pg0 = _proc_cpu(self.pg_pids)
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        self.self0 = r.ru_utime + r.ru_stime
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import resource
+        wall = time.perf_counter() - self.t0
+        busy1, total1 = _machine_ticks()
+        busy = (busy1 - self.machine0[0]) / max(1, total1 - self.machine0[1]) * (os.cpu_count() or 1)
+        relays = (_proc_cpu(self.relays) - self.relay0) / wall
+        pg = (_proc_cpu(self.pg_pids) - self.pg0) / wall   # backends of this arm's pools
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        driver = (r.ru_utime + r.ru_stime - self.self0) / wall
+        self.result = {"machine_busy_cores": round(busy, 2), "relays_cores": round(relays, 2),
+                       "postgres_cores": round(pg, 2), "driver_cores": round(driver, 2),
+                       "other_cores": round(max(0.0, busy - relays - pg - driver), 2),
+                       "cores": os.cpu_count()}
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -457,7 +523,8 @@ def arm_pg_relays(sessions: list[str], turns: int, prior: int, relays: int,
         sent: dict[str, list[str]] = {}
         warm = asyncio.run(load(urls, sessions, max(2, relays), sent,
                                 sticky=sticky))                      # every relay warm
-        result = asyncio.run(load(urls, sessions, turns, sent, sticky=sticky))
+        with CpuSplit([p.proc.pid for p in procs]) as split:
+            result = asyncio.run(load(urls, sessions, turns, sent, sticky=sticky))
         codes = [p.stop() for p in procs]
         cpu = _children_cpu() - cpu0
         check = verify(spec, sent, prior, UNANSWERED)      # type: ignore[arg-type]
@@ -467,7 +534,7 @@ def arm_pg_relays(sessions: list[str], turns: int, prior: int, relays: int,
         drop_schema(schema)
     return {"relays": relays, "sticky": sticky, "round": round_no, "seed_s": round(seed_s, 2),
             "loadavg_before": before, "loadavg_after": loadavg(), "startup": startup,
-            "warmup": warm, **result, "relay_cpu_s": round(cpu, 2),
+            "warmup": warm, **result, "cpu_split": split.result, "relay_cpu_s": round(cpu, 2),
             "relay_cpu_s_per_turn": round(cpu / max(1, result["turns"] + warm["turns"]), 3),
             "exit_codes": codes, "check": check}
 
@@ -558,7 +625,7 @@ def main() -> int:
                     one = arm_pg_relays(sessions, args.turns, args.prior, n, r, sticky)
                     pg_runs[name].append(one)
                     print(f"round {r} pg {name}", one["throughput_per_s"],
-                          one["check"]["ok"], one["loadavg_before"], flush=True)
+                          one["check"]["ok"], one["loadavg_before"], one["cpu_split"], flush=True)
 
             def pg_rate(name: str) -> float:
                 return sum(x["turns"] for x in pg_runs[name]) / \
@@ -576,6 +643,9 @@ def main() -> int:
                                                    / pg_rate("1_relay"), 3),
                 "throughput_ratio_3_sticky_over_1": round(pg_rate("3_relays_sticky")
                                                           / pg_rate("1_relay"), 3),
+                "cpu_split_mean": {name: {k: round(statistics.fmean(
+                    x["cpu_split"][k] for x in pg_runs[name]), 2)
+                    for k in pg_runs[name][0]["cpu_split"]} for name in pg_configs},
                 "note": f"{os.cpu_count()} cores: 3 relays can use at most that many"}
     results["loadavg_end"] = loadavg()
     summary = {k: results[a][k] for a, k in (("scale", "throughput_ratio"),
