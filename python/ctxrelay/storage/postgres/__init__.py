@@ -22,5 +22,4 @@ Needs the ``postgres`` extra (``pip install 'ctxrelay[postgres]'``):
 psycopg 3, psycopg_pool, pgvector.  ``make services`` starts a local
 server for the tests (``scripts/services.sh``).
 """
-from ctxrelay.storage.postgres.connection import (DatabaseUnavailableError,  # noqa: F401
-                                                  UnsupportedPartError)
+from ctxrelay.storage.postgres.connection import DatabaseUnavailableError  # noqa: F401

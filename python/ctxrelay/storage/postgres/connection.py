@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ctxrelay.errors import InvalidArgumentError, StoreError
 
-__all__ = ["Database", "DatabaseUnavailableError", "UnsupportedPartError", "parse_url",
+__all__ = ["Database", "DatabaseUnavailableError", "parse_url",
            "DEFAULT_SCHEMA"]
 
 T = TypeVar("T")
@@ -43,10 +43,6 @@ class DatabaseUnavailableError(StoreError):
 
     # Its own kind, so it keeps its class through Prolog (the relay answers it 503).
     kind = "store_unavailable"
-
-
-class UnsupportedPartError(StoreError):
-    """A store part that this back end does not hold yet."""
 
 
 def parse_url(text: str) -> tuple[str, str]:
