@@ -204,9 +204,10 @@ class VectorIndex:
 
     # -- reading ----------------------------------------------------------
 
-    def search(self, vectors: np.ndarray, k: int, *,
-               threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """``(labels, similarities)`` of the ``k`` nearest visible elements per row.
+    def search(self, vectors: np.ndarray, k: int, *, threads: int = 1,
+               ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(labels, similarities)`` of the ``k`` nearest visible elements per row,
+        searched with ``ef`` (default: the index's ``ef_search``; at least ``k``).
 
         ``k`` is capped by the number of visible elements.  When hidden
         elements cut the graph so that hnswlib cannot fill ``k`` columns, the
@@ -214,7 +215,7 @@ class VectorIndex:
         """
         q = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim)
         k = min(int(k), self.visible)
-        ef = max(self.ef_search, k)
+        ef = max(self.ef_search if ef is None else int(ef), k)
         try:
             while k > 0:
                 if ef != self.ef_search:
