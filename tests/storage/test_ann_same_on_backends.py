@@ -76,3 +76,28 @@ def test_the_same_facts_in_the_same_order_on_lmdb_and_postgresql(tmp_path, pg_sc
     # the identical vectors tie at the query made of them: the k smallest ids of the group
     group = ids[CLUSTERS * PER_CLUSTER:]
     assert [f for f, _ in lmdb[-1]] == sorted(group)[:k]
+
+
+def test_an_index_grown_on_two_threads_is_the_graph_its_copy_fills(tmp_path, pg_schema):
+    """Insertion is one element at a time whatever ``threads`` says, so the graph
+    depends on the insertion order only: the embedded index, grown batch by batch
+    by a store opened with two threads, and the one a PostgreSQL process fills
+    from the copy in seq order answer even the narrowest raw search alike (with
+    hnswlib's parallel insertion they differed)."""
+    spec = pg_schema[0]
+    source = tmp_path / "source"
+    with FactStore(source / "ckf", embedder="hashing", recluster_every=None,
+                   threads=2) as fs:
+        vectors, queries = _data(fs.storage.dim)
+        fs.add_facts([f"fact {i}" for i in range(len(vectors))], vectors=vectors,
+                     batch_size=300)
+    migrate(str(source), spec)
+    close_all()
+
+    def raw(fs: FactStore) -> list[list[str]]:
+        idx = fs.live.index("default").index
+        labels, _ = idx.search(queries, 10, ef=10)
+        return [fs.storage.snapshot(lambda v: v.ids_at("default", row.tolist()))
+                for row in labels]
+    with open_stores(str(source)) as a, open_stores(spec) as b:
+        assert raw(a.facts) == raw(b.facts)
