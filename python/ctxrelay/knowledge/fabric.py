@@ -134,9 +134,9 @@ class FactStore:
     every index snapshot; for queries unlike anything stored pass
     ``auto_ef=False`` (see :meth:`ctxrelay.knowledge.graph.VectorIndex.tune_ef`).
     Reads (:meth:`search_ann` and the CDR/CDGR candidates) search with
-    ``max(ef_search, 16·k)`` and order by similarity then fact id, whatever the
-    tuning, so every back end and process names the same facts
-    (:mod:`ctxrelay.knowledge.vectors`).
+    ``max(ef_search, 4·k)`` and order by similarity then fact id, whatever the
+    tuning, so back ends and processes name the same facts
+    (:mod:`ctxrelay.knowledge.vectors` says when that holds).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, embedder: Any = None,
