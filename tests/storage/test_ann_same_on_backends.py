@@ -6,7 +6,7 @@ write by write (a re-embedded fact moved in place), the PostgreSQL copy's is
 filled from the stored vectors in seq order when a process first searches it.
 The two graphs differ, and a narrow search reaches different near-tied
 neighbours in each (before the read policy of ``ctxrelay.knowledge.vectors``
-this test saw different top 10s on most queries).  Reads search wide, order by
+this test saw different top 10s and top 30s).  Reads search wide, order by
 similarity then fact id, and close ties at the cut, so both give the same facts
 in the same order.
 """
