@@ -407,8 +407,8 @@ class FactStore:
     def search_ann(self, query: Any, *, k: int = 10, namespace: str | None = None) -> list[Hit]:
         """The ``k`` nearest retrievable facts by cosine similarity (hnswlib), most
         similar first, equal similarities by fact id: the same facts on every back
-        end for the same stored facts.  ``query`` is a text or a vector from the
-        store's embedder."""
+        end for the same stored facts (:mod:`ctxrelay.knowledge.vectors` says when
+        that holds).  ``query`` is a text or a vector from the store's embedder."""
         self._check_open()
         k = check_count("k", k, 0)
         ns = check_namespace(namespace)

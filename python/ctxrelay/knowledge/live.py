@@ -70,8 +70,8 @@ class LiveIndex:
 
     def search(self, ns: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` nearest retrievable facts: ``(fact id, cosine)``, nearest first,
-        equal cosines by fact id; the same on every back end for the same facts
-        (:meth:`VectorIndexes.nearest`)."""
+        equal cosines by fact id (:meth:`VectorIndexes.nearest`: why the same on
+        every back end for the same facts, and when not)."""
         def fn(view: FactReader) -> list[tuple[str, float]]:
             idx = self.ann.current(view, ns)
             if idx is None:

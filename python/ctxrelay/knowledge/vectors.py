@@ -23,9 +23,9 @@ that ef is the one a write's linking search uses.
 
 Reads (:meth:`VectorIndexes.nearest`) are meant to give the same answer on every
 back end and in every process for the same stored facts, although each process
-holds an index of its own.  Two indexes differ in which neighbours a search reaches, not in the
-similarity of a neighbour both reach (the same stored float32 vectors, the same
-distance code); insertion is one element at a time
+holds an index of its own.  Two indexes differ in which neighbours a search
+reaches, not in the similarity of a neighbour both reach (the same stored float32
+vectors, the same distance code); insertion is one element at a time
 (:meth:`ctxrelay.knowledge.graph.VectorIndex.add`), so indexes with the same
 insertion history are the same graph and answer alike.  For indexes whose
 histories differ (a rebuild at another time, a re-embedded fact moved in place in
