@@ -128,13 +128,15 @@ class FactStore:
     ``clock`` returns the current time in epoch seconds (tests inject one).
 
     ``ef_search`` (SPEC-009 §3.2: 100) is the search-time ceiling.  With
-    ``auto_ef`` an index of 5,000 facts or more is searched with the smallest
-    ef (32, 48, 64, 80 or the ceiling) whose top 10 agree with a far wider
-    search on 98 % of the results, re-tuned at every index snapshot: the
-    latency of ANN search grows with ef, and clustered embeddings need much
-    less of it than the ceiling chosen for the worst case.  The probe queries
-    resemble stored facts; for queries unlike anything stored pass
+    ``auto_ef`` a write links its facts (``knn`` nearest) in an index of 5,000
+    facts or more with the smallest ef (32, 48, 64, 80 or the ceiling) whose
+    top 10 agree with a far wider search on 98 % of the results, re-tuned at
+    every index snapshot; for queries unlike anything stored pass
     ``auto_ef=False`` (see :meth:`ctxrelay.knowledge.graph.VectorIndex.tune_ef`).
+    Reads (:meth:`search_ann` and the CDR/CDGR candidates) search with
+    ``max(ef_search, 4·k)`` and order by similarity then fact id, whatever the
+    tuning, so back ends and processes name the same facts
+    (:mod:`ctxrelay.knowledge.vectors` says when that holds).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, embedder: Any = None,
@@ -403,8 +405,10 @@ class FactStore:
         return None if fid is None else self.storage.get(ns, [fid])[0]
 
     def search_ann(self, query: Any, *, k: int = 10, namespace: str | None = None) -> list[Hit]:
-        """The ``k`` nearest retrievable facts by cosine similarity (hnswlib).
-        ``query`` is a text or a vector from the store's embedder."""
+        """The ``k`` nearest retrievable facts by cosine similarity (hnswlib), most
+        similar first, equal similarities by fact id: the same facts on every back
+        end for the same stored facts (:mod:`ctxrelay.knowledge.vectors` says when
+        that holds).  ``query`` is a text or a vector from the store's embedder."""
         self._check_open()
         k = check_count("k", k, 0)
         ns = check_namespace(namespace)

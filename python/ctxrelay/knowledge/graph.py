@@ -164,7 +164,19 @@ class VectorIndex:
     # -- writing ----------------------------------------------------------
 
     def add(self, labels: Sequence[int] | np.ndarray, vectors: np.ndarray) -> None:
-        """Insert (or replace the vectors of) ``labels``; replacing unhides."""
+        """Insert (or replace the vectors of) ``labels``; replacing unhides.
+
+        One thread, whatever ``threads`` says: hnswlib's parallel insertion links
+        each element against whatever the other thread has inserted so far, so the
+        graph would depend on scheduling, and two indexes of the same facts (two
+        back ends, two processes) would reach different neighbours.  Inserted one by
+        one, the graph is a function of the insertion order: at 100k facts an index
+        filled from an LMDB store and one filled from its PostgreSQL copy gave the
+        same top 50 on 60 of 60 queries at ef 100 (the LMDB one built with two
+        threads: 10 of 60).  The price is bulk insertion time (10k 1024-d vectors:
+        20.5 s on one thread, 8.1 s on two, on a loaded 2-core machine); searches,
+        a write's linking included, still use ``threads``.
+        """
         labels = np.asarray(labels, dtype=np.uint64)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim)
         if len(labels) != len(vectors):
@@ -173,7 +185,7 @@ class VectorIndex:
         if not len(labels):
             return
         self._reserve(len(labels))
-        self._index.add_items(vectors, labels, num_threads=self.threads)
+        self._index.add_items(vectors, labels, num_threads=1)
         self._hidden.difference_update(int(x) for x in labels)
 
     def hide(self, label: int) -> bool:
@@ -204,9 +216,10 @@ class VectorIndex:
 
     # -- reading ----------------------------------------------------------
 
-    def search(self, vectors: np.ndarray, k: int, *,
-               threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """``(labels, similarities)`` of the ``k`` nearest visible elements per row.
+    def search(self, vectors: np.ndarray, k: int, *, threads: int = 1,
+               ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(labels, similarities)`` of the ``k`` nearest visible elements per row,
+        searched with ``ef`` (default: the index's ``ef_search``; at least ``k``).
 
         ``k`` is capped by the number of visible elements.  When hidden
         elements cut the graph so that hnswlib cannot fill ``k`` columns, the
@@ -214,7 +227,7 @@ class VectorIndex:
         """
         q = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dim)
         k = min(int(k), self.visible)
-        ef = max(self.ef_search, k)
+        ef = max(self.ef_search if ef is None else int(ef), k)
         try:
             while k > 0:
                 if ef != self.ef_search:

@@ -69,20 +69,24 @@ class LiveIndex:
     # -- reads ----------------------------------------------------------------------------
 
     def search(self, ns: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The ``k`` nearest retrievable facts: ``(fact id, cosine)``, nearest first."""
+        """The ``k`` nearest retrievable facts: ``(fact id, cosine)``, nearest first,
+        equal cosines by fact id (:meth:`VectorIndexes.nearest`: why the same on
+        every back end for the same facts, and when not)."""
         def fn(view: FactReader) -> list[tuple[str, float]]:
             idx = self.ann.current(view, ns)
             if idx is None:
                 return []
-            labels, sims = idx.index.search(vector, k)
-            ids = self.walks.ids_of(view, ns, labels[0])
-            if None in ids:     # the index holds a fact the storage cannot find
-                from ctxrelay.errors import CorruptStoreError
-                raise CorruptStoreError(
-                    f"the vector index of namespace {ns!r} names a fact the store cannot "
-                    "find (a damaged record key); run 'ctxrelay check' and re-ingest the "
-                    "facts or restore a backup")
-            return list(zip(ids, sims[0].tolist()))
+
+            def ids_of(labels: np.ndarray) -> list[str]:
+                ids = self.walks.ids_of(view, ns, labels)
+                if None in ids:     # the index holds a fact the storage cannot find
+                    from ctxrelay.errors import CorruptStoreError
+                    raise CorruptStoreError(
+                        f"the vector index of namespace {ns!r} names a fact the store "
+                        "cannot find (a damaged record key); run 'ctxrelay check' and "
+                        "re-ingest the facts or restore a backup")
+                return ids
+            return self.ann.nearest(idx, vector, k, ids_of)
         with self._lock:
             return self.storage.snapshot(fn)
 
