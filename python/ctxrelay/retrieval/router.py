@@ -67,8 +67,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentError
 from ctxrelay.storage.cache import InvalidEmbeddingError
+from ctxrelay.storage.interfaces.rolling import TurnOrderedLog
 from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError,
-                                      RingConfigMismatchError)
+                                      RingConfigMismatchError, RollingLogUnavailableError)
 from ctxrelay.storage.stores import RING_BYTES, RING_ENTRIES  # noqa: F401  (re-exported)
 from ctxrelay.knowledge.scope import visible_to
 from ctxrelay.types import RetrievalResult, Turn
@@ -166,7 +167,9 @@ def _turn(session_id: str, values: list[Any]) -> Turn:
 
 
 def _contiguous(entries: list[list[Any]]) -> bool:
-    return not entries or entries[-1][0] - entries[0][0] == len(entries) - 1
+    # Each id one more than the one before: a tail that two writers interleaved
+    # ([3, 5, 4, 6]) has the right first and last ids but is not the transcript's.
+    return all(b[0] - a[0] == 1 for a, b in zip(entries, entries[1:]))
 
 
 # -- the router -----------------------------------------------------------------------
@@ -184,6 +187,10 @@ class Router:
         self._st = stores.transcript
         self.rolling = stores.rolling
         self._ring_entries = self.rolling.capacity_entries
+        # A tail shared by processes (Redis): conditional appends, no lock.
+        self._tail: TurnOrderedLog | None = \
+            self.rolling if isinstance(self.rolling, TurnOrderedLog) else None
+        self.tail_misses = 0          # reads served by the transcript: the tail unreachable
         self._sync_lock = threading.RLock()
         self._verified: dict[str, tuple[int, int]] = {}     # session -> (txn id, turns)
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -245,6 +252,9 @@ class Router:
         Never raises for the ring: the transcript write already succeeded, and a
         ring left behind is re-synced by the next read.
         """
+        if self._tail is not None:
+            self.log_turns(session_id, [turn_id])
+            return
         try:
             with self._sync_lock, self.rolling.exclusive():
                 try:
@@ -264,16 +274,94 @@ class Router:
                           "it is re-synced from the transcript on the next read",
                           RuntimeWarning, stacklevel=2)
 
+    def log_turns(self, session_id: str, turn_ids: list[int]) -> None:
+        """:meth:`log_turn` for consecutive ``turn_ids`` just committed together (a
+        managed turn's).  On a shared tail it is one transcript read and one
+        conditional append (a round trip); a tail that does not end just before
+        them is rebuilt."""
+        if self._tail is None:
+            for turn_id in turn_ids:
+                self.log_turn(session_id, turn_id)
+            return
+        if not turn_ids:
+            return
+        try:
+            turns = [self._st.turn(session_id, turn_ids[0])] if len(turn_ids) == 1 \
+                else self._st.turns(session_id, turn_ids)
+            if self._tail_append(session_id, turns) not in ("appended", "already"):
+                self._tail_rebuild(session_id)
+        except RollingLogUnavailableError:
+            self._verified.pop(session_id, None)     # a miss: reads use the transcript
+        except (CtxRelayError, OSError) as exc:
+            self._verified.pop(session_id, None)
+            warnings.warn(f"rolling log of session {session_id!r} not updated ({exc}); "
+                          "it is re-synced from the transcript on the next read",
+                          RuntimeWarning, stacklevel=2)
+
+    def _tail_entry(self, turn: Turn) -> tuple[int, str]:
+        entry = _ring_entry(turn)
+        try:
+            if len(entry.encode("utf-8")) <= self.rolling.capacity_bytes:
+                return turn.turn_id, entry
+        except UnicodeEncodeError:
+            pass
+        return turn.turn_id, f"[{turn.turn_id}]"     # a pointer into the transcript
+
+    def _tail_append(self, session_id: str, turns: list[Turn], *,
+                     replace: bool = False) -> str:
+        assert self._tail is not None
+        return self._tail.append_turns(session_id, [self._tail_entry(t) for t in turns],
+                                       replace=replace)
+
+    def _tail_rebuild(self, session_id: str) -> None:
+        """Make the shared tail the transcript's last ``capacity_entries`` turns, in
+        one atomic replace (a reader sees the old tail or the new one)."""
+        count = self._st.turn_count(session_id)
+        if count == 0:
+            self.rolling.drop(session_id)
+        else:
+            turns = list(self._st.iter_turns(
+                session_id, max(1, count - self._ring_entries + 1), count))
+            self._tail_append(session_id, turns, replace=True)
+        self._verified.pop(session_id, None)
+
+    def _tail_sync(self, session_id: str, rebuild: bool) -> None:
+        if not rebuild:
+            try:
+                tail = self._read(session_id, 1)
+            except _RING_DAMAGE:
+                tail = []
+            count = self._st.turn_count(session_id)
+            last = tail[0][0] if tail else 0
+            if tail and last < count and count - last < self._ring_entries:
+                missing = self._st.history(session_id, last + 1, count)
+                if self._tail_append(session_id, missing) in ("appended", "already"):
+                    self._verified.pop(session_id, None)
+                    return
+        self._tail_rebuild(session_id)
+
     def forget(self, session_id: str) -> bool:
         """Drop the session's ring (for an archived session: no appends can follow,
         so its footprint goes to zero); a later read rebuilds it from the
         transcript.  Returns False if it had none."""
+        if self._tail is not None:
+            self._verified.pop(session_id, None)
+            try:
+                return self.rolling.drop(session_id)
+            except RollingLogUnavailableError:
+                return False          # it expires; a later read checks it anyway
         with self._sync_lock, self.rolling.exclusive():
             self._verified.pop(session_id, None)
             return self.rolling.drop(session_id)
 
     def sync(self, session_id: str, *, rebuild: bool = False) -> None:
         """Re-sync the session's ring from the transcript tail (rebuilding it if asked)."""
+        if self._tail is not None:
+            try:
+                self._tail_sync(session_id, rebuild)
+            except RollingLogUnavailableError:
+                self._verified.pop(session_id, None)
+            return
         with self._sync_lock, self.rolling.exclusive():
             self._resync(session_id, rebuild=rebuild)
 
@@ -300,6 +388,21 @@ class Router:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidArgumentError(f"n must be an int >= 0, got {n!r}; pass how many "
                                        "recent turns to read")
+        try:
+            found = self._recent(session_id, n)
+        except RollingLogUnavailableError:
+            found = None
+        if found is None:
+            # The tail cannot be reached, or could not be brought in line: the
+            # transcript answers (latency, never a wrong turn).
+            self._verified.pop(session_id, None)
+            self.tail_misses += 1
+            count = self._st.turn_count(session_id)
+            return self._st.history(session_id, max(1, count - n + 1), count) \
+                if n and count else []
+        return found
+
+    def _recent(self, session_id: str, n: int) -> list[Turn] | None:
         gen = self._generation()
         verified = self._verified.get(session_id)
         if verified is not None and verified[0] == gen:
@@ -314,11 +417,18 @@ class Router:
                 pass                                   # the slow path rebuilds it
         count = self._st.turn_count(session_id)      # also: UnknownSessionError
         entries = self._read_checked(session_id, n, count)
+        if entries is None:
+            return None
         if gen is not None:
             self._verified[session_id] = (gen, count)
         return self._turns(session_id, entries, n)
 
-    def _read_checked(self, session_id: str, n: int, count: int) -> list[list[Any]]:
+    def _read_checked(self, session_id: str, n: int,
+                      count: int) -> list[list[Any]] | None:
+        """The ring's last ``n`` entries, checked against the transcript's ``count``
+        and re-synced if they do not match; None if even then they do not (another
+        process changed the ring meanwhile, or it cannot be written): the caller
+        reads the transcript."""
         probe = max(n, 1)
         try:
             entries = self._read(session_id, probe)
@@ -326,11 +436,22 @@ class Router:
             entries, rebuild = None, True
         else:
             rebuild = not _contiguous(entries)
-            # A ring ahead of ``count`` only saw an append made since; behind, it lags.
-            if not rebuild and (entries[-1][0] if entries else 0) >= count:
+            last = entries[-1][0] if entries else 0
+            # A ring ahead of ``count`` only saw an append made since; behind, it
+            # lags.  A shared tail ahead may also have outlived its transcript (a
+            # restored database): it is trusted only up to ``count``.
+            if not rebuild and (last == count or (last > count and self._tail is None)):
                 return entries[-n:] if n else []
+            if not rebuild and last > count:
+                return None
         self.sync(session_id, rebuild=rebuild)
-        entries = self._read(session_id, probe)
+        try:
+            entries = self._read(session_id, probe)
+        except _RING_DAMAGE:
+            return None
+        last = entries[-1][0] if entries else 0
+        if not _contiguous(entries) or last < count or (last > count and self._tail):
+            return None
         return entries[-n:] if n else []
 
     def _turns(self, session_id: str, entries: list[list[Any]], n: int) -> list[Turn]:
