@@ -269,3 +269,4 @@ def test_a_managed_turn_costs_two_redis_round_trips(pg_schema):
         if doomed:
             client.delete(*doomed)
         client.close()
+
