@@ -9,8 +9,11 @@ list) and two with ``memory://`` (each its own ring in memory).  Each arm is
 and the arms run in turn ``--repeat`` times, so machine load hits them alike:
 
 ``redis_tail``             a relay reads the shared tail, its own check state
-                           cleared first (as after another relay's write): the
-                           turn count from PostgreSQL, 8 entries from Redis
+                           and its mirror of the tail cleared first (a relay that
+                           has not read the session yet): the write generation
+                           and turn count from PostgreSQL, 8 entries from Redis
+``redis_tail_mirrored``    the same with the relay's mirror current (it read or
+                           wrote the session's last turn): no Redis round trip
 ``per_process_ring``       the same on its own memory ring, which is current
                            (the best case of a per-process ring: this relay
                            wrote the session's last turn)
@@ -102,8 +105,14 @@ def main() -> int:
             routers["mb"].rolling.drop("s")
             return fresh(routers["mb"])
 
+        def cold_mirror():
+            routers["rb"]._remember("s", None)
+            return fresh(routers["rb"])
+
         arms = {
-            "redis_tail": (None, lambda: fresh(routers["rb"])),
+            "redis_tail": (None, cold_mirror),
+            "redis_tail_mirrored": (lambda: routers["rb"].recent("s", args.n),
+                                    lambda: fresh(routers["rb"])),
             # made current untimed first: the other arms' appends leave it behind
             "per_process_ring": (lambda: routers["mb"].recent("s", args.n),
                                  lambda: fresh(routers["mb"])),
@@ -115,6 +124,7 @@ def main() -> int:
         }
         samples: dict[str, list[float]] = {name: [] for name in arms}
         misses_before = routers["rb"].tail_misses
+        hits_before = routers["rb"].mirror_hits
         for _ in range(args.repeat):
             for name, (before, read) in arms.items():
                 if before is not None:
@@ -126,6 +136,7 @@ def main() -> int:
                 assert [t.turn_id for t in turns] == list(range(last - args.n + 1, last + 1)), \
                     (name, [t.turn_id for t in turns], last)
         assert routers["rb"].tail_misses == misses_before      # every Redis read was served
+        result["mirror_hits"] = routers["rb"].mirror_hits - hits_before
         result["arms"] = {name: percentiles(s) for name, s in samples.items()}
         base = result["arms"]["redis_tail"]["p50_ms"]
         result["p50_vs_redis_tail"] = {name: round(a["p50_ms"] / base, 2)

@@ -94,6 +94,7 @@ EXPIRE_EVERY_S = 300.0
 EXPIRE_FIRST_S = 60.0
 EMBED_MEMO = 1024                # query texts whose embedding is kept
 POOL_WORKERS = 4                 # the shared pool for blended fetches (2-core machines)
+MIRROR_SESSIONS = 256            # sessions whose shared-tail entries a process keeps
 
 _TURN_FIELDS = ("turn_id", "role", "content", "name", "tool_call_id", "metadata",
                 "timestamp", "key", "tokens", "tokens_exact")
@@ -191,6 +192,12 @@ class Router:
         self._tail: TurnOrderedLog | None = \
             self.rolling if isinstance(self.rolling, TurnOrderedLog) else None
         self.tail_misses = 0          # reads served by the transcript: the tail unreachable
+        # The shared tail's entries this process last read or wrote, per session
+        # (raw, decoded per read): a read whose turn count they end at needs no
+        # Redis round trip.  Checked like the tail itself; bounded by sessions.
+        self._mirror: OrderedDict[str, list[tuple[int, str]]] = OrderedDict()
+        self._mirror_lock = threading.Lock()
+        self.mirror_hits = 0
         self._sync_lock = threading.RLock()
         self._verified: dict[str, tuple[int, int]] = {}     # session -> (txn id, turns)
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -232,8 +239,39 @@ class Router:
     def _generation(self) -> int | None:
         return self._st.write_generation()
 
-    def _read(self, session_id: str, n: int) -> list[list[Any]]:
-        return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
+    def _read(self, session_id: str, n: int, count: int | None = None) -> list[list[Any]]:
+        """The ring's last ``n`` entries (decoded).  On a shared tail, ``count`` (the
+        transcript's turn count the caller checks against) lets the local mirror
+        answer when it ends there and holds ``n`` entries (or the session's first)."""
+        if self._tail is None:
+            return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
+        mirror = self._mirror.get(session_id)
+        if count is not None and mirror and mirror[-1][0] == count \
+                and (len(mirror) >= n or mirror[0][0] == 1):
+            self.mirror_hits += 1
+            return [_decode_json(raw)[0] for _, raw in mirror[-n:]]
+        raws = self.rolling.read_recent(session_id, n)
+        entries = [_decode_json(e)[0] for e in raws]
+        self._remember(session_id, [(e[0], raw) for e, raw in zip(entries, raws)])
+        return entries
+
+    def _remember(self, session_id: str, entries: list[tuple[int, str]] | None, *,
+                  extend: bool = False) -> None:
+        """Set (or with ``extend``, continue) the session's mirror; None forgets it."""
+        with self._mirror_lock:
+            if entries is None:
+                self._mirror.pop(session_id, None)
+                return
+            if extend:
+                held = self._mirror.get(session_id)
+                if not held or not entries or held[-1][0] != entries[0][0] - 1:
+                    self._mirror.pop(session_id, None)
+                    return
+                entries = (held + entries)[-self._ring_entries:]
+            self._mirror[session_id] = entries
+            self._mirror.move_to_end(session_id)
+            while len(self._mirror) > MIRROR_SESSIONS:
+                self._mirror.popitem(last=False)
 
     def _last_logged(self, session_id: str) -> int:
         tail = self._read(session_id, 1)
@@ -288,7 +326,11 @@ class Router:
         try:
             turns = [self._st.turn(session_id, turn_ids[0])] if len(turn_ids) == 1 \
                 else self._st.turns(session_id, turn_ids)
-            if self._tail_append(session_id, turns) not in ("appended", "already"):
+            entries = [self._tail_entry(t) for t in turns]
+            status = self._tail.append_turns(session_id, entries)
+            if status == "appended":
+                self._remember(session_id, entries, extend=True)
+            elif status != "already":
                 self._tail_rebuild(session_id)
         except RollingLogUnavailableError:
             self._verified.pop(session_id, None)     # a miss: reads use the transcript
@@ -310,8 +352,12 @@ class Router:
     def _tail_append(self, session_id: str, turns: list[Turn], *,
                      replace: bool = False) -> str:
         assert self._tail is not None
-        return self._tail.append_turns(session_id, [self._tail_entry(t) for t in turns],
-                                       replace=replace)
+        entries = [self._tail_entry(t) for t in turns]
+        self._remember(session_id, None)       # whatever happens, the mirror is re-read
+        status = self._tail.append_turns(session_id, entries, replace=replace)
+        if replace:
+            self._remember(session_id, entries)
+        return status
 
     def _tail_rebuild(self, session_id: str) -> None:
         """Make the shared tail the transcript's last ``capacity_entries`` turns, in
@@ -346,6 +392,7 @@ class Router:
         transcript.  Returns False if it had none."""
         if self._tail is not None:
             self._verified.pop(session_id, None)
+            self._remember(session_id, None)
             try:
                 return self.rolling.drop(session_id)
             except RollingLogUnavailableError:
@@ -409,7 +456,7 @@ class Router:
             # No transcript write since the last check: the ring must still end at
             # the turn count seen then (a ring dropped or rolled off under us does not).
             try:
-                entries = self._read(session_id, max(n, 1))
+                entries = self._read(session_id, max(n, 1), verified[1])
                 if (entries[-1][0] if entries else 0) == verified[1] \
                         and _contiguous(entries):
                     return self._turns(session_id, entries[-n:] if n else [], n)
@@ -431,7 +478,7 @@ class Router:
         reads the transcript."""
         probe = max(n, 1)
         try:
-            entries = self._read(session_id, probe)
+            entries = self._read(session_id, probe, count)
         except _RING_DAMAGE:
             entries, rebuild = None, True
         else:
