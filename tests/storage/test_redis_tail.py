@@ -276,3 +276,53 @@ def test_a_managed_turn_costs_one_redis_round_trip(pg_schema):
             client.delete(*doomed)
         client.close()
 
+
+
+def test_the_conditional_append_of_turns(tmp_path, cache):
+    from ctxrelay.storage.redis.rolling import ALREADY, APPENDED, GAP, STALE
+    with open_stores(tmp_path / "store", cache=cache, ring_entries=4,
+                     ring_bytes=1000) as stores:
+        tail = _tail(stores)
+        assert tail.append_turns("s", [(3, "c")]) == GAP                 # empty: not at 2
+        assert tail.append_turns("s", [(1, "a"), (2, "b")]) == APPENDED
+        assert tail.append_turns("s", [(2, "b")]) == ALREADY             # a replay
+        assert tail.append_turns("s", [(2, "B")]) == STALE               # other bytes
+        assert tail.append_turns("s", [(4, "d")]) == GAP                 # 3 is missing
+        assert tail.append_turns("s", [(2, "b"), (3, "c")]) == APPENDED  # 2 skipped
+        assert tail.read_recent("s", 10) == ["a", "b", "c"]
+        for i in range(4, 8):
+            assert tail.append_turns("s", [(i, f"t{i}")]) == APPENDED
+        assert tail.read_recent("s", 10) == ["t4", "t5", "t6", "t7"]     # capped at 4
+        assert tail.append_turns("s", [(1, "a")]) == ALREADY             # rolled off
+        assert tail.append_turns("s", [(9, "x"), (10, "y")], replace=True) == APPENDED
+        assert [r.seq for r in tail.read_recent_with_seq("s", 10)] == [8, 9]
+
+
+def test_a_tail_evicted_in_part_is_recovered_from_what_is_left(tmp_path, cache):
+    import redis
+    with open_stores(tmp_path / "store", cache=cache) as stores:
+        tail = _tail(stores)
+        for i in range(1, 4):
+            tail.append("s", f"e{i}")
+        client = redis.Redis.from_url(redis_url())
+        [meta] = list(client.scan_iter(match=f"{cache.rpartition('=')[2]}:rl:*:m:s"))
+        client.delete(meta)                          # LRU took the hash, not the list
+        assert tail.append("s", "e4") == 4           # numbers still never go back
+        assert tail.stats("s").bytes_used == 8
+        client.close()
+
+
+def test_an_unreachable_redis_is_a_miss_that_backs_off(pg_schema):
+    from ctxrelay.storage.rolling import RollingLogUnavailableError
+    spec, _ = pg_schema
+    with Runtime(spec, cache="redis://127.0.0.1:1/0?prefix=gone") as rt, \
+            open_stores(spec) as stores:
+        rt.create_session("ops")
+        for text in TEXTS[:5]:
+            rt.append("ops", "user", text)
+        assert [t.content for t in rt.recent("ops", 2)] == TEXTS[3:5]
+        tail = _tail(stores)
+        assert tail.errors >= 1 and tail.skipped >= 1        # one failure, then skipped
+        with pytest.raises(RollingLogUnavailableError, match="transcript"):
+            tail.read_recent("ops", 2)
+        assert Router.of(stores).tail_misses >= 1
