@@ -106,7 +106,7 @@ def main() -> int:
             return fresh(routers["mb"])
 
         def cold_mirror():
-            routers["rb"]._remember("s", None)
+            routers["rb"]._tail.forget_mirror("s")
             return fresh(routers["rb"])
 
         arms = {

@@ -50,6 +50,13 @@ ring made after the turns, an append that bypassed the bridge).  The check
 costs one LMDB read, and is skipped while the LMDB environment's last
 transaction id is the one seen at the last check (no write since).
 
+A rolling log shared by processes (Redis, with a ``redis://`` cache) is written
+by :class:`~ctxrelay.retrieval.tail.SharedTail` instead: one conditional
+append per commit, no lock, and a per-process mirror that answers reads it
+ends at.  A shared tail is never trusted past the transcript: one ahead of
+the turn count may have outlived its database, and one that cannot be read,
+or brought in line, leaves the read to the transcript (``tail_misses``).
+
 One router per store: :meth:`Router.of` makes it in the store's
 :class:`~ctxrelay.storage.stores.Stores` (``stores.state``), which closes it
 with the store.
@@ -57,7 +64,6 @@ with the store.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 import warnings
@@ -68,10 +74,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentError
 from ctxrelay.storage.cache import InvalidEmbeddingError
 from ctxrelay.storage.interfaces.rolling import TurnOrderedLog
-from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError,
-                                      RingConfigMismatchError, RollingLogUnavailableError)
+from ctxrelay.storage.rolling import EntryTooLargeError, RollingLogUnavailableError
 from ctxrelay.storage.stores import RING_BYTES, RING_ENTRIES  # noqa: F401  (re-exported)
 from ctxrelay.knowledge.scope import visible_to
+from ctxrelay.retrieval.tail import (_TURN_FIELDS, RING_DAMAGE, SharedTail,  # noqa: F401
+                                     _decode_json, _ring_entry, entry_values)
 from ctxrelay.types import RetrievalResult, Turn
 
 if TYPE_CHECKING:
@@ -94,10 +101,7 @@ EXPIRE_EVERY_S = 300.0
 EXPIRE_FIRST_S = 60.0
 EMBED_MEMO = 1024                # query texts whose embedding is kept
 POOL_WORKERS = 4                 # the shared pool for blended fetches (2-core machines)
-MIRROR_SESSIONS = 256            # sessions whose shared-tail entries a process keeps
 
-_TURN_FIELDS = ("turn_id", "role", "content", "name", "tool_call_id", "metadata",
-                "timestamp", "key", "tokens", "tokens_exact")
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -123,24 +127,6 @@ def route_plan(plan: Any) -> dict[str, Any]:
 
 # -- rolling log entries ------------------------------------------------------------
 
-# A ring entry is one turn as a JSON array in _TURN_FIELDS order (a str entry
-# of the ring): decoding an array is about 2.5x faster than an object with
-# the field names, and a last-8 read decodes 8 of them.  A turn too large for
-# the ring is the one-element array [turn_id], a pointer into the transcript.
-_decode_json = json.JSONDecoder().raw_decode
-
-
-def _ring_entry(turn: Turn) -> str:
-    return json.dumps([turn.turn_id, turn.role, turn.content, turn.name, turn.tool_call_id,
-                       turn.metadata, turn.timestamp, turn.key, turn.tokens,
-                       turn.tokens_exact], ensure_ascii=False, separators=(",", ":"))
-
-
-def entry_values(entry: str) -> list[Any]:
-    """A ring entry's values: ``[turn_id, role, content, ...]``, or ``[turn_id]``."""
-    return _decode_json(entry)[0]
-
-
 def turn_record(turn: Turn) -> dict[str, Any]:
     """A turn as plain types (``Turn.to_dict`` without ``asdict``'s deep copy)."""
     return {"session_id": turn.session_id, "turn_id": turn.turn_id, "role": turn.role,
@@ -151,9 +137,7 @@ def turn_record(turn: Turn) -> dict[str, Any]:
 
 _new = object.__new__
 
-# What a ring that is not (or no longer) ours raises when read: rebuilt, not reported.
-_RING_DAMAGE = (CorruptRingError, RingConfigMismatchError, ValueError, TypeError,
-                IndexError, KeyError)
+_RING_DAMAGE = RING_DAMAGE
 
 
 def _turn(session_id: str, values: list[Any]) -> Turn:
@@ -188,18 +172,12 @@ class Router:
         self._st = stores.transcript
         self.rolling = stores.rolling
         self._ring_entries = self.rolling.capacity_entries
-        # A tail shared by processes (Redis): conditional appends, no lock.
-        self._tail: TurnOrderedLog | None = \
-            self.rolling if isinstance(self.rolling, TurnOrderedLog) else None
-        self.tail_misses = 0          # reads served by the transcript: the tail unreachable
-        # The shared tail's entries this process last read or wrote, per session
-        # (raw, decoded per read): a read whose turn count they end at needs no
-        # Redis round trip.  Checked like the tail itself; bounded by sessions.
-        self._mirror: OrderedDict[str, list[tuple[int, str]]] = OrderedDict()
-        self._mirror_lock = threading.Lock()
-        self.mirror_hits = 0
         self._sync_lock = threading.RLock()
         self._verified: dict[str, tuple[int, int]] = {}     # session -> (txn id, turns)
+        # A tail shared by processes (Redis): conditional appends, no lock.
+        self._tail = SharedTail(self.rolling, self._st, _ring_entry, self._unverify) \
+            if isinstance(self.rolling, TurnOrderedLog) else None
+        self.tail_misses = 0          # reads served by the transcript: the tail unreachable
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._memo_lock = threading.Lock()
         # namespace -> (CKF state hash, composite ETags used with it, CKF txn id)
@@ -239,39 +217,20 @@ class Router:
     def _generation(self) -> int | None:
         return self._st.write_generation()
 
-    def _read(self, session_id: str, n: int, count: int | None = None) -> list[list[Any]]:
-        """The ring's last ``n`` entries (decoded).  On a shared tail, ``count`` (the
-        transcript's turn count the caller checks against) lets the local mirror
-        answer when it ends there and holds ``n`` entries (or the session's first)."""
-        if self._tail is None:
-            return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
-        mirror = self._mirror.get(session_id)
-        if count is not None and mirror and mirror[-1][0] == count \
-                and (len(mirror) >= n or mirror[0][0] == 1):
-            self.mirror_hits += 1
-            return [_decode_json(raw)[0] for _, raw in mirror[-n:]]
-        raws = self.rolling.read_recent(session_id, n)
-        entries = [_decode_json(e)[0] for e in raws]
-        self._remember(session_id, [(e[0], raw) for e, raw in zip(entries, raws)])
-        return entries
+    def _unverify(self, session_id: str) -> None:
+        self._verified.pop(session_id, None)
 
-    def _remember(self, session_id: str, entries: list[tuple[int, str]] | None, *,
-                  extend: bool = False) -> None:
-        """Set (or with ``extend``, continue) the session's mirror; None forgets it."""
-        with self._mirror_lock:
-            if entries is None:
-                self._mirror.pop(session_id, None)
-                return
-            if extend:
-                held = self._mirror.get(session_id)
-                if not held or not entries or held[-1][0] != entries[0][0] - 1:
-                    self._mirror.pop(session_id, None)
-                    return
-                entries = (held + entries)[-self._ring_entries:]
-            self._mirror[session_id] = entries
-            self._mirror.move_to_end(session_id)
-            while len(self._mirror) > MIRROR_SESSIONS:
-                self._mirror.popitem(last=False)
+    def _read(self, session_id: str, n: int, count: int | None = None) -> list[list[Any]]:
+        """The ring's last ``n`` entries (decoded); ``count``, the turn count the
+        caller checks them against, lets a shared tail's mirror answer."""
+        if self._tail is not None:
+            return self._tail.read(session_id, n, count)
+        return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
+
+    @property
+    def mirror_hits(self) -> int:
+        """Reads of a shared tail answered by this process's mirror (no round trip)."""
+        return 0 if self._tail is None else self._tail.mirror_hits
 
     def _last_logged(self, session_id: str) -> int:
         tail = self._read(session_id, 1)
@@ -321,17 +280,8 @@ class Router:
             for turn_id in turn_ids:
                 self.log_turn(session_id, turn_id)
             return
-        if not turn_ids:
-            return
         try:
-            turns = [self._st.turn(session_id, turn_ids[0])] if len(turn_ids) == 1 \
-                else self._st.turns(session_id, turn_ids)
-            entries = [self._tail_entry(t) for t in turns]
-            status = self._tail.append_turns(session_id, entries)
-            if status == "appended":
-                self._remember(session_id, entries, extend=True)
-            elif status != "already":
-                self._tail_rebuild(session_id)
+            self._tail.log(session_id, turn_ids)
         except RollingLogUnavailableError:
             self._verified.pop(session_id, None)     # a miss: reads use the transcript
         except (CtxRelayError, OSError) as exc:
@@ -340,63 +290,13 @@ class Router:
                           "it is re-synced from the transcript on the next read",
                           RuntimeWarning, stacklevel=2)
 
-    def _tail_entry(self, turn: Turn) -> tuple[int, str]:
-        entry = _ring_entry(turn)
-        try:
-            if len(entry.encode("utf-8")) <= self.rolling.capacity_bytes:
-                return turn.turn_id, entry
-        except UnicodeEncodeError:
-            pass
-        return turn.turn_id, f"[{turn.turn_id}]"     # a pointer into the transcript
-
-    def _tail_append(self, session_id: str, turns: list[Turn], *,
-                     replace: bool = False) -> str:
-        assert self._tail is not None
-        entries = [self._tail_entry(t) for t in turns]
-        self._remember(session_id, None)       # whatever happens, the mirror is re-read
-        status = self._tail.append_turns(session_id, entries, replace=replace)
-        if replace:
-            self._remember(session_id, entries)
-        return status
-
-    def _tail_rebuild(self, session_id: str) -> None:
-        """Make the shared tail the transcript's last ``capacity_entries`` turns, in
-        one atomic replace (a reader sees the old tail or the new one)."""
-        count = self._st.turn_count(session_id)
-        if count == 0:
-            self.rolling.drop(session_id)
-        else:
-            turns = list(self._st.iter_turns(
-                session_id, max(1, count - self._ring_entries + 1), count))
-            self._tail_append(session_id, turns, replace=True)
-        self._verified.pop(session_id, None)
-
-    def _tail_sync(self, session_id: str, rebuild: bool) -> None:
-        if not rebuild:
-            try:
-                tail = self._read(session_id, 1)
-            except _RING_DAMAGE:
-                tail = []
-            count = self._st.turn_count(session_id)
-            last = tail[0][0] if tail else 0
-            if tail and last < count and count - last < self._ring_entries:
-                missing = self._st.history(session_id, last + 1, count)
-                if self._tail_append(session_id, missing) in ("appended", "already"):
-                    self._verified.pop(session_id, None)
-                    return
-        self._tail_rebuild(session_id)
-
     def forget(self, session_id: str) -> bool:
         """Drop the session's ring (for an archived session: no appends can follow,
         so its footprint goes to zero); a later read rebuilds it from the
         transcript.  Returns False if it had none."""
         if self._tail is not None:
             self._verified.pop(session_id, None)
-            self._remember(session_id, None)
-            try:
-                return self.rolling.drop(session_id)
-            except RollingLogUnavailableError:
-                return False          # it expires; a later read checks it anyway
+            return self._tail.forget(session_id)
         with self._sync_lock, self.rolling.exclusive():
             self._verified.pop(session_id, None)
             return self.rolling.drop(session_id)
@@ -405,7 +305,7 @@ class Router:
         """Re-sync the session's ring from the transcript tail (rebuilding it if asked)."""
         if self._tail is not None:
             try:
-                self._tail_sync(session_id, rebuild)
+                self._tail.sync(session_id, rebuild)
             except RollingLogUnavailableError:
                 self._verified.pop(session_id, None)
             return
