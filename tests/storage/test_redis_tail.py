@@ -229,13 +229,18 @@ def test_stores_that_share_a_redis_and_a_prefix_keep_their_tails_apart(cache):
 
 def test_large_texts_and_nul_characters_round_trip(pg_schema, cache):
     spec, _ = pg_schema
-    texts = ["nul \x00 inside \x00", "é" * 200_000, "plain"]    # the middle one > ring bytes
+    # 400,000 bytes is more than a ring holds (256 KiB): kept as a pointer; 200,000 fit
+    texts = ["nul \x00 inside \x00", "é" * 200_000, "plain", "x" * 200_000 + "\x00"]
     with Runtime(spec, cache=cache) as rt, open_stores(spec) as stores:
         rt.create_session("ops")
         for text in texts:
             rt.append("ops", "user", text)
-        assert [t.content for t in rt.recent("ops", 3)] == texts
-        assert json.loads(_tail(stores).read_recent("ops", 3)[1]) == [2]   # a pointer
+        assert [t.content for t in rt.recent("ops", 4)] == texts
+        held = [json.loads(e) for e in _tail(stores).read_recent("ops", 4)]
+        assert held[1] == [2]                                     # a pointer
+        assert [held[i][2] for i in (0, 2, 3)] == [texts[0], texts[2], texts[3]]  # whole
+        Router.of(stores)._tail.forget_mirror("ops")
+        assert [t.content for t in rt.recent("ops", 4)] == texts  # read back from Redis
 
 
 #: Redis round trips of a managed turn on a PostgreSQL store (echo provider, no
