@@ -23,7 +23,7 @@ BACKENDS: dict[str, list[str]] = {
     "turnlog": ["lmdb", "postgres"],
     "warm": ["lmdb", "postgres"],
     "scratch": ["lmdb", "postgres"],
-    "rolling": ["mmap", "memory"],
+    "rolling": ["mmap", "memory", "redis"],
     "cache": ["memory", "redis"],
 }
 
@@ -90,6 +90,10 @@ class RedisHarness(StoresHarness):
         sep = "&" if "?" in self.redis else "?"
         super().__init__(spec, cache=f"{self.redis}{sep}prefix={self.prefix}")
 
+    def reopen(self) -> Any:
+        StoresHarness.close(self)             # the stores only: the Redis keys stay
+        return self.open()
+
     def close(self) -> None:
         import redis
         super().close()
@@ -134,6 +138,7 @@ HARNESSES: dict[tuple[str, str], Callable[[Path], Any]] = {
     ("rolling", "memory"): lambda tmp: MemoryRollingHarness(),
     ("cache", "memory"): lambda tmp: StoresHarness(str(tmp / "store"), cache="memory://"),
     ("cache", "redis"): lambda tmp: RedisHarness(str(tmp / "store")),
+    ("rolling", "redis"): lambda tmp: RedisHarness(str(tmp / "store")),
 }
 
 

@@ -111,9 +111,7 @@ def commit_turns(stores: Stores, session_id: str, turns: list, create: bool) -> 
     ids = stores.transcript.append_many(
         session_id, items, create=bool(create),
         session_metadata={"created_by": "managed_turn"} if create else None)
-    router = Router.of(stores)
-    for turn_id in ids:
-        router.log_turn(session_id, turn_id)
+    Router.of(stores).log_turns(session_id, list(ids))
     return ids
 
 

@@ -50,6 +50,13 @@ ring made after the turns, an append that bypassed the bridge).  The check
 costs one LMDB read, and is skipped while the LMDB environment's last
 transaction id is the one seen at the last check (no write since).
 
+A rolling log shared by processes (Redis, with a ``redis://`` cache) is written
+by :class:`~ctxrelay.retrieval.tail.SharedTail` instead: one conditional
+append per commit, no lock, and a per-process mirror that answers reads it
+ends at.  A shared tail is never trusted past the transcript: one ahead of
+the turn count may have outlived its database, and one that cannot be read,
+or brought in line, leaves the read to the transcript (``tail_misses``).
+
 One router per store: :meth:`Router.of` makes it in the store's
 :class:`~ctxrelay.storage.stores.Stores` (``stores.state``), which closes it
 with the store.
@@ -57,7 +64,6 @@ with the store.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 import warnings
@@ -67,10 +73,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError, InvalidContentError
 from ctxrelay.storage.cache import InvalidEmbeddingError
-from ctxrelay.storage.rolling import (CorruptRingError, EntryTooLargeError,
-                                      RingConfigMismatchError)
+from ctxrelay.storage.interfaces.rolling import TurnOrderedLog
+from ctxrelay.storage.rolling import EntryTooLargeError, RollingLogUnavailableError
 from ctxrelay.storage.stores import RING_BYTES, RING_ENTRIES  # noqa: F401  (re-exported)
 from ctxrelay.knowledge.scope import visible_to
+from ctxrelay.retrieval.tail import (_TURN_FIELDS, RING_DAMAGE, SharedTail,  # noqa: F401
+                                     _decode_json, _ring_entry, entry_values)
 from ctxrelay.types import RetrievalResult, Turn
 
 if TYPE_CHECKING:
@@ -94,8 +102,6 @@ EXPIRE_FIRST_S = 60.0
 EMBED_MEMO = 1024                # query texts whose embedding is kept
 POOL_WORKERS = 4                 # the shared pool for blended fetches (2-core machines)
 
-_TURN_FIELDS = ("turn_id", "role", "content", "name", "tool_call_id", "metadata",
-                "timestamp", "key", "tokens", "tokens_exact")
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -121,24 +127,6 @@ def route_plan(plan: Any) -> dict[str, Any]:
 
 # -- rolling log entries ------------------------------------------------------------
 
-# A ring entry is one turn as a JSON array in _TURN_FIELDS order (a str entry
-# of the ring): decoding an array is about 2.5x faster than an object with
-# the field names, and a last-8 read decodes 8 of them.  A turn too large for
-# the ring is the one-element array [turn_id], a pointer into the transcript.
-_decode_json = json.JSONDecoder().raw_decode
-
-
-def _ring_entry(turn: Turn) -> str:
-    return json.dumps([turn.turn_id, turn.role, turn.content, turn.name, turn.tool_call_id,
-                       turn.metadata, turn.timestamp, turn.key, turn.tokens,
-                       turn.tokens_exact], ensure_ascii=False, separators=(",", ":"))
-
-
-def entry_values(entry: str) -> list[Any]:
-    """A ring entry's values: ``[turn_id, role, content, ...]``, or ``[turn_id]``."""
-    return _decode_json(entry)[0]
-
-
 def turn_record(turn: Turn) -> dict[str, Any]:
     """A turn as plain types (``Turn.to_dict`` without ``asdict``'s deep copy)."""
     return {"session_id": turn.session_id, "turn_id": turn.turn_id, "role": turn.role,
@@ -149,9 +137,7 @@ def turn_record(turn: Turn) -> dict[str, Any]:
 
 _new = object.__new__
 
-# What a ring that is not (or no longer) ours raises when read: rebuilt, not reported.
-_RING_DAMAGE = (CorruptRingError, RingConfigMismatchError, ValueError, TypeError,
-                IndexError, KeyError)
+_RING_DAMAGE = RING_DAMAGE
 
 
 def _turn(session_id: str, values: list[Any]) -> Turn:
@@ -166,7 +152,9 @@ def _turn(session_id: str, values: list[Any]) -> Turn:
 
 
 def _contiguous(entries: list[list[Any]]) -> bool:
-    return not entries or entries[-1][0] - entries[0][0] == len(entries) - 1
+    # Each id one more than the one before: a tail that two writers interleaved
+    # ([3, 5, 4, 6]) has the right first and last ids but is not the transcript's.
+    return all(b[0] - a[0] == 1 for a, b in zip(entries, entries[1:]))
 
 
 # -- the router -----------------------------------------------------------------------
@@ -186,6 +174,10 @@ class Router:
         self._ring_entries = self.rolling.capacity_entries
         self._sync_lock = threading.RLock()
         self._verified: dict[str, tuple[int, int]] = {}     # session -> (txn id, turns)
+        # A tail shared by processes (Redis): conditional appends, no lock.
+        self._tail = SharedTail(self.rolling, self._st, _ring_entry, self._unverify) \
+            if isinstance(self.rolling, TurnOrderedLog) else None
+        self.tail_misses = 0          # reads served by the transcript: the tail unreachable
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._memo_lock = threading.Lock()
         # namespace -> (CKF state hash, composite ETags used with it, CKF txn id)
@@ -225,8 +217,20 @@ class Router:
     def _generation(self) -> int | None:
         return self._st.write_generation()
 
-    def _read(self, session_id: str, n: int) -> list[list[Any]]:
+    def _unverify(self, session_id: str) -> None:
+        self._verified.pop(session_id, None)
+
+    def _read(self, session_id: str, n: int, count: int | None = None) -> list[list[Any]]:
+        """The ring's last ``n`` entries (decoded); ``count``, the turn count the
+        caller checks them against, lets a shared tail's mirror answer."""
+        if self._tail is not None:
+            return self._tail.read(session_id, n, count)
         return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
+
+    @property
+    def mirror_hits(self) -> int:
+        """Reads of a shared tail answered by this process's mirror (no round trip)."""
+        return 0 if self._tail is None else self._tail.mirror_hits
 
     def _last_logged(self, session_id: str) -> int:
         tail = self._read(session_id, 1)
@@ -245,6 +249,9 @@ class Router:
         Never raises for the ring: the transcript write already succeeded, and a
         ring left behind is re-synced by the next read.
         """
+        if self._tail is not None:
+            self.log_turns(session_id, [turn_id])
+            return
         try:
             with self._sync_lock, self.rolling.exclusive():
                 try:
@@ -264,16 +271,44 @@ class Router:
                           "it is re-synced from the transcript on the next read",
                           RuntimeWarning, stacklevel=2)
 
+    def log_turns(self, session_id: str, turn_ids: list[int]) -> None:
+        """:meth:`log_turn` for consecutive ``turn_ids`` just committed together (a
+        managed turn's).  On a shared tail it is one transcript read and one
+        conditional append (a round trip); a tail that does not end just before
+        them is rebuilt."""
+        if self._tail is None:
+            for turn_id in turn_ids:
+                self.log_turn(session_id, turn_id)
+            return
+        try:
+            self._tail.log(session_id, turn_ids)
+        except RollingLogUnavailableError:
+            self._verified.pop(session_id, None)     # a miss: reads use the transcript
+        except (CtxRelayError, OSError) as exc:
+            self._verified.pop(session_id, None)
+            warnings.warn(f"rolling log of session {session_id!r} not updated ({exc}); "
+                          "it is re-synced from the transcript on the next read",
+                          RuntimeWarning, stacklevel=2)
+
     def forget(self, session_id: str) -> bool:
         """Drop the session's ring (for an archived session: no appends can follow,
         so its footprint goes to zero); a later read rebuilds it from the
         transcript.  Returns False if it had none."""
+        if self._tail is not None:
+            self._verified.pop(session_id, None)
+            return self._tail.forget(session_id)
         with self._sync_lock, self.rolling.exclusive():
             self._verified.pop(session_id, None)
             return self.rolling.drop(session_id)
 
     def sync(self, session_id: str, *, rebuild: bool = False) -> None:
         """Re-sync the session's ring from the transcript tail (rebuilding it if asked)."""
+        if self._tail is not None:
+            try:
+                self._tail.sync(session_id, rebuild)
+            except RollingLogUnavailableError:
+                self._verified.pop(session_id, None)
+            return
         with self._sync_lock, self.rolling.exclusive():
             self._resync(session_id, rebuild=rebuild)
 
@@ -300,13 +335,28 @@ class Router:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidArgumentError(f"n must be an int >= 0, got {n!r}; pass how many "
                                        "recent turns to read")
+        try:
+            found = self._recent(session_id, n)
+        except RollingLogUnavailableError:
+            found = None
+        if found is None:
+            # The tail cannot be reached, or could not be brought in line: the
+            # transcript answers (latency, never a wrong turn).
+            self._verified.pop(session_id, None)
+            self.tail_misses += 1
+            count = self._st.turn_count(session_id)
+            return self._st.history(session_id, max(1, count - n + 1), count) \
+                if n and count else []
+        return found
+
+    def _recent(self, session_id: str, n: int) -> list[Turn] | None:
         gen = self._generation()
         verified = self._verified.get(session_id)
         if verified is not None and verified[0] == gen:
             # No transcript write since the last check: the ring must still end at
             # the turn count seen then (a ring dropped or rolled off under us does not).
             try:
-                entries = self._read(session_id, max(n, 1))
+                entries = self._read(session_id, max(n, 1), verified[1])
                 if (entries[-1][0] if entries else 0) == verified[1] \
                         and _contiguous(entries):
                     return self._turns(session_id, entries[-n:] if n else [], n)
@@ -314,23 +364,41 @@ class Router:
                 pass                                   # the slow path rebuilds it
         count = self._st.turn_count(session_id)      # also: UnknownSessionError
         entries = self._read_checked(session_id, n, count)
+        if entries is None:
+            return None
         if gen is not None:
             self._verified[session_id] = (gen, count)
         return self._turns(session_id, entries, n)
 
-    def _read_checked(self, session_id: str, n: int, count: int) -> list[list[Any]]:
+    def _read_checked(self, session_id: str, n: int,
+                      count: int) -> list[list[Any]] | None:
+        """The ring's last ``n`` entries, checked against the transcript's ``count``
+        and re-synced if they do not match; None if even then they do not (another
+        process changed the ring meanwhile, or it cannot be written): the caller
+        reads the transcript."""
         probe = max(n, 1)
         try:
-            entries = self._read(session_id, probe)
+            entries = self._read(session_id, probe, count)
         except _RING_DAMAGE:
             entries, rebuild = None, True
         else:
             rebuild = not _contiguous(entries)
-            # A ring ahead of ``count`` only saw an append made since; behind, it lags.
-            if not rebuild and (entries[-1][0] if entries else 0) >= count:
+            last = entries[-1][0] if entries else 0
+            # A ring ahead of ``count`` only saw an append made since; behind, it
+            # lags.  A shared tail ahead may also have outlived its transcript (a
+            # restored database): it is trusted only up to ``count``.
+            if not rebuild and (last == count or (last > count and self._tail is None)):
                 return entries[-n:] if n else []
+            if not rebuild and last > count:
+                return None
         self.sync(session_id, rebuild=rebuild)
-        entries = self._read(session_id, probe)
+        try:
+            entries = self._read(session_id, probe)
+        except _RING_DAMAGE:
+            return None
+        last = entries[-1][0] if entries else 0
+        if not _contiguous(entries) or last < count or (last > count and self._tail):
+            return None
         return entries[-n:] if n else []
 
     def _turns(self, session_id: str, entries: list[list[Any]], n: int) -> list[Turn]:

@@ -24,7 +24,8 @@ class MemoryCache:
         from ctxrelay.storage.cache import HotCache
         return HotCache()
 
-    def open_rolling(self, *, capacity_entries: int, capacity_bytes: int) -> None:
+    def open_rolling(self, *, capacity_entries: int, capacity_bytes: int,
+                     store: str) -> None:
         return None
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ the parts through :class:`ctxrelay.storage.stores.Stores`.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import re
@@ -26,12 +27,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from ctxrelay.errors import InvalidArgumentError
 
 __all__ = ["StoreSpec", "CacheSpec", "parse_store_spec", "parse_cache_spec",
            "register_backend", "register_cache", "backend_opener", "cache_opener",
-           "store_schemes", "cache_schemes"]
+           "store_schemes", "cache_schemes", "store_identity"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -199,6 +201,22 @@ def parse_cache_spec(spec: Any) -> CacheSpec:
             f"no cache back end for {shown}; supported: "
             + ", ".join(f"{s}://" for s in cache_schemes()) + " (or None for memory://)")
     return CacheSpec(scheme, spec[match.end():], spec)
+
+
+def store_identity(spec: StoreSpec) -> str:
+    """A short stable id of the store ``spec`` names, for the keys a shared cache
+    keeps per store: a directory's real path; for a URL, its scheme, host, port,
+    database and ``schema`` (not the user, password or other options, so every
+    relay that names one database alike gets one id)."""
+    if spec.scheme == "lmdb":
+        ident = spec.key
+    else:
+        parts = urlsplit(spec.text)
+        schema = [v for k, v in parse_qsl(parts.query) if k == "schema"]
+        scheme = "postgresql" if spec.scheme == "postgres" else spec.scheme
+        ident = f"{scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}" \
+                f"?schema={schema[-1] if schema else ''}"
+    return hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _check_text(text: str, what: str) -> None:

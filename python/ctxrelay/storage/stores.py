@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ctxrelay.errors import InvalidArgumentError, StoreError
 from ctxrelay.storage.interfaces.backend import PARTS
 from ctxrelay.storage.spec import (CacheSpec, StoreSpec, backend_opener, cache_opener,
-                                   parse_cache_spec, parse_store_spec)
+                                   parse_cache_spec, parse_store_spec, store_identity)
 
 if TYPE_CHECKING:
     from ctxrelay.storage.interfaces.cache import HotCacheBackend
@@ -266,7 +266,8 @@ class Stores:
                 if rolling is None:
                     entries, size = self._ring
                     rolling = self._cache_side().open_rolling(
-                        capacity_entries=entries, capacity_bytes=size)
+                        capacity_entries=entries, capacity_bytes=size,
+                        store=store_identity(self.spec))
                     if rolling is None:       # the cache keeps none: the store's own
                         rolling = self.backend.open_rolling(capacity_entries=entries,
                                                             capacity_bytes=size)

@@ -56,8 +56,10 @@ class CacheBackend(Protocol):
 
     def open_hot_cache(self) -> "HotCacheBackend": ...
 
-    def open_rolling(self, *, capacity_entries: int,
-                     capacity_bytes: int) -> "RollingLogBackend | None":
-        """The rolling log, or None to use the store back end's own."""
+    def open_rolling(self, *, capacity_entries: int, capacity_bytes: int,
+                     store: str) -> "RollingLogBackend | None":
+        """The rolling log, or None to use the store back end's own.  ``store``
+        names the store (``ctxrelay.storage.redis.rolling.store_id`` of its spec),
+        so stores that share the cache keep their rolling logs apart."""
 
     def close(self) -> None: ...

@@ -28,6 +28,13 @@ Durable and rebuildable
     transcript whenever it lags, is damaged or is gone.  The ``memory``
     back end keeps nothing across processes; a file or server back end
     keeps its rings.
+
+A shared back end (Redis) also implements :class:`TurnOrderedLog`: the
+router's appends are then conditional on the tail's last turn id, in one
+round trip and without :meth:`RollingLogBackend.exclusive`, and a back end
+that cannot be reached raises
+:class:`~ctxrelay.storage.rolling.RollingLogUnavailableError` (the router
+reads the transcript instead).
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Protocol, Union, runtime_
 if TYPE_CHECKING:
     from ctxrelay.storage.rolling import LogRecord, LogStats, RingStats
 
-__all__ = ["RollingLogBackend", "Entry"]
+__all__ = ["RollingLogBackend", "TurnOrderedLog", "Entry"]
 
 Entry = Union[str, dict]
 
@@ -75,3 +82,18 @@ class RollingLogBackend(Protocol):
         """A lock every user of this log shares (see Atomicity)."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class TurnOrderedLog(Protocol):
+    """A rolling log whose entries carry the router's turn ids, for a log that many
+    processes write (``ctxrelay.storage.redis.rolling``)."""
+
+    def append_turns(self, session_id: str, turns: "list[tuple[int, Entry]]", *,
+                     replace: bool = False) -> str:
+        """Append ``(turn id, entry)`` pairs, ids consecutive, in one atomic step:
+        only if the tail ends at the turn before the first (turns it holds already,
+        byte for byte, are skipped); ``replace`` makes the tail exactly ``turns``.
+        Returns ``"appended"``, ``"already"``, ``"gap"`` (the tail ends earlier or
+        is empty) or ``"stale"`` (it holds other bytes under one of the ids);
+        nothing is written on the last two."""

@@ -103,12 +103,24 @@ class RedisCache:
         url, self.prefix = parse_redis_url(spec.text)
         self.client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT,
                                            socket_connect_timeout=SOCKET_TIMEOUT)
+        # One Redis, one back-off: a failure seen by the rolling log spares the
+        # hot cache its own timeout, and the reverse.
+        self.breaker = Breaker()
 
     def open_hot_cache(self) -> "RedisHotCache":
-        return RedisHotCache(self.client, self.prefix)
+        return RedisHotCache(self.client, self.prefix, breaker=self.breaker)
 
-    def open_rolling(self, *, capacity_entries: int, capacity_bytes: int) -> None:
-        return None
+    def open_rolling(self, *, capacity_entries: int, capacity_bytes: int,
+                     store: str) -> Any:
+        """The rolling log's tails in Redis, shared by every process on the store
+        (``store`` is :func:`~ctxrelay.storage.redis.rolling.store_id` of its spec)."""
+        from ctxrelay.storage.redis.rolling import RedisRollingLog
+        parts = urlsplit(self.spec.text)
+        where = f"redis://{parts.hostname}:{parts.port or 6379}{parts.path}?prefix={self.prefix}"
+        return RedisRollingLog(self.client, self.prefix, store,
+                               capacity_entries=capacity_entries,
+                               capacity_bytes=capacity_bytes, breaker=self.breaker,
+                               location=where)
 
     def close(self) -> None:
         self.client.close()
@@ -119,7 +131,8 @@ class RedisHotCache:
 
     def __init__(self, client: Any, prefix: str, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
                  bucket_bits: int = DEFAULT_BUCKET_BITS, seed: int = DEFAULT_SEED,
-                 min_similarity: float | None = DEFAULT_MIN_SIMILARITY) -> None:
+                 min_similarity: float | None = DEFAULT_MIN_SIMILARITY,
+                 breaker: "Breaker | None" = None) -> None:
         import redis
         self._errors_caught = (redis.RedisError, OSError)
         self._client = client
@@ -131,7 +144,7 @@ class RedisHotCache:
         self._lock = threading.Lock()
         self._hits = self._misses = self._rejected = self._puts = 0
         self._invalidated = self.errors = self.skipped = 0
-        self.breaker = Breaker()
+        self.breaker = Breaker() if breaker is None else breaker
 
     def _count(self, **deltas: int) -> None:
         with self._lock:

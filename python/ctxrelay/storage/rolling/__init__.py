@@ -91,7 +91,8 @@ from ctxrelay.storage.rolling.common import (DEFAULT_CAPACITY_BYTES, DEFAULT_CAP
                                              MAX_SESSION_ID_BYTES, CorruptRingError,
                                              EntryTooLargeError, LogRecord, LogStats,
                                              RingConfigMismatchError, RingStats,
-                                             RollingLogClosedError)
+                                             RollingLogClosedError,
+                                             RollingLogUnavailableError)
 from ctxrelay.storage.rolling.files import RollingLog
 from ctxrelay.storage.rolling.memory import MemoryRollingLog
 from ctxrelay.storage.rolling.ring import FORMAT_VERSION
@@ -99,6 +100,6 @@ from ctxrelay.storage.rolling.ring import FORMAT_VERSION
 __all__ = [
     "RollingLog", "MemoryRollingLog", "RollingLogBackend", "Entry", "LogRecord", "RingStats",
     "LogStats", "EntryTooLargeError", "CorruptRingError", "RingConfigMismatchError",
-    "RollingLogClosedError", "DEFAULT_CAPACITY_ENTRIES", "DEFAULT_CAPACITY_BYTES",
+    "RollingLogClosedError", "RollingLogUnavailableError", "DEFAULT_CAPACITY_ENTRIES", "DEFAULT_CAPACITY_BYTES",
     "MAX_SESSION_ID_BYTES", "FORMAT_VERSION",
 ]

@@ -16,7 +16,7 @@ from ctxrelay.errors import (
 from ctxrelay.storage.interfaces.rolling import Entry
 
 __all__ = ["EntryTooLargeError", "CorruptRingError", "RingConfigMismatchError",
-           "RollingLogClosedError", "LogRecord", "RingStats", "LogStats", "session_bytes",
+           "RollingLogClosedError", "RollingLogUnavailableError", "LogRecord", "RingStats", "LogStats", "session_bytes",
            "check_count", "encode", "decode", "too_large", "DEFAULT_CAPACITY_ENTRIES",
            "DEFAULT_CAPACITY_BYTES", "DEFAULT_MAX_OPEN", "MAX_SESSION_ID_BYTES",
            "MAX_CAPACITY_BYTES", "KIND_STR", "KIND_JSON"]
@@ -55,6 +55,14 @@ class RollingLogClosedError(StoreError):
     """The RollingLog was used after :meth:`RollingLog.close`."""
 
     kind = "rolling_log_closed"
+
+
+class RollingLogUnavailableError(StoreError):
+    """A shared rolling log (Redis) cannot be reached, or is in its back-off window
+    after a failure: the tail is a miss, read the transcript instead.  The failed
+    call changed nothing."""
+
+    kind = "rolling_log_unavailable"
 
 
 # -- results -----------------------------------------------------------------
