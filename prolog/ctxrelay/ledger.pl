@@ -125,13 +125,21 @@ fail_closed(Ledger, Policy) :-
     ).
 
 pack_report(Rendered, Units, Report) :-
-    maplist(report_unit(Units), Rendered.units, Report).
+    unit_table(Units, Table),
+    maplist(report_unit(Table), Rendered.units, Report).
 
-report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.tokens,
+%   The packer's units by id (their ids are unique: pack/5 checks), so
+%   each packed unit is found without a scan of all the candidates.
+unit_table(Units, Table) :-
+    maplist([U, Id-U]>>arg(1, U, Id), Units, Pairs0),
+    keysort(Pairs0, Pairs),
+    ord_list_to_assoc(Pairs, Table).
+
+report_unit(Table, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.tokens,
                            utility:Utility, turn_ids:TurnIds}) :-
     Id = R.id,
     atom_string(Variant, R.variant),
-    (   member(unit(Id, Vs, Props), Units), memberchk(variant(Variant, _, U0), Vs)
+    (   get_assoc(Id, Table, unit(Id, Vs, Props)), memberchk(variant(Variant, _, U0), Vs)
     ->  Utility is U0 / 1000
     ;   Utility = 0
     ),
