@@ -15,6 +15,7 @@
 :- use_module(library(assoc)).
 :- use_module(library(yall)).
 :- use_module(blend).
+:- use_module(order, [unit_table/2]).
 
 /** <module> The ledger: every token of the request accounted, and the headers
 
@@ -127,13 +128,6 @@ fail_closed(Ledger, Policy) :-
 pack_report(Rendered, Units, Report) :-
     unit_table(Units, Table),
     maplist(report_unit(Table), Rendered.units, Report).
-
-%   The packer's units by id (their ids are unique: pack/5 checks), so
-%   each packed unit is found without a scan of all the candidates.
-unit_table(Units, Table) :-
-    maplist([U, Id-U]>>arg(1, U, Id), Units, Pairs0),
-    keysort(Pairs0, Pairs),
-    ord_list_to_assoc(Pairs, Table).
 
 report_unit(Table, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.tokens,
                            utility:Utility, turn_ids:TurnIds}) :-

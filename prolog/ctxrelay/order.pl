@@ -1,6 +1,7 @@
 :- module(ctxrelay_order,
           [ order_pack/4,           % +Selected, +Units, +ById, -Plan
             units_by_id/2,          % +Cands, -ById
+            unit_table/2,           % +Units, -Table
             sandwich/2,             % +ScoredItems, -Ordered
             kind_rank/2             % ?Kind, ?Rank
           ]).
@@ -75,24 +76,42 @@ sort_entries(Entries, Sorted) :-
     keysort(Keyed, KS),
     pairs_values(KS, Sorted).
 
+context_scores([], _, []) :- !.
 context_scores(Context, Units, Scored) :-
-    maplist(entry_utility(Units), Context, Utilities),
+    unit_table(Units, Table),
+    maplist(entry_utility(Table), Context, Utilities),
     max_list([1|Utilities], Max),
-    maplist(context_score(Units, Max), Context, Utilities, Scored).
+    maplist(context_score(Table, Max), Context, Utilities, Scored).
 
-entry_utility(Units, e(Id, Var, _)-_, U) :-
+entry_utility(Table, e(Id, Var, _)-_, U) :-
     atom_string(VarA, Var),
-    (   member(unit(Id, Vs, _), Units), memberchk(variant(VarA, _, U0), Vs)
+    (   get_assoc(Id, Table, unit(_, Vs, _)), memberchk(variant(VarA, _, U0), Vs)
     ->  U = U0
     ;   U = 0
     ).
 
-context_score(Units, Max, Entry, Utility, Score-Entry) :-
+context_score(Table, Max, Entry, Utility, Score-Entry) :-
     Entry = e(Id, _, _)-_,
-    (   member(unit(Id, _, Props), Units), memberchk(mandatory(true), Props)
+    (   get_assoc(Id, Table, unit(_, _, Props)), memberchk(mandatory(true), Props)
     ->  Score = 1.0
     ;   Score is Utility / Max
     ).
+
+%!  unit_table(+Units, -Table) is det.
+%
+%   The packer's units (unit(Id, Variants, Props)) by id, as an assoc:
+%   the first unit of an id wins, as member/2 would find it (pack/5
+%   allows no duplicate ids anyway).
+unit_table(Units, Table) :-
+    unit_pairs(Units, Pairs0),
+    keysort(Pairs0, Pairs1),                % stable: the first unit of an id wins
+    first_of_each_key(Pairs1, Pairs),
+    ord_list_to_assoc(Pairs, Table).
+
+unit_pairs([], []).
+unit_pairs([U|Us], [Id-U|Ps]) :-
+    arg(1, U, Id),
+    unit_pairs(Us, Ps).
 
 unit_by_id(ById, Id-Variant, e(Id, VarS, U)-U) :-
     atom_string(Variant, VarS),

@@ -82,7 +82,7 @@ check_unit(U0, Id, u(Vs, Mandatory)) :-
     ;   type_error(pack_unit, U0)
     ),
     check_id(Id),
-    must_be(list, Vs0),
+    (   is_list(Vs0) -> true ; must_be(list, Vs0) ),
     (   Vs0 == []
     ->  domain_error(non_empty_list, Vs0)
     ;   true
@@ -94,7 +94,7 @@ check_unit(U0, Id, u(Vs, Mandatory)) :-
     ->  domain_error(unique_variant_name, X)
     ;   true
     ),
-    must_be(list, Props),
+    (   is_list(Props) -> true ; must_be(list, Props) ),
     foldl(check_prop, Props, false, Mandatory).
 
 check_id(Id) :-
@@ -111,10 +111,15 @@ check_variant(V0, v(K, Name, Cost, Utility), K, K1) :-
     ->  true
     ;   type_error(pack_variant, V0)
     ),
-    must_be(atomic, Name),
-    must_be(nonneg, Cost),
-    must_be(nonneg, Utility),
+    (   atomic(Name) -> true ; must_be(atomic, Name) ),
+    nonneg(Cost),
+    nonneg(Utility),
     K1 is K+1.
+
+%   must_be(nonneg, X) without its type dispatch when X is one (a pack
+%   checks a few hundred numbers).
+nonneg(X) :-
+    (   integer(X), X >= 0 -> true ; must_be(nonneg, X) ).
 
 check_prop(P0, M0, M) :-
     py_term(P0, P),
