@@ -7,6 +7,7 @@
             blend_header/2,         % +Blend, -Text
             intent_weights/5        % ?Intent, ?P, ?C, ?E, ?Novelty (extension point)
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).

@@ -8,6 +8,7 @@
             storage_report/3,       % +Cands, +Analysis, -Storage
             stage_name/2            % ?Kind, ?Stage
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).

@@ -5,6 +5,7 @@
             sandwich/2,             % +ScoredItems, -Ordered
             kind_rank/2             % ?Kind, ?Rank
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).

@@ -7,6 +7,7 @@
             deadline/2,             % +TimeLimit, -Deadline
             in_time/1               % +Deadline
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(assoc)).
 :- use_module(library(apply)).
 :- use_module(library(error)).

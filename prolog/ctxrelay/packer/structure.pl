@@ -8,6 +8,7 @@
             restrictions_array/2,   % +Restrictions, -Array
             apply_restrictions/5    % +I, +N, +Array, +Structure, !State
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(error)).
 :- use_module(library(lists)).
