@@ -7,12 +7,14 @@
             blend_header/2,         % +Blend, -Text
             intent_weights/5        % ?Intent, ?P, ?C, ?E, ?Novelty (extension point)
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
 :- use_module(library(pairs)).
 :- use_module(library(aggregate)).
 :- use_module(library(ordsets)).
+:- use_module(library(assoc)).
 :- use_module(library(yall)).
 
 /** <module> The tier blend: how much of the budget each horizon is offered
@@ -151,10 +153,20 @@ tier_gate(Units, Constraints, Blend, Available, Gated, GatedCs, Tiers) :-
     findall(Id, ( member(G, Groups), \+ group_item(G, Units, _), member(Id, G) ), Exempt),
     append(Offered, Exempt, Kept0),
     sort(Kept0, Kept),
-    include(gate_keeps(Kept), Units, Gated),
+    id_set(Kept, KeptSet),                  % ~100 lookups: not a scan of Kept each
+    include(gate_keeps(KeptSet), Units, Gated),
     gated_constraints(Constraints, Kept, Units, GatedCs),
-    maplist(tier_report(Items, Demand, Shares, Kept), [p, c, e], Reports),
+    maplist(tier_report(Items, Demand, Shares, KeptSet), [p, c, e], Reports),
     dict_pairs(Tiers, tiers, Reports).
+
+%   id_set(+OrdIds, -Set): the ids (an ordered set) as an assoc, for
+%   in_set/2.
+id_set(Ids, Set) :-
+    maplist([Id, Id-true]>>true, Ids, Pairs),
+    ord_list_to_assoc(Pairs, Set).
+
+in_set(Id, Set) :-
+    get_assoc(Id, Set, _).
 
 %   gate_items(+Units, +Groups, -Items)
 %   Items are item(Tier, Cost, Utility, Ids) for the optional units and
@@ -221,9 +233,9 @@ first_fit([C-Ids|Rest], Left, Chosen) :-
     ),
     first_fit(Rest, Left1, Chosen1).
 
-gate_keeps(Kept, unit(Id, _, Props)) :-
+gate_keeps(KeptSet, unit(Id, _, Props)) :-
     (   memberchk(mandatory(true), Props) -> true
-    ;   ord_memberchk(Id, Kept)
+    ;   in_set(Id, KeptSet)
     ).
 
 gated_constraints(Constraints, Kept, Units, Gated) :-
@@ -242,8 +254,8 @@ gate_constraint(In, at_most_one(Ids0), at_most_one(Ids)) :-
     include([Id]>>memberchk(Id, In), Ids0, Ids),
     Ids = [_, _|_].
 
-tier_report(Items, Demand, Shares, Kept, Tier, Tier-tier{share:S, demand:D, offered:O}) :-
+tier_report(Items, Demand, Shares, KeptSet, Tier, Tier-tier{share:S, demand:D, offered:O}) :-
     get_dict(Tier, Shares, S),
     get_dict(Tier, Demand, D),
     aggregate_all(sum(C), ( member(item(Tier, C, _, Ids), Items),
-                            Ids = [First|_], memberchk(First, Kept) ), O).
+                            Ids = [First|_], in_set(First, KeptSet) ), O).

@@ -8,6 +8,7 @@
             storage_report/3,       % +Cands, +Analysis, -Storage
             stage_name/2            % ?Kind, ?Stage
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
@@ -15,6 +16,7 @@
 :- use_module(library(assoc)).
 :- use_module(library(yall)).
 :- use_module(blend).
+:- use_module(order, [unit_table/2]).
 
 /** <module> The ledger: every token of the request accounted, and the headers
 
@@ -125,13 +127,14 @@ fail_closed(Ledger, Policy) :-
     ).
 
 pack_report(Rendered, Units, Report) :-
-    maplist(report_unit(Units), Rendered.units, Report).
+    unit_table(Units, Table),
+    maplist(report_unit(Table), Rendered.units, Report).
 
-report_unit(Units, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.tokens,
+report_unit(Table, R, unit{id:Id, kind:R.kind, variant:R.variant, tokens:R.tokens,
                            utility:Utility, turn_ids:TurnIds}) :-
     Id = R.id,
     atom_string(Variant, R.variant),
-    (   member(unit(Id, Vs, Props), Units), memberchk(variant(Variant, _, U0), Vs)
+    (   get_assoc(Id, Table, unit(Id, Vs, Props)), memberchk(variant(Variant, _, U0), Vs)
     ->  Utility is U0 / 1000
     ;   Utility = 0
     ),

@@ -1,9 +1,11 @@
 :- module(ctxrelay_order,
           [ order_pack/4,           % +Selected, +Units, +ById, -Plan
             units_by_id/2,          % +Cands, -ById
+            unit_table/2,           % +Units, -Table
             sandwich/2,             % +ScoredItems, -Ordered
             kind_rank/2             % ?Kind, ?Rank
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).
@@ -36,10 +38,7 @@ the critical ones.
 %   thread turns interleaved by turn id); the new message last.
 order_pack(Selected, Units, ById, Plan) :-
     maplist(unit_by_id(ById), Selected, Entries),
-    include(entry_section(head), Entries, Head0),
-    include(entry_section(context), Entries, Context),
-    include(entry_section(conversation), Entries, Conversation0),
-    include(entry_section(tail), Entries, Tail0),
+    sections(Entries, Head0, Context, Conversation0, Tail0),
     sort_entries(Tail0, Tail),
     sort_entries(Head0, Head),
     sort_entries(Conversation0, Conversation),
@@ -50,11 +49,23 @@ order_pack(Selected, Units, ById, Plan) :-
 
 entry_step(e(Id, Var, _)-_, [Id, Var]).
 
-entry_section(Section, e(_, _, U)-_) :-
+%   sections(+Entries, -Head, -Context, -Conversation, -Tail): the entries
+%   of each section, in the order of Entries (one pass).
+sections([], [], [], [], []).
+sections([E|Es], H, C, V, T) :-
+    (   entry_section(E, S0) -> S = S0 ; S = none ),      % a kind without a rank: left out
+    (   S == none -> H = H1, C = C1, V = V1, T = T1
+    ;   S == head -> H = [E|H1], C = C1, V = V1, T = T1
+    ;   S == context -> H = H1, C = [E|C1], V = V1, T = T1
+    ;   S == conversation -> H = H1, C = C1, V = [E|V1], T = T1
+    ;   H = H1, C = C1, V = V1, T = [E|T1]
+    ),
+    sections(Es, H1, C1, V1, T1).
+
+entry_section(e(_, _, U)-_, S) :-
     atom_string(Kind, U.kind),
     kind_rank(Kind, Rank),
-    rank_section(Rank, S),
-    S == Section.
+    rank_section(Rank, S).
 
 rank_section(R, head) :- R =< 1, !.
 rank_section(R, context) :- R =< 3, !.
@@ -66,24 +77,42 @@ sort_entries(Entries, Sorted) :-
     keysort(Keyed, KS),
     pairs_values(KS, Sorted).
 
+context_scores([], _, []) :- !.
 context_scores(Context, Units, Scored) :-
-    maplist(entry_utility(Units), Context, Utilities),
+    unit_table(Units, Table),
+    maplist(entry_utility(Table), Context, Utilities),
     max_list([1|Utilities], Max),
-    maplist(context_score(Units, Max), Context, Utilities, Scored).
+    maplist(context_score(Table, Max), Context, Utilities, Scored).
 
-entry_utility(Units, e(Id, Var, _)-_, U) :-
+entry_utility(Table, e(Id, Var, _)-_, U) :-
     atom_string(VarA, Var),
-    (   member(unit(Id, Vs, _), Units), memberchk(variant(VarA, _, U0), Vs)
+    (   get_assoc(Id, Table, unit(_, Vs, _)), memberchk(variant(VarA, _, U0), Vs)
     ->  U = U0
     ;   U = 0
     ).
 
-context_score(Units, Max, Entry, Utility, Score-Entry) :-
+context_score(Table, Max, Entry, Utility, Score-Entry) :-
     Entry = e(Id, _, _)-_,
-    (   member(unit(Id, _, Props), Units), memberchk(mandatory(true), Props)
+    (   get_assoc(Id, Table, unit(_, _, Props)), memberchk(mandatory(true), Props)
     ->  Score = 1.0
     ;   Score is Utility / Max
     ).
+
+%!  unit_table(+Units, -Table) is det.
+%
+%   The packer's units (unit(Id, Variants, Props)) by id, as an assoc:
+%   the first unit of an id wins, as member/2 would find it (pack/5
+%   allows no duplicate ids anyway).
+unit_table(Units, Table) :-
+    unit_pairs(Units, Pairs0),
+    keysort(Pairs0, Pairs1),                % stable: the first unit of an id wins
+    first_of_each_key(Pairs1, Pairs),
+    ord_list_to_assoc(Pairs, Table).
+
+unit_pairs([], []).
+unit_pairs([U|Us], [Id-U|Ps]) :-
+    arg(1, U, Id),
+    unit_pairs(Us, Ps).
 
 unit_by_id(ById, Id-Variant, e(Id, VarS, U)-U) :-
     atom_string(Variant, VarS),
@@ -92,10 +121,18 @@ unit_by_id(ById, Id-Variant, e(Id, VarS, U)-U) :-
 %   The candidate units by id, for lookups by the selected ids (a pack
 %   selects tens of the hundreds of candidates).
 units_by_id(Cands, ById) :-
-    findall(Id-U, ( member(U, Cands.units), get_dict(id, U, Id) ), Pairs0),
+    id_pairs(Cands.units, Pairs0),          % not findall/3: no copy of each unit
     keysort(Pairs0, Pairs1),                % stable: the first unit of an id wins
     first_of_each_key(Pairs1, Pairs),
     ord_list_to_assoc(Pairs, ById).
+
+id_pairs([], []).
+id_pairs([U|Us], Pairs) :-
+    (   get_dict(id, U, Id)
+    ->  Pairs = [Id-U|Pairs1]
+    ;   Pairs = Pairs1
+    ),
+    id_pairs(Us, Pairs1).
 
 first_of_each_key([], []).
 first_of_each_key([K-V|T0], [K-V|T]) :-

@@ -5,6 +5,7 @@
             warm_relevance/2,       % +Unit, -Relevance
             fact_score/2            % +Unit, -Score
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(apply)).

@@ -1,6 +1,7 @@
 :- module(ctxrelay_packer_alternatives,
           [ solutions/4             % +Prep, +TimeLimit, +MaxAlt, -Sol
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(heaps)).
 :- use_module(library(lists)).

@@ -9,6 +9,7 @@
             gap_status/3,           % +Bound, +Util, -Status
             key_cost_util/4         % +Problem, +Key, -Cost, -Util
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).

@@ -8,7 +8,9 @@
             restrictions_array/2,   % +Restrictions, -Array
             apply_restrictions/5    % +I, +N, +Array, +Structure, !State
           ]).
+:- set_prolog_flag(optimise, true).  % arithmetic compiled inline (hot loops)
 :- use_module(library(apply)).
+:- use_module(library(error)).
 :- use_module(library(lists)).
 :- use_module(library(pairs)).
 :- use_module(library(yall)).
@@ -165,16 +167,28 @@ args([I|Is], Arr, [A|As]) :-
 % holds the sorted set of values V of K-V in Pairs.
 
 pairs_array(N, Pairs, Array) :-
-    functor(Array, a, N),
     msort(Pairs, Sorted),
     group_pairs_by_key(Sorted, Grouped),
-    forall(member(K-Vs, Grouped), (sort(Vs, Set), nb_setarg(K, Array, Set))),
-    forall(between(1, N, K),
-           (   arg(K, Array, A),
-               var(A)
-           ->  nb_setarg(K, Array, [])
-           ;   true
-           )).
+    array_sets(1, N, Grouped, Sets),
+    Array =.. [a|Sets].
+
+%   The sets of keys Low..High in order, [] for a key no pair has (Grouped
+%   is sorted by key; a key out of range raises, as nb_setarg/3 did).
+array_sets(K, N, Grouped, Sets) :-
+    (   K > N
+    ->  (   Grouped = [K1-_|_]
+        ->  must_be(between(1, N), K1)
+        ;   Sets = []
+        )
+    ;   Grouped = [K-Vs|Rest]
+    ->  sort(Vs, Set),
+        Sets = [Set|Sets1],
+        K1 is K+1,
+        array_sets(K1, N, Rest, Sets1)
+    ;   Sets = [[]|Sets1],
+        K1 is K+1,
+        array_sets(K1, N, Grouped, Sets1)
+    ).
 
 numlist_(L, H, List) :-
     (   H < L
@@ -249,18 +263,18 @@ set_all_out([H|Hs], X, St, Ch0, Ch) :-
 %   Overrides a list of Unit-Options that take precedence (the first
 %   one for a unit wins). Alternatives are subproblems (see ENUMERATION).
 
-initial_restrictions(prob(N, _, Us, _, _, _), restr(Base, [])) :-
-    functor(Base, r, N),
-    forall(between(1, N, I),
-           ( arg(I, Us, u(Vs, M)),
-             length(Vs, K),
-             numlist_(1, K, Ks),
-             (   M == true
-             ->  O = Ks
-             ;   O = [0|Ks]
-             ),
-             nb_setarg(I, Base, O)
-           )).
+initial_restrictions(prob(_, _, Us, _, _, _), restr(Base, [])) :-
+    Us =.. [_|UList],
+    maplist(initial_options, UList, Os),
+    Base =.. [r|Os].
+
+initial_options(u(Vs, M), O) :-
+    length(Vs, K),
+    numlist_(1, K, Ks),
+    (   M == true
+    ->  O = Ks
+    ;   O = [0|Ks]
+    ).
 
 restrictions_array(restr(Base, Overrides), R) :-
     duplicate_term(Base, R),

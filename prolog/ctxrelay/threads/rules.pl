@@ -14,7 +14,8 @@
 :- use_module(library(aggregate)).
 :- use_module(library(yall)).
 :- use_module(library(ctxrelay/references)).
-:- use_module(library(ctxrelay/references/tokens), [word_parts/2]).
+:- use_module(library(ctxrelay/references/tokens), [word_parts/2, token_words/2]).
+:- use_module(library(ordsets)).
 :- use_module(library(ctxrelay/intent), [clarify_marker/1, topic_shift_marker/1]).
 
 /** <module> Which topic thread a user turn joins (CRP-SPEC-028 §3.3)
@@ -130,7 +131,8 @@ thread_decision(Text, Context, Decision) :-
     ),
     (   get_dict(terms, Context, Terms), integer(Terms) -> true ; Terms = unknown ),
     text_tokens(Text, Tokens),
-    decide(Tokens, Terms, Previous, Cands, Join-Same, Action, Thread, Rule),
+    (   return_target(Tokens, Target) -> Return = return(Target) ; Return = none ),
+    decide(Tokens-Return, Terms, Previous, Cands, Join-Same, Action, Thread, Rule),
     restore(Action, Rule, Thread, Cands, Join, Restore),
     Decision = decision{action:Action, thread:Thread, rule:Rule, restore:Restore}.
 
@@ -178,38 +180,39 @@ candidate(D, c(Thread, Sim, Overlap, Shared, Recent, Bridge)) :-
 shared_atom(S, A) :-
     (   atom(S) -> A = S ; atom_string(A, S) ).
 
-%   decide(+Tokens, +Terms, +Previous, +Cands, +Join-Same, -Action, -Thread, -Rule)
+%   decide(+Tokens-Return, +Terms, +Previous, +Cands, +Join-Same, -Action, -Thread, -Rule)
+%
+%   Return is return(Target) for a message with an explicit return
+%   (return_target/2), else `none`: the first three rules read it, so it
+%   is found once per decision, not once per rule.
 decide(_, _, _, [], _, new, "", first) :-
     !.
-decide(Tokens, _, Previous, Cands, _, Action, Thread, return_cue) :-
-    return_target(Tokens, Target),
+decide(_-return(Target), _, Previous, Cands, _, Action, Thread, return_cue) :-
     Target = [_|_],
     best_named(Target, Previous, Cands, Thread),
     !,
     action(Previous, Thread, resume, Action).
-decide(Tokens, _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
-    return_target(Tokens, [_|_]),              % names a topic in words no thread used:
-    findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % the earlier thread
-                   ( O > 0 ; Sim >= Same ),                            % the message is most
-                   evidence(T, Cands, Join, E) ), Earlier),             % about
-    max_member(_-Thread, Earlier),
+decide(_-return([_|_]), _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
+    findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % names a topic in
+                   ( O > 0 ; Sim >= Same ),                            % words no thread used:
+                   evidence(T, Cands, Join, E) ), Earlier),             % the earlier thread the
+    max_member(_-Thread, Earlier),                                      % message is most about
     !.
-decide(Tokens, _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
-    return_target(Tokens, []),
+decide(_-return([]), _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
     member(c(Thread, _, _, _, _, _), Cands),
     Thread \== Previous,
     !.
-decide(Tokens, _, Previous, _, _, continue, Previous, clarify) :-
+decide(Tokens-_, _, Previous, _, _, continue, Previous, clarify) :-
     Previous \== none,
     marker_match(clarify_marker, Tokens, _, _),
     !.
-decide(Tokens, Terms, Previous, Cands, _, continue, Previous, follow_up) :-
+decide(Tokens-_, Terms, Previous, Cands, _, continue, Previous, follow_up) :-
     Previous \== none,
     \+ marker_match(topic_shift_marker, Tokens, _, _),
     follow_up(Tokens, Terms, Previous, Cands),
     \+ names_another_thread(Previous, Cands),
     !.
-decide(Tokens, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
+decide(Tokens-_, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     (   marker_match(topic_shift_marker, Tokens, _, _) -> Shift = true ; Shift = false ),
     (   (   memberchk(t('?', punct, _, _), Tokens)
         ;   marker_match(request_opener, Tokens, _, _)
@@ -412,13 +415,25 @@ names_another_thread(Previous, Cands) :-
 %   the earlier question").  Fails without a cue.
 
 return_target(Tokens, Target) :-
+    token_words(Tokens, Present0),
+    sort(Present0, Present),
     return_cue(Before, After),
+    cue_words_present(Before, Present),           % cheap: most cues fail here
     marker_match(=(Before), Tokens, _, Start-End),
     \+ not_a_return(Tokens, Start),
     tokens_after(Tokens, End, Rest),
     target_words(Rest, After, Words),
     !,
     exclude(open_or_function_word, Words, Target).
+
+%   cue_words_present(+Before, +Present): every word the cue must match is
+%   among the message's words (Present: an ordered set), so the cue may
+%   match; the scan of the message (marker_match/4) decides.  Only words
+%   are checked: '^' (start of a sentence), '$' and gap(N) are not words.
+cue_words_present(Before, Present) :-
+    \+ ( member(W, Before),
+         atom(W), W \== '^', W \== '$',
+         \+ ord_memberchk(W, Present) ).
 
 %   "roll back to 3.4", "fall back to polling": a verb that takes "back"
 %   itself, not a return to a topic.
