@@ -106,7 +106,7 @@ def pg_restart_arm(pg: PrivatePostgres, redis_server: PrivateRedis, tmp: Path,
     if load.failures:
         raise SystemExit(f"client failures: {load.failures[:3]}")
     other = [a for a in load.answers if a.status != 200
-             and (a.status, a.code) != (503, "store_unavailable")]
+             and not (a.status == 503 and a.code in UNAVAILABLE_CODES)]
     figures = check_store(spec, pg.url, schema, load)
     summary = {}
     for mode in ("fast", "immediate"):
@@ -121,6 +121,8 @@ def pg_restart_arm(pg: PrivatePostgres, redis_server: PrivateRedis, tmp: Path,
     return {"clients": clients, "rounds": rounds, "restarts": restarts, "summary": summary,
             "answers": len(load.answers),
             "answers_503": sum(1 for a in load.answers if a.status == 503),
+            "answers_503_outcome_unknown": sum(1 for a in load.answers
+                                               if a.code == "store_outcome_unknown"),
             "answers_other_than_200_or_503_store_unavailable": len(other),
             "store_check": figures}
 

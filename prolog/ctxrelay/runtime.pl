@@ -309,11 +309,20 @@ turn_commit(Turn, Reply0, Result, Options) :-
 %   added is skipped with a warning (a replay of the turn adds nothing
 %   either).  Any other error is raised as before.
 after_commit(C, Goal, Promoted) :-
-    catch(Goal, error(ctxrelay(store_unavailable, Message), _),
-          ( print_message(warning,
-                          format("ctxrelay: turn stored in session ~w; its references and \c
-                                  promotions were skipped: ~w", [C.session, Message])),
-            Promoted = [] )).
+    catch(Goal, Error, store_lost_after_commit(Error, C, Promoted)).
+
+store_lost_after_commit(error(ctxrelay(Kind, Message), _), C, []) :-
+    store_lost(Kind),
+    !,
+    print_message(warning,
+                  format("ctxrelay: turn stored in session ~w; its references and \c
+                          promotions were skipped: ~w", [C.session, Message])).
+store_lost_after_commit(Error, _, _) :-
+    throw(Error).
+
+%   store_lost(+Kind): the store's server went away (before or while committing).
+store_lost(store_unavailable).
+store_lost(store_outcome_unknown).
 
 reply_message(Reply, Text, Meta) :-
     is_dict(Reply),

@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+#: 503 codes of an outage: nothing stored; or lost while committing (stored or not)
+UNAVAILABLE_CODES = ("store_unavailable", "store_outcome_unknown")
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Answer:
     retry_after: str | None
     seconds: float             # how long it took
     replay: bool = False       # CRP-Idempotent-Replay: the turn had been stored before
+    key: str = ""              # the request's Idempotency-Key
 
 
 @dataclass
@@ -65,7 +68,7 @@ class Load:
         with self.lock:
             self.answers.append(Answer(time.monotonic(), relay, r.status_code, code,
                                        r.headers.get("Retry-After"), time.monotonic() - t0,
-                                       r.headers.get("CRP-Idempotent-Replay") == "true"))
+                                       r.headers.get("CRP-Idempotent-Replay") == "true", key))
         return r
 
     def client(self, c: int) -> None:
@@ -84,7 +87,7 @@ class Load:
                             self.acked.setdefault(session, []).append((text, *ids))
                         break
                     retry = r.headers.get("Retry-After")
-                    if r.status_code != 503 or self.answers[-1].code != "store_unavailable" \
+                    if r.status_code != 503 or self.answers[-1].code not in UNAVAILABLE_CODES \
                             or retry is None or int(retry) < 1:
                         raise AssertionError(f"{r.status_code} {retry!r} {r.text[:300]}")
                     # Retry-After says 2 s; the tests wait less to see recovery sooner

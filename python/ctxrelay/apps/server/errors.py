@@ -20,7 +20,8 @@ from ctxrelay.errors import (
     TurnTooLargeError,
 )
 
-from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
+from ctxrelay.storage.postgres.connection import CommitOutcomeUnknownError, \
+    DatabaseUnavailableError
 
 from . import observe
 from .config import IDEMPOTENCY_HEADER
@@ -65,11 +66,14 @@ def scrubbed(error: ApiError, stored: str, shown: str) -> ApiError:
     return error
 
 
-def unavailable(message: str) -> ApiError:
-    """503 with ``Retry-After``: the store's database cannot be reached; nothing of the
-    request was stored, so the client may send it again as it was."""
-    observe.REFUSED.labels("store_unavailable").inc()
-    return ApiError(503, message, type="server_error", code="store_unavailable",
+def unavailable(message: str, code: str = "store_unavailable") -> ApiError:
+    """503 with ``Retry-After``: the store's database cannot be reached.  With
+    ``store_unavailable`` nothing of the request was stored, so the client may send it
+    again as it was; with ``store_outcome_unknown`` the database went away while the
+    turn was committing, and a retry with the same Idempotency-Key answers the stored
+    turn if it was stored."""
+    observe.REFUSED.labels(code).inc()
+    return ApiError(503, message, type="server_error", code=code,
                     headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)})
 
 
@@ -79,6 +83,13 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 def from_ctxrelay(exc: CtxRelayError) -> ApiError:
     """The HTTP answer for an error raised by the Runtime."""
+    if isinstance(exc, CommitOutcomeUnknownError):
+        log.warning("ctxrelay relay: store lost while committing: %s", exc)
+        return unavailable("the relay's store went away while this turn was committing: it "
+                           "may or may not be stored; retry after "
+                           f"{UNAVAILABLE_RETRY_AFTER} s with the same Idempotency-Key (the "
+                           "answer is the stored turn if it was stored)",
+                           code="store_outcome_unknown")
     if isinstance(exc, DatabaseUnavailableError):
         log.warning("ctxrelay relay: store unavailable: %s", exc)
         # The client is not told where the store is; the log is.

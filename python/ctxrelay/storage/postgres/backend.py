@@ -76,10 +76,10 @@ class PinnableDatabase(Database):
             self._pins.reading = False
 
     @contextmanager
-    def connection(self, *, autocommit: bool = False) -> Iterator[Any]:
+    def connection(self, *, autocommit: bool = False, writes: bool = False) -> Iterator[Any]:
         if not getattr(self._pins, "reading", False):
             self._pins.state = None     # a write (or a transaction) ends this thread's pin
-        with super().connection(autocommit=autocommit) as conn:
+        with super().connection(autocommit=autocommit, writes=writes) as conn:
             yield conn
 
 

@@ -8,7 +8,11 @@ One :class:`Database` per store per process holds a ``psycopg_pool``
 pool; every operation takes a connection for one transaction and gives it
 back.  A server that cannot be reached, or goes away mid-transaction,
 raises :class:`DatabaseUnavailableError` (a :class:`StoreError`), and the
-transaction is rolled back by the server: nothing half-written.
+transaction is rolled back by the server: nothing half-written.  Only when it
+goes away while a write commits can the client not know whether the commit
+happened (the server may have committed and died before it answered): that is
+:class:`CommitOutcomeUnknownError`, and a retry with the same idempotency key
+finds the write if it was stored.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ctxrelay.errors import InvalidArgumentError, StoreError
 
-__all__ = ["Database", "DatabaseUnavailableError", "parse_url",
+__all__ = ["Database", "DatabaseUnavailableError", "CommitOutcomeUnknownError", "parse_url",
            "DEFAULT_SCHEMA"]
 
 T = TypeVar("T")
@@ -43,6 +47,15 @@ class DatabaseUnavailableError(StoreError):
 
     # Its own kind, so it keeps its class through Prolog (the relay answers it 503).
     kind = "store_unavailable"
+
+
+class CommitOutcomeUnknownError(DatabaseUnavailableError):
+    """The server went away while a write was committing: it may have been stored
+    or not, and nothing is half-written either way.  Retry with the same
+    idempotency key (a turn's key finds it if it was stored; without a key a retry
+    may store it twice)."""
+
+    kind = "store_outcome_unknown"
 
 
 def parse_url(text: str) -> tuple[str, str]:
@@ -85,6 +98,8 @@ class Database:
         self._closed = False
         self._sweeping = False
         self._lock = threading.Lock()
+        # per thread: whether the current call's write is committing (see connection())
+        self._committing = threading.local()
         # per-connection set-ups (type adapters) and the connections that had them
         self._setups: list[Callable[[Any], None]] = []
         self._ready: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -133,12 +148,19 @@ class Database:
             self._ready = weakref.WeakSet()
 
     @contextmanager
-    def connection(self, *, autocommit: bool = False) -> Iterator[Any]:
+    def connection(self, *, autocommit: bool = False, writes: bool = False) -> Iterator[Any]:
         """A pooled connection in a transaction that commits when the block ends
-        (with ``autocommit``: each statement on its own, no BEGIN/COMMIT)."""
+        (with ``autocommit``: each statement on its own, no BEGIN/COMMIT;
+        ``writes``: the block's statements commit writes by themselves).
+
+        A server lost while a write commits (the end of a transaction, an autocommit
+        block that ``writes``, or after :meth:`committing`) is
+        :class:`CommitOutcomeUnknownError`; lost before that, nothing was written."""
         if self._closed:
             raise StoreError(f"store {self.url} is closed; open it again (open_stores(spec))")
         psycopg = self._psycopg
+        outer = getattr(self._committing, "now", False)
+        self._committing.now = False
         try:
             with self.pool.connection() as conn:
                 if conn.autocommit != autocommit:
@@ -149,9 +171,18 @@ class Database:
                     if not autocommit:
                         conn.commit()        # a set-up's query must not open the caller's
                     self._ready.add(conn)
+                self._committing.now = writes and autocommit
                 yield conn
+                if not autocommit:           # the pool's context commits on the way out
+                    self._committing.now = True
         except psycopg.OperationalError as exc:
             self._sweep_when_back()
+            if self._committing.now:
+                raise CommitOutcomeUnknownError(
+                    f"PostgreSQL at {_shown(self.conninfo)} went away while the call was "
+                    f"committing ({_first_line(exc)}); what it wrote may or may not be stored "
+                    "(nothing half-written): retry with the same idempotency key when the server "
+                    "is back") from None
             raise DatabaseUnavailableError(
                 f"PostgreSQL at {_shown(self.conninfo)} is unavailable ({_first_line(exc)}); "
                 "the call wrote nothing, retry when the server is back") from None
@@ -162,6 +193,13 @@ class Database:
                     f"no connection to PostgreSQL at {_shown(self.conninfo)} "
                     f"({_first_line(exc)}); retry when the server is back") from None
             raise
+        finally:
+            self._committing.now = outer
+
+    def committing(self) -> None:
+        """Say that the current block's write is being committed now (see
+        :meth:`connection`)."""
+        self._committing.now = True
 
     def _sweep_when_back(self) -> None:
         """After a failure: once the server answers again, test the idle connections and
@@ -213,6 +251,7 @@ class Database:
                 with conn.pipeline():
                     cur.execute("BEGIN")
                     result = fn(cur)
+                    self.committing()    # the server may run COMMIT with what went before
                     cur.execute("COMMIT")
             except BaseException:
                 if not conn.closed and not conn.broken:

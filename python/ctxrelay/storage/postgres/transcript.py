@@ -326,7 +326,7 @@ class PgTranscript:
                                      created or normalise_timestamp(None), archive)
         psycopg = self._db.driver
         try:
-            with self._db.connection(autocommit=True) as conn:
+            with self._db.connection(autocommit=True, writes=True) as conn:
                 return conn.execute(_APPEND_CALL, params).fetchone()[0]
         except psycopg.Error as exc:
             self._append_refused(exc, session_id, pendings)
