@@ -181,16 +181,22 @@ shared_atom(S, A) :-
 %   decide(+Tokens, +Terms, +Previous, +Cands, +Join-Same, -Action, -Thread, -Rule)
 decide(_, _, _, [], _, new, "", first) :-
     !.
-decide(Tokens, _, Previous, Cands, _, Action, Thread, return_cue) :-
+decide(Tokens, _, Previous, Cands, Join-_, Action, Thread, return_cue) :-
     return_target(Tokens, Target),
     Target = [_|_],
-    best_named(Target, Previous, Cands, Thread),
+    best_named(Target, Previous, Cands, Named),
+    (   Named == Previous,                     % only the current thread used the words:
+        strong_return(Tokens),                 % a return leaves it for the earlier thread
+        earlier_about(Previous, Cands, Join, Thread)   % the message is more about
+    ->  true
+    ;   Thread = Named
+    ),
     !,
     action(Previous, Thread, resume, Action).
 decide(Tokens, _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
     return_target(Tokens, [_|_]),              % names a topic in words no thread used:
     findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % the earlier thread
-                   ( O > 0 ; Sim >= Same ),                            % the message is most
+                   ( O > 0 ; Sim >= Same ; strong_return(Tokens) ),     % the message is most
                    evidence(T, Cands, Join, E) ), Earlier),             % about
     max_member(_-Thread, Earlier),
     !.
@@ -245,6 +251,32 @@ action(Previous, Thread, _, continue) :-
     Thread == Previous,
     !.
 action(_, _, Earlier, Earlier).
+
+%   strong_return(+Tokens)
+%
+%   The return cue of Tokens can only point back ("back to X", "about X
+%   again", "one more thing about X"): X was talked about before.  The
+%   cues anchored at the start ("as for X", "regarding X", "re X") may
+%   also bring X up for the first time, so they are not strong.
+strong_return(Tokens) :-
+    return_cue(Before, _),
+    Before \= ['^'|_],
+    marker_match(=(Before), Tokens, _, Start-_),
+    \+ not_a_return(Tokens, Start),
+    !.
+
+%   earlier_about(+Previous, +Cands, +Join, -Thread)
+%
+%   The earlier thread the message is most about, when it is more about
+%   it than about the current thread: "about the feeding again, how much
+%   water with the solids?" after a daycare answer that said "feeding"
+%   goes back to the thread about solids.
+earlier_about(Previous, Cands, Join, Thread) :-
+    evidence(Previous, Cands, Join, EP),
+    findall(E-T, ( member(c(T, _, _, _, _, _), Cands), T \== Previous,
+                   evidence(T, Cands, Join, E) ), Earlier),
+    max_member(EO-Thread, Earlier),
+    EO > EP.
 
 %   evidence(+Thread, +Cands, +Join, -E)
 %
