@@ -196,9 +196,13 @@ decide(Tokens, _, Previous, Cands, Join-_, Action, Thread, return_cue) :-
 decide(Tokens, _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
     return_target(Tokens, [_|_]),              % names a topic in words no thread used:
     findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % the earlier thread
-                   ( O > 0 ; Sim >= Same ; strong_return(Tokens) ),     % the message is most
+                   ( O > 0 ; Sim >= Same ),                            % the message is most
                    evidence(T, Cands, Join, E) ), Earlier),             % about
-    max_member(_-Thread, Earlier),
+    (   max_member(_-Thread, Earlier)
+    ->  true
+    ;   strong_return(Tokens),                 % "about X again" says X came up before:
+        earlier_about(Previous, Cands, Join, Thread)   % the earlier thread it is more about
+    ),
     !.
 decide(Tokens, _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
     return_target(Tokens, []),
@@ -512,10 +516,11 @@ open_or_function_word(W) :- memberchk(W, [the, a, an, this, that, these, those, 
 follow_up(Tokens, _, _, _) :-
     marker_match(follow_up_marker, Tokens, _, _),
     !.
-follow_up(Tokens, Terms, _, _) :-
+follow_up(Tokens, Terms, Previous, Cands) :-
     token_references(Tokens, Refs),
     member(ref(Type, D, _), Refs),
     backward_reference(Type, D, Terms),
+    anchored(Type, D, Previous, Cands),
     !.
 follow_up(Tokens, Terms, Previous, Cands) :-
     opening_pronoun(Tokens),
@@ -536,6 +541,21 @@ backward_reference(ordinal, _, Terms) :-       % "the second one", not "job numb
 backward_reference(entity, D, _) :-
     get_dict(determiner, D, Det),
     \+ weak_determiner(Det).
+
+%   anchored(+Type, +Ref, +Previous, +Cands)
+%
+%   A reference to an entity ("that volume", "those tests") follows the
+%   current thread up when the thread used one of its words; "what kind
+%   of oven do I need for that volume?" after talk of bread prices points
+%   at nothing the thread said, and asks about an oven.
+anchored(entity, D, Previous, Cands) :-
+    !,
+    get_dict(words, D, Words),
+    memberchk(c(Previous, _, _, Shared, _, _), Cands),
+    member(W, Words),
+    target_word_shared(W, Shared),
+    !.
+anchored(_, _, _, _).
 
 %   A pronoun among the first four words of the turn points at what was
 %   just said ("does it scale?", "is that safe?", "why do they ...").
