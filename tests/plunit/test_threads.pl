@@ -61,12 +61,6 @@ test(strong_return_in_new_words_goes_to_the_nearest_earlier_thread, R == resume-
 test(weak_cue_in_new_words_is_no_return, true(R \== resume-"T2"-return_cue_similar)) :-
     cand("T1", 0.03, 0.0, [], S), cand("T2", 0.08, 0.0, [], C),
     decision("Regarding taxes, can I deduct my home office?", "T1", [S, C], 4, R).
-test(reference_to_words_of_the_thread_follows_it_up, R == continue-"T1"-follow_up) :-
-    cand("T1", 0.05, 0.2, ["tests"], T),
-    decision("Should we mock the store in those tests?", "T1", [T], 3, R).
-test(reference_to_nothing_the_thread_said_is_no_follow_up, true(R \== continue-"T1"-follow_up)) :-
-    cand("T1", 0.05, 0.0, [], P),
-    decision("What kind of oven do I need for that volume?", "T1", [P], 2, R).
 test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
     backup(B), cand("T1", 0.05, 0.3, ["version"], V),
     decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).

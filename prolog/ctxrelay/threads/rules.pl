@@ -516,11 +516,10 @@ open_or_function_word(W) :- memberchk(W, [the, a, an, this, that, these, those, 
 follow_up(Tokens, _, _, _) :-
     marker_match(follow_up_marker, Tokens, _, _),
     !.
-follow_up(Tokens, Terms, Previous, Cands) :-
+follow_up(Tokens, Terms, _, _) :-
     token_references(Tokens, Refs),
     member(ref(Type, D, _), Refs),
     backward_reference(Type, D, Terms),
-    anchored(Type, D, Previous, Cands),
     !.
 follow_up(Tokens, Terms, Previous, Cands) :-
     opening_pronoun(Tokens),
@@ -541,21 +540,6 @@ backward_reference(ordinal, _, Terms) :-       % "the second one", not "job numb
 backward_reference(entity, D, _) :-
     get_dict(determiner, D, Det),
     \+ weak_determiner(Det).
-
-%   anchored(+Type, +Ref, +Previous, +Cands)
-%
-%   A reference to an entity ("that volume", "those tests") follows the
-%   current thread up when the thread used one of its words; "what kind
-%   of oven do I need for that volume?" after talk of bread prices points
-%   at nothing the thread said, and asks about an oven.
-anchored(entity, D, Previous, Cands) :-
-    !,
-    get_dict(words, D, Words),
-    memberchk(c(Previous, _, _, Shared, _, _), Cands),
-    member(W, Words),
-    target_word_shared(W, Shared),
-    !.
-anchored(_, _, _, _).
 
 %   A pronoun among the first four words of the turn points at what was
 %   just said ("does it scale?", "is that safe?", "why do they ...").
