@@ -198,27 +198,10 @@ def _entity_like(text: str) -> set[str]:
     return found - UNITS
 
 
-# A question sentence: from a sentence start (text start, or after ". ", "! ", "? ")
-# to its question mark ("20.04" does not end a sentence).
-_QUESTION = re.compile(r"(?:(?<=^)|(?<=[.!?]\s)|(?<=\n))(?:[^.!?\n]|[.!?](?!\s|$))+\?(?=\s|$)")
-
-
 def label_words(text: str) -> list[str]:
     """Up to two words naming the topic of ``text``: the first name-like word
     (else the first content word that is neither a facet nor a common verb
-    or adjective), then its facet (configure -> config) or the next such word.
-    When ``text`` sets a scene and then asks ("I'm opening a bakery. How do I
-    price a loaf?"), the question says what the thread is about: its words
-    come first, the scene's only when it has none."""
-    asked = [m.group(0) for m in _QUESTION.finditer(text.strip())]
-    if asked and asked[0].strip() != text.strip():
-        found = _label_words(asked[0])
-        if len(found) == 2:            # one word of a question is often "dead", "late"
-            return found
-    return _label_words(text)
-
-
-def _label_words(text: str) -> list[str]:
+    or adjective), then its facet (configure -> config) or the next such word."""
     content = content_words(text, parts=False)
     names = _entity_like(text)
     topical = [w for w in content if w not in FACETS and w not in LABEL_SKIP
