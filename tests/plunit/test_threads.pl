@@ -43,6 +43,24 @@ test(bare_return_resumes_the_thread_before, R == resume-"T1"-return_cue_earlier)
 test(return_in_other_words_goes_to_the_nearest_earlier_thread, R == resume-"T1"-return_cue_similar) :-
     backup(B), cand("T1", 0.05, 0.2, ["loaf"], L),
     decision("Back to the bread - my loaf comes out flat.", "T2", [B, L], 3, R).
+test(return_to_words_only_the_current_thread_used_goes_back, R == resume-"T2"-return_cue) :-
+    %   the daycare thread (current) said "feeding" once; the message is about the solids
+    cand("T3", 0.10, 0.10, ["feeding"], D), cand("T2", 0.40, 0.15, ["solids"], F),
+    decision("About the feeding again, how much water should she drink with solids?",
+             "T3", [D, F], 4, R).
+test(as_for_words_of_the_current_thread_stays, R == continue-"T3"-return_cue) :-
+    %   "as for" may name the current topic: no strong return, the named thread keeps it
+    cand("T3", 0.10, 0.10, ["feeding"], D), cand("T2", 0.40, 0.15, ["solids"], F),
+    decision("As for feeding, how much water should she drink with solids?",
+             "T3", [D, F], 4, R).
+test(strong_return_in_new_words_goes_to_the_nearest_earlier_thread, R == resume-"T2"-return_cue_similar) :-
+    %   no thread used "citations" and none reaches the similarity bar, yet "again" says
+    %   the topic was talked about
+    cand("T1", 0.03, 0.0, [], S), cand("T2", 0.08, 0.0, [], C),
+    decision("About the citations again, do I cite the software I used?", "T1", [S, C], 4, R).
+test(weak_cue_in_new_words_is_no_return, true(R \== resume-"T2"-return_cue_similar)) :-
+    cand("T1", 0.03, 0.0, [], S), cand("T2", 0.08, 0.0, [], C),
+    decision("Regarding taxes, can I deduct my home office?", "T1", [S, C], 4, R).
 test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
     backup(B), cand("T1", 0.05, 0.3, ["version"], V),
     decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).

@@ -187,16 +187,27 @@ shared_atom(S, A) :-
 %   is found once per decision, not once per rule.
 decide(_, _, _, [], _, new, "", first) :-
     !.
-decide(_-return(Target), _, Previous, Cands, _, Action, Thread, return_cue) :-
+decide(Tokens-return(Target), _, Previous, Cands, Join-_, Action, Thread, return_cue) :-
     Target = [_|_],
-    best_named(Target, Previous, Cands, Thread),
+    best_named(Target, Previous, Cands, Named),
+    (   Named == Previous,                     % only the current thread used the words:
+        strong_return(Tokens),                 % a return leaves it for the earlier thread
+        earlier_about(Previous, Cands, Join, Thread)   % the message is more about
+    ->  true
+    ;   Thread = Named
+    ),
     !,
     action(Previous, Thread, resume, Action).
-decide(_-return([_|_]), _, Previous, Cands, Join-Same, resume, Thread, return_cue_similar) :-
+decide(Tokens-return([_|_]), _, Previous, Cands, Join-Same, resume, Thread,
+       return_cue_similar) :-
     findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % names a topic in
                    ( O > 0 ; Sim >= Same ),                            % words no thread used:
                    evidence(T, Cands, Join, E) ), Earlier),             % the earlier thread the
-    max_member(_-Thread, Earlier),                                      % message is most about
+    (   max_member(_-Thread, Earlier)                                   % message is most about
+    ->  true
+    ;   strong_return(Tokens),                 % "about X again" says X came up before:
+        earlier_about(Previous, Cands, Join, Thread)   % the earlier thread it is more about
+    ),
     !.
 decide(_-return([]), _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
     member(c(Thread, _, _, _, _, _), Cands),
@@ -248,6 +259,32 @@ action(Previous, Thread, _, continue) :-
     Thread == Previous,
     !.
 action(_, _, Earlier, Earlier).
+
+%   strong_return(+Tokens)
+%
+%   The return cue of Tokens can only point back ("back to X", "about X
+%   again", "one more thing about X"): X was talked about before.  The
+%   cues anchored at the start ("as for X", "regarding X", "re X") may
+%   also bring X up for the first time, so they are not strong.
+strong_return(Tokens) :-
+    return_cue(Before, _),
+    Before \= ['^'|_],
+    marker_match(=(Before), Tokens, _, Start-_),
+    \+ not_a_return(Tokens, Start),
+    !.
+
+%   earlier_about(+Previous, +Cands, +Join, -Thread)
+%
+%   The earlier thread the message is most about, when it is more about
+%   it than about the current thread: "about the feeding again, how much
+%   water with the solids?" after a daycare answer that said "feeding"
+%   goes back to the thread about solids.
+earlier_about(Previous, Cands, Join, Thread) :-
+    evidence(Previous, Cands, Join, EP),
+    findall(E-T, ( member(c(T, _, _, _, _, _), Cands), T \== Previous,
+                   evidence(T, Cands, Join, E) ), Earlier),
+    max_member(EO-Thread, Earlier),
+    EO > EP.
 
 %   evidence(+Thread, +Cands, +Join, -E)
 %

@@ -102,6 +102,11 @@ today tomorrow week weeks year years month months day days hours minutes thousan
 feels feel looks hosting getting trying planning going unrelated random separate quick
 topic another totally completely off buy sell buying
 """.split())
+# Words that make a question word with "how" ("how long", "how often"): any
+# topic asks them, so after "how" they name none.
+HOW_DEGREE: frozenset[str] = frozenset("""
+long often far hard late early soon large high deep wide heavy strong frequently
+""".split())
 # Units written like names ("8 GiB"): never a topic name.
 UNITS: frozenset[str] = frozenset("kb mb gb tb kib mib gib tib ms ns us hz khz mhz ghz rpm "
                                   "am pm utc gmt".split())
@@ -152,8 +157,10 @@ def content_words(text: str, *, parts: bool = True) -> list[str]:
     (``slow-roasted``, ``etcd.conf``) comes with its parts unless ``parts``
     is false."""
     seen: dict[str, None] = {}
+    before = ""
     for w in words(text):
         w = w[:-2] if w.endswith("'s") else w
+        w, before = ("", w) if before == "how" and w in HOW_DEGREE else (w, w)
         # The parts of a compound that are words ("slow-roasted", not "v3.5").
         split = [x for x in re.split(r"[-.']", w) if sum(c.isalpha() for c in x) >= 3
                  and not any(c.isdigit() for c in x)] if parts and re.search(r"[-.']", w) else []
