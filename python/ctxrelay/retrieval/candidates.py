@@ -16,7 +16,7 @@ import contextlib
 import functools
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,17 +190,21 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None)
     # Tier P's query is the message: its embedding is ready when Prolog's plan comes.
-    prepare = Router.of(stores).prepare_query \
+    # Its ANN search nearly always asks what the last one asked (namespace, pool):
+    # it runs ahead too, after recall's ranking, whose answer is handed over first.
+    router = Router.of(stores) \
         if options.get("knowledge") and message is not None and has_knowledge(stores) else None
     if RECALL_BESIDE_ANALYSIS and options.get("retrieval", True) and query_text \
             and history_end >= 1 and int(options.get("max_retrieved", 200)) > 0:
         # One task on the side pool, not two: on a busy machine each thread woken
         # waits for a core (and the GIL), and both finish long before gather() asks.
-        ranking = _side_pool().submit(_prepare_then_recall, prepare, stores, session_id,
-                                      query_text, upto=history_end, dense=dense,
-                                      embedder=embedder, dense_generation=log_generation)
-    elif prepare is not None:
-        _side_pool().submit(prepare, query_text)
+        ranking = Future()
+        _side_pool().submit(_prepare_then_recall, ranking, router, stores, session_id,
+                            query_text, upto=history_end, dense=dense,
+                            embedder=embedder, dense_generation=log_generation)
+    elif router is not None:
+        _side_pool().submit(_prepare_then_recall, None, router, stores, session_id,
+                            query_text)
     cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
                          generation, log_generation, warm_store, embedder, ranking)
     # No units yet: recall marks the window's turns with their relevance, so their
@@ -312,16 +316,22 @@ def _side_pool() -> ThreadPoolExecutor:
     return _side
 
 
-def _prepare_then_recall(prepare: Any, stores: Stores, session_id: str, query_text: str,
-                         **recall_options: Any) -> Any:
-    """Tier P's query embedded ahead (``prepare``, or None), then recall's ranking."""
-    from ctxrelay.retrieval.recall import recall
-    if prepare is not None:
-        try:
-            prepare(query_text)
-        except Exception:   # noqa: BLE001, S110 - the plan meets it again and reports it
-            pass
-    return recall(stores, session_id, query_text, **recall_options)
+def _prepare_then_recall(ranking: Future | None, router: Router | None, stores: Stores,
+                         session_id: str, query_text: str, **recall_options: Any) -> None:
+    """Tier P's query embedded ahead (with ``router``, or None for no Tier P), then
+    recall's ranking into ``ranking`` (None: no recall), then Tier P's ANN search
+    ahead: gather() waits for the ranking, not for the search."""
+    if router is not None:
+        _quietly(lambda: router.prepare_query(query_text))   # the plan meets an error again
+    if ranking is not None:
+        from ctxrelay.retrieval.recall import recall
+        if ranking.set_running_or_notify_cancel():
+            try:
+                ranking.set_result(recall(stores, session_id, query_text, **recall_options))
+            except BaseException as exc:            # noqa: BLE001 - handed to gather()
+                ranking.set_exception(exc)
+    if router is not None:
+        _quietly(lambda: router.search_ahead(query_text))
 
 
 class _Done:
