@@ -81,9 +81,11 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     Reads the recent window (kept between turns, see :mod:`ctxrelay.retrieval.prepared`)
     and the message's thread, and keeps the units so far (system, message,
     pending, the window's turns, a resumed thread's) with the ``info`` Prolog
-    reads to resolve references, classify the intent and plan Tier P.  Recall,
-    warm artifacts, the boundary, referenced turns and Tier P come in the
-    second stage (:func:`gather`), which runs Tier P beside recall.
+    reads to resolve references, classify the intent and plan Tier P.  While
+    Prolog analyses the message, the side pool ranks the older turns (recall),
+    builds their units and runs Tier P's query embedding and ANN search; warm
+    artifacts, the boundary, referenced turns and Tier P's facts come in the
+    second stage (:func:`gather`).
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
@@ -184,7 +186,7 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     warm_store = stores.warm_if_present() if options.get("warm", True) else None
     # Recall's ranking needs nothing Prolog decides next: it runs while Prolog
     # analyses the message (janus releases the GIL while Prolog runs).
-    ranking = None
+    ranking = recalled = None
     embedder = None
     if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
@@ -199,14 +201,23 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
         # One task on the side pool, not two: on a busy machine each thread woken
         # waits for a core (and the GIL), and both finish long before gather() asks.
         ranking = Future()
+        # The recalled turns' units need only the ranking and the units so far (Prolog
+        # adds none before gather()): built on the side too, after the ranking.
+        recalled = Future() if RETRIEVE_BESIDE_ANALYSIS else None
+        build = None if recalled is None else functools.partial(
+            _recalled_units, units, groups, stores, session_id, query_text,
+            window_start, history_end, options, counter, scratch, dense, embedder,
+            log_generation, limits)
         _side_pool().submit(_prepare_then_recall, ranking, router, stores, session_id,
                             query_text, upto=history_end, dense=dense,
-                            embedder=embedder, dense_generation=log_generation)
+                            embedder=embedder, dense_generation=log_generation,
+                            recalled=recalled, build=build)
     elif router is not None:
         _side_pool().submit(_prepare_then_recall, None, router, stores, session_id,
                             query_text)
     cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
-                         generation, log_generation, warm_store, embedder, ranking)
+                         generation, log_generation, warm_store, embedder, ranking,
+                         recalled if ranking is not None else None)
     # No units yet: recall marks the window's turns with their relevance, so their
     # summaries go to Prolog with the rest, from gather().
     return {"handle": cands, "priming": priming, "info": info}
@@ -218,9 +229,10 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
 
     ``options``: referenced (turn ids, Prolog's resolution of the message's
     references) and knowledge (a router plan, ``ctxrelay_router:access_plan/3``,
-    or None for no Tier P).  The plan runs on the router's pool while this
-    thread recalls turns (recall's numpy, LMDB and hnswlib release the GIL), and
-    its facts are added last, as ever.  Returns every unit's summary, the groups and
+    or None for no Tier P).  The recalled units were built beside the analysis
+    (:func:`window_candidates`); the plan runs after the history, in this thread
+    (see ``TIER_P_BESIDE_RECALL``), its ANN search answered from the one run ahead,
+    and its facts are added last, as ever.  Returns every unit's summary, the groups and
     excludes, the whole info and ``knowledge`` (None: no knowledge base, else the
     facts' report as :func:`add_router_fact_units` gives it).
     """
@@ -267,7 +279,9 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
     session_id, store = cands.session_id, stores.transcript
     history_end = int(info["history_end"])
     window_tokens = int(options["window_tokens"])
-    if options.get("retrieval", True) and stage.query_text:
+    if stage.recalled is not None:
+        info["recall"] = stage.recalled.result()      # built beside the analysis
+    elif options.get("retrieval", True) and stage.query_text:
         info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
                                    history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
@@ -297,11 +311,18 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
         _used("pointer")
 
 
-# Tier P's fetch beside recall.  Not the router's own pool: a blended plan fetches its
+# The side pool: recall's ranking, the recalled units and Tier P's ANN search while
+# Prolog analyses the message.  Not the router's own pool: a blended plan fetches its
 # steps there and waits for them, which from inside that pool could exhaust it.
 _SIDE_WORKERS = 4
-TIER_P_BESIDE_RECALL = True     # False: fetched after recall, in the caller's thread
+# Tier P's fetch in gather(): in the caller's thread, after the history.  With its
+# ANN search done ahead and the recalled units built beside the analysis, what is
+# left of it holds the GIL, so a side thread only adds its wake-up and hand-offs
+# (in one process at 100k, alternating, load 6-7: p50 38.2 vs 39.9 ms and 42.0 vs
+# 47.7 ms, CPU per assembly 1.5-2.5 ms less).  True: fetched on the side pool.
+TIER_P_BESIDE_RECALL = False
 RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
+RETRIEVE_BESIDE_ANALYSIS = True  # False: the recalled units are built in gather()
 _side: ThreadPoolExecutor | None = None
 _side_lock = threading.Lock()
 
@@ -317,21 +338,45 @@ def _side_pool() -> ThreadPoolExecutor:
 
 
 def _prepare_then_recall(ranking: Future | None, router: Router | None, stores: Stores,
-                         session_id: str, query_text: str, **recall_options: Any) -> None:
+                         session_id: str, query_text: str, *, recalled: Future | None = None,
+                         build: Any = None, **recall_options: Any) -> None:
     """Tier P's query embedded ahead (with ``router``, or None for no Tier P), then
-    recall's ranking into ``ranking`` (None: no recall), then Tier P's ANN search
-    ahead: gather() waits for the ranking, not for the search."""
+    recall's ranking into ``ranking`` (None: no recall) and the recalled units
+    (``build(ranking)`` into ``recalled``, if given), then Tier P's ANN search ahead:
+    gather() waits for the ranking and the units, not for the search."""
     if router is not None:
         _quietly(lambda: router.prepare_query(query_text))   # the plan meets an error again
     if ranking is not None:
         from ctxrelay.retrieval.recall import recall
-        if ranking.set_running_or_notify_cancel():
-            try:
-                ranking.set_result(recall(stores, session_id, query_text, **recall_options))
-            except BaseException as exc:            # noqa: BLE001 - handed to gather()
-                ranking.set_exception(exc)
+        _settle(ranking, lambda: recall(stores, session_id, query_text, **recall_options))
+    if recalled is not None:
+        _settle(recalled, lambda: build(ranking))
     if router is not None:
         _quietly(lambda: router.search_ahead(query_text))
+
+
+def _settle(future: Future, fn: Any) -> None:
+    """``future`` set to what ``fn()`` returns or raises (handed to gather())."""
+    if future.set_running_or_notify_cancel():
+        try:
+            future.set_result(fn())
+        except BaseException as exc:            # noqa: BLE001 - raised again in gather()
+            future.set_exception(exc)
+
+
+def _recalled_units(units: dict[str, Unit], groups: list[list[str]], stores: Stores,
+                    session_id: str, query_text: str, window_start: int, history_end: int,
+                    options: dict[str, Any], counter: Any, scratch: Any, dense: Any,
+                    embedder: Any, log_generation: Any, limits: _Limits,
+                    ranking: Future) -> dict[str, Any]:
+    """:func:`_retrieve` of the first stage's units, on the side pool (the pricing's
+    context variables set for this thread first)."""
+    limits.apply()
+    return _retrieve(stores, session_id, query_text, window_start, history_end,
+                     int(options.get("retrieve_tokens", int(options["window_tokens"]))),
+                     int(options.get("max_retrieved", 200)), units, groups, counter,
+                     scratch, dense, embedder, pair=bool(options.get("pair_turns", False)),
+                     dense_generation=log_generation, ranking=ranking)
 
 
 class _Done:
@@ -389,6 +434,7 @@ class _Stage:
     warm_store: Any
     embedder: Any                 # recall's (None without the dense side)
     ranking: Any                  # recall's ranking, a future (None: no recall)
+    recalled: Any = None          # _retrieve's answer, a future (None: built in gather())
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
