@@ -186,7 +186,7 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     warm_store = stores.warm_if_present() if options.get("warm", True) else None
     # Recall's ranking needs nothing Prolog decides next: it runs while Prolog
     # analyses the message (janus releases the GIL while Prolog runs).
-    ranking = recalled = None
+    ranking = recalled = ahead = None
     embedder = None
     if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
@@ -196,6 +196,10 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     # it runs ahead too, after recall's ranking, whose answer is handed over first.
     router = Router.of(stores) \
         if options.get("knowledge") and message is not None and has_knowledge(stores) else None
+    # Each step on the side is a Future that gather() cancels when the side has not
+    # started it yet (a busy machine gave the side thread no core): gather() then
+    # does it in its own thread instead of waiting, or skips the search ahead.
+    ahead = Future() if router is not None else None
     if RECALL_BESIDE_ANALYSIS and options.get("retrieval", True) and query_text \
             and history_end >= 1 and int(options.get("max_retrieved", 200)) > 0:
         # One task on the side pool, not two: on a busy machine each thread woken
@@ -211,13 +215,13 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
         _side_pool().submit(_prepare_then_recall, ranking, router, stores, session_id,
                             query_text, upto=history_end, dense=dense,
                             embedder=embedder, dense_generation=log_generation,
-                            recalled=recalled, build=build)
+                            recalled=recalled, build=build, ahead=ahead)
     elif router is not None:
         _side_pool().submit(_prepare_then_recall, None, router, stores, session_id,
-                            query_text)
+                            query_text, ahead=ahead)
     cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
                          generation, log_generation, warm_store, embedder, ranking,
-                         recalled if ranking is not None else None)
+                         recalled if ranking is not None else None, ahead)
     # No units yet: recall marks the window's turns with their relevance, so their
     # summaries go to Prolog with the rest, from gather().
     return {"handle": cands, "priming": priming, "info": info}
@@ -241,6 +245,8 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
         raise InvalidArgumentError("gather/3 takes the candidates of window_candidates/4, once")
     cands.stage = None
     stage.limits.apply()
+    if stage.ahead is not None:
+        stage.ahead.cancel()          # not started: the plan searches for itself
     plan = options.get("knowledge")
     fetch = None
     if plan is not None and has_knowledge(stores):
@@ -279,9 +285,12 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
     session_id, store = cands.session_id, stores.transcript
     history_end = int(info["history_end"])
     window_tokens = int(options["window_tokens"])
-    if stage.recalled is not None:
-        info["recall"] = stage.recalled.result()      # built beside the analysis
+    recalled, ranking = stage.recalled, stage.ranking
+    if recalled is not None and not recalled.cancel():
+        info["recall"] = recalled.result()      # built beside the analysis
     elif options.get("retrieval", True) and stage.query_text:
+        if ranking is not None and ranking.cancel():
+            ranking = None                      # not started on the side: ranked here
         info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
                                    history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
@@ -289,7 +298,7 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
                                    units, cands.groups, counter, stage.scratch, stage.dense,
                                    stage.embedder, pair=bool(options.get("pair_turns", False)),
                                    dense_generation=stage.log_generation,
-                                   ranking=stage.ranking)
+                                   ranking=ranking)
     if stage.warm_store is not None:
         _warm_units(stage.warm_store, session_id, stage.query_text, history_end, units,
                     cands.excludes, counter)
@@ -339,7 +348,8 @@ def _side_pool() -> ThreadPoolExecutor:
 
 def _prepare_then_recall(ranking: Future | None, router: Router | None, stores: Stores,
                          session_id: str, query_text: str, *, recalled: Future | None = None,
-                         build: Any = None, **recall_options: Any) -> None:
+                         build: Any = None, ahead: Future | None = None,
+                         **recall_options: Any) -> None:
     """Tier P's query embedded ahead (with ``router``, or None for no Tier P), then
     recall's ranking into ``ranking`` (None: no recall) and the recalled units
     (``build(ranking)`` into ``recalled``, if given), then Tier P's ANN search ahead:
@@ -351,8 +361,8 @@ def _prepare_then_recall(ranking: Future | None, router: Router | None, stores: 
         _settle(ranking, lambda: recall(stores, session_id, query_text, **recall_options))
     if recalled is not None:
         _settle(recalled, lambda: build(ranking))
-    if router is not None:
-        _quietly(lambda: router.search_ahead(query_text))
+    if ahead is not None:
+        _settle(ahead, lambda: _quietly(lambda: router.search_ahead(query_text)))
 
 
 def _settle(future: Future, fn: Any) -> None:
@@ -435,6 +445,7 @@ class _Stage:
     embedder: Any                 # recall's (None without the dense side)
     ranking: Any                  # recall's ranking, a future (None: no recall)
     recalled: Any = None          # _retrieve's answer, a future (None: built in gather())
+    ahead: Any = None             # Tier P's ANN search ahead, a future (None: none)
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
