@@ -45,7 +45,9 @@ class _LatePool:
          TIER_P_BESIDE_RECALL=False),
     dict(RECALL_BESIDE_ANALYSIS=True, RETRIEVE_BESIDE_ANALYSIS=False,
          TIER_P_BESIDE_RECALL=True),
-], ids=["caller-thread", "tier-p-beside"])
+    dict(RECALL_BESIDE_ANALYSIS=True, RETRIEVE_BESIDE_ANALYSIS=True,
+         TIER_P_BESIDE_RECALL=False),
+], ids=["caller-thread", "tier-p-beside", "units-beside"])
 def test_the_switches_give_the_recorded_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               switches: dict[str, bool]) -> None:
     for name, value in switches.items():
@@ -56,8 +58,11 @@ def test_the_switches_give_the_recorded_packs(tmp_path: Path, monkeypatch: pytes
         _same(_packs(rt), want, f"with {switches}")
 
 
+@pytest.mark.parametrize("units_beside", [False, True])
 def test_side_steps_not_started_by_gather_are_done_there(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         units_beside: bool) -> None:
+    monkeypatch.setattr(candidates, "RETRIEVE_BESIDE_ANALYSIS", units_beside)
     pool = _LatePool()
     monkeypatch.setattr(candidates, "_side_pool", lambda: pool)
     gather = candidates.gather

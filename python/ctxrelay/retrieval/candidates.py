@@ -82,9 +82,9 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     and the message's thread, and keeps the units so far (system, message,
     pending, the window's turns, a resumed thread's) with the ``info`` Prolog
     reads to resolve references, classify the intent and plan Tier P.  While
-    Prolog analyses the message, the side pool ranks the older turns (recall),
-    builds their units and runs Tier P's query embedding and ANN search; warm
-    artifacts, the boundary, referenced turns and Tier P's facts come in the
+    Prolog analyses the message, the side pool embeds Tier P's query, ranks the
+    older turns (recall) and runs Tier P's ANN search ahead; the recalled units,
+    warm artifacts, the boundary, referenced turns and Tier P's facts come in the
     second stage (:func:`gather`).
 
     ``message`` is the new user message text, or None when it is already the
@@ -206,7 +206,7 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
         # waits for a core (and the GIL), and both finish long before gather() asks.
         ranking = Future()
         # The recalled turns' units need only the ranking and the units so far (Prolog
-        # adds none before gather()): built on the side too, after the ranking.
+        # adds none before gather()): they may be built on the side too.
         recalled = Future() if RETRIEVE_BESIDE_ANALYSIS else None
         build = None if recalled is None else functools.partial(
             _recalled_units, units, groups, stores, session_id, query_text,
@@ -233,7 +233,7 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
 
     ``options``: referenced (turn ids, Prolog's resolution of the message's
     references) and knowledge (a router plan, ``ctxrelay_router:access_plan/3``,
-    or None for no Tier P).  The recalled units were built beside the analysis
+    or None for no Tier P).  The ranking was made beside the analysis
     (:func:`window_candidates`); the plan runs after the history, in this thread
     (see ``TIER_P_BESIDE_RECALL``), its ANN search answered from the one run ahead,
     and its facts are added last, as ever.  Returns every unit's summary, the groups and
@@ -331,7 +331,12 @@ _SIDE_WORKERS = 4
 # 47.7 ms, CPU per assembly 1.5-2.5 ms less).  True: fetched on the side pool.
 TIER_P_BESIDE_RECALL = False
 RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
-RETRIEVE_BESIDE_ANALYSIS = True  # False: the recalled units are built in gather()
+# The recalled units built on the side too, after the ranking (True), or in gather()
+# (False).  Recall, the units and the ANN search together outlast the analysis on a
+# quiet machine, so gather() waited for the units and searched itself; under load
+# (6-8) the side thread often had no core: in one process, alternating, p50 89.3 vs
+# 84.0 ms, p95 133.6 vs 144.4, CPU 21.2 vs 19.9 ms per assembly.
+RETRIEVE_BESIDE_ANALYSIS = False
 _side: ThreadPoolExecutor | None = None
 _side_lock = threading.Lock()
 
