@@ -186,7 +186,7 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     warm_store = stores.warm_if_present() if options.get("warm", True) else None
     # Recall's ranking needs nothing Prolog decides next: it runs while Prolog
     # analyses the message (janus releases the GIL while Prolog runs).
-    ranking = recalled = ahead = None
+    ranking = recalled = None
     embedder = None
     if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
@@ -320,15 +320,16 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
         _used("pointer")
 
 
-# The side pool: recall's ranking, the recalled units and Tier P's ANN search while
-# Prolog analyses the message.  Not the router's own pool: a blended plan fetches its
+# The side pool: recall's ranking and Tier P's ANN search (and the recalled units, with
+# RETRIEVE_BESIDE_ANALYSIS) while Prolog analyses the message.  Not the router's own pool: a blended plan fetches its
 # steps there and waits for them, which from inside that pool could exhaust it.
 _SIDE_WORKERS = 4
 # Tier P's fetch in gather(): in the caller's thread, after the history.  With its
-# ANN search done ahead and the recalled units built beside the analysis, what is
-# left of it holds the GIL, so a side thread only adds its wake-up and hand-offs
-# (in one process at 100k, alternating, load 6-7: p50 38.2 vs 39.9 ms and 42.0 vs
-# 47.7 ms, CPU per assembly 1.5-2.5 ms less).  True: fetched on the side pool.
+# ANN search done ahead, what is left of it holds the GIL, as the recalled units'
+# pricing does, so a side thread only adds its wake-up and hand-offs (in one process
+# at 100k, alternating, load 6-8: p50 72.3 vs 78.7, 75.3 vs 74.8 and 33.1 vs 41.0 ms,
+# mean 43.9 vs 46.9 ms, CPU 20.5 vs 22.0 ms per assembly; with the units on the side
+# p50 38.2 vs 39.9 and 42.0 vs 47.7 ms).  True: on the side pool.
 TIER_P_BESIDE_RECALL = False
 RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
 # The recalled units built on the side too, after the ranking (True), or in gather()
