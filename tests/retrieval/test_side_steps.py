@@ -22,16 +22,25 @@ from test_pack_identity import RECORD, _corpus, _fixed_fact_ids, _packs, _same  
 
 
 class _LatePool:
-    """A side pool whose tasks run only when the next gather() has begun (the side
-    thread had no core while Prolog analysed the message)."""
+    """A side pool whose first-stage tasks run only when the next gather() has begun
+    (the side thread had no core while Prolog analysed the message); what gather()
+    itself submits (Tier P's fetch, with ``TIER_P_BESIDE_RECALL``) runs at once."""
 
     def __init__(self) -> None:
         self.queued: list[Any] = []
         self.ran = 0
+        self.in_gather = False
 
     def submit(self, fn: Any, *args: Any, **kwargs: Any) -> Future:
-        self.queued.append((fn, args, kwargs))
-        return Future()
+        future: Future = Future()
+        if not self.in_gather:
+            self.queued.append((fn, args, kwargs))
+            return future
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:        # noqa: BLE001 - as a pool would hand it over
+            future.set_exception(exc)
+        return future
 
     def run_queued(self) -> None:
         queued, self.queued = self.queued, []
@@ -68,9 +77,11 @@ def test_side_steps_not_started_by_gather_are_done_there(tmp_path: Path,
     gather = candidates.gather
 
     def gather_then_let_the_side_run(cands: Any, stores: Any, options: Any) -> Any:
+        pool.in_gather = True
         try:
             return gather(cands, stores, options)
         finally:
+            pool.in_gather = False
             pool.run_queued()          # too late: each step finds itself cancelled
     monkeypatch.setattr(candidates, "gather", gather_then_let_the_side_run)
     want = json.loads(RECORD.read_text())

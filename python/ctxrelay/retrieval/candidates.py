@@ -234,9 +234,9 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
     ``options``: referenced (turn ids, Prolog's resolution of the message's
     references) and knowledge (a router plan, ``ctxrelay_router:access_plan/3``,
     or None for no Tier P).  The ranking was made beside the analysis
-    (:func:`window_candidates`); the plan runs after the history, in this thread
-    (see ``TIER_P_BESIDE_RECALL``), its ANN search answered from the one run ahead,
-    and its facts are added last, as ever.  Returns every unit's summary, the groups and
+    (:func:`window_candidates`); the plan runs on the side pool beside the history
+    (see ``TIER_P_BESIDE_RECALL``), its ANN search answered from the one run ahead
+    when that ran, and its facts are added last, as ever.  Returns every unit's summary, the groups and
     excludes, the whole info and ``knowledge`` (None: no knowledge base, else the
     facts' report as :func:`add_router_fact_units` gives it).
     """
@@ -324,13 +324,14 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
 # RETRIEVE_BESIDE_ANALYSIS) while Prolog analyses the message.  Not the router's own pool: a blended plan fetches its
 # steps there and waits for them, which from inside that pool could exhaust it.
 _SIDE_WORKERS = 4
-# Tier P's fetch in gather(): in the caller's thread, after the history.  With its
-# ANN search done ahead, what is left of it holds the GIL, as the recalled units'
-# pricing does, so a side thread only adds its wake-up and hand-offs (in one process
-# at 100k, alternating, load 6-8: p50 72.3 vs 78.7, 75.3 vs 74.8 and 33.1 vs 41.0 ms,
-# mean 43.9 vs 46.9 ms, CPU 20.5 vs 22.0 ms per assembly; with the units on the side
-# p50 38.2 vs 39.9 and 42.0 vs 47.7 ms).  True: on the side pool.
-TIER_P_BESIDE_RECALL = False
+# Tier P's fetch in gather(): on the side pool, beside the recalled units (True), or
+# in the caller's thread after them (False).  With the search ahead done, what is left
+# holds the GIL either way; when it was not (the side thread got no core in time),
+# hnswlib's search overlaps the units only from the side.  Measured: in one process,
+# alternating, load 6-8, False gave p50 72.3 vs 78.7, 75.3 vs 74.8 and 33.1 vs 41.0 ms;
+# side by side against 0a8ad08 at load ~2 (bench/e2e_bench.py), False 1.01x / 1.08x
+# (p50 / p95) and True 0.99x / 1.04x.  Within noise: the tested default stays.
+TIER_P_BESIDE_RECALL = True
 RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
 # The recalled units built on the side too, after the ranking (True), or in gather()
 # (False).  Recall, the units and the ANN search together outlast the analysis on a
