@@ -138,3 +138,31 @@ def test_host_only_tokens_count_each_packed_units_record():
     assert assembly.host_only_tokens(cands, plan, "gpt-4") == expected
     units["t7"].features["scratch_id"] = "sc-1"        # a field of the unit: counted
     assert assembly.host_only_tokens(cands, plan, "gpt-4") > expected
+
+
+def test_host_only_record_counts_kept_between_assemblies_equal_a_fresh_count():
+    """A record counted once is answered from the memo the next time; a record
+    whose values differ only in type (True, 1, 1.0: equal as keys, different JSON)
+    or holds a non-scalar field gets its own count."""
+    import json as _json
+    from ctxrelay.retrieval import render as render_module
+
+    def unit(**features):
+        return assembly.Unit(id="t9", kind="turn", turn_ids=[9],
+                             variants={"verbatim": {"role": "user", "content": "x"}},
+                             features=features)
+
+    def fresh(u):
+        record = {k: v for k, v in u.features.items() if k != "relevance"}
+        record.update(id=u.id, turn_ids=u.turn_ids)
+        return tokens.count(_json.dumps(record, sort_keys=True, default=str), "gpt-4").n
+
+    render_module._RECORD_TOKENS.clear()
+    for features in ({"role": "user", "flag": True}, {"role": "user", "flag": 1},
+                     {"role": "user", "flag": 1.0}, {"role": "user", "flag": [1, 2, 3]},
+                     {"role": "user", "flag": True, "relevance": 0.5}):
+        u = unit(**features)
+        cands = assembly.Candidates("s", "gpt-4", {"t9": u}, 3, [], [], {})
+        for _ in range(2):                              # counted, then from the memo
+            assert assembly.host_only_tokens(cands, [["t9", "verbatim"]], "gpt-4") == fresh(u)
+    assert len(render_module._RECORD_TOKENS) == 3       # True, 1, 1.0; not the list

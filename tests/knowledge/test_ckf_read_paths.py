@@ -135,6 +135,38 @@ def test_a_write_from_another_process_shows_in_the_next_read(tmp_path):
         assert s.fact(fid).importance == 0.25
 
 
+def test_a_search_run_ahead_answers_the_plan_and_follows_every_write(tmp_path):
+    """search_ahead() repeats the last search's namespace and k for a new query; the
+    search that follows is answered from it (no second hnswlib search) with what a
+    plain search gives, and a write in between (a new fact, a status change) is seen."""
+    with FactStore(tmp_path / "ckf", embedder="hashing", recluster_every=None) as s:
+        ids = s.add_facts(texts(20, seed=3))
+        query = s.embedder.embed_batch(["budget invoice ledger audit"])[0]
+        s.cdr("recipe flour butter", k=5)               # the shape asked before: default, pool 50
+        idx = s.live.ann.get("default").index
+        searched = []
+        plain_search = idx.search
+        idx.search = lambda v, k, **kw: searched.append(k) or plain_search(v, k, **kw)
+        s.search_ahead(query)
+        assert len(searched) == 1                       # one hnswlib search (of the pool's
+        got = s.cdr(query, k=5)                         # read width: VectorIndexes.nearest)
+        assert len(searched) == 1                       # answered from the search ahead
+        s.live._searched.clear()                        # the same call without the kept answer
+        want = s.cdr(query, k=5)
+        assert len(searched) == 2 and searched[0] == searched[1]
+        assert [(f.fact_id, f.score) for f in got] == [(f.fact_id, f.score) for f in want]
+        # a write after the search ahead: the plan's search sees it
+        s.search_ahead(query)
+        best = want[0].fact_id
+        s.set_status(best, "QUARANTINED")
+        after = s.cdr(query, k=5)
+        assert best not in [f.fact_id for f in after]
+        s.search_ahead(query)
+        new_id = s.add_fact("budget invoice ledger audit payroll margin forecast")
+        assert new_id in [f.fact_id for f in s.cdr(query, k=5)]
+        assert len(ids) == 60
+
+
 # -- FactIds: the walk's own handles -------------------------------------------------------
 
 def test_fact_ids_handles_are_used_only_by_their_owner(tmp_path):

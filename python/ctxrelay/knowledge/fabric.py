@@ -415,6 +415,14 @@ class FactStore:
         vec = self._encoder.query(query)
         return [Hit(fid, sim) for fid, sim in self.live.search(ns, vec, k)]
 
+    def search_ahead(self, query: Any) -> None:
+        """Run the ANN search the next CDR/CDGR/ANN call with ``query`` will most
+        likely ask for, so that it finds the answer ready (see
+        :meth:`ctxrelay.knowledge.live.LiveIndex.search_ahead`); results are the
+        same either way."""
+        self._check_open()
+        self.live.search_ahead(self._encoder.query(query))
+
     def search_terms(self, query: str, *, k: int = 10,
                      namespace: str | None = None) -> list[Hit]:
         """BM25 over the term index (exact word forms; see ctxrelay.storage.lmdb.textindex)."""

@@ -12,6 +12,7 @@ rebuild and snapshot rules.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,9 @@ from ctxrelay.storage.interfaces.facts import (STATUSES, FactReader, FactStorage
                                                Written)
 
 __all__ = ["LiveIndex"]
+
+SEARCHES_KEPT = 8           # answers of search() kept (see LiveIndex.search)
+SEARCH_SHAPES_KEPT = 2      # (namespace, k) pairs search_ahead() repeats
 
 
 class LiveIndex:
@@ -43,6 +47,10 @@ class LiveIndex:
                                       auto_ef=auto_ef, threads=threads)
         self.walks = Walks(storage.dim)
         self._lock = threading.RLock()
+        # search(): recent answers with the index state they saw, and the
+        # (namespace, k) recently asked (what search_ahead repeats)
+        self._searched: OrderedDict[tuple[str, int, bytes], Any] = OrderedDict()
+        self._asked: deque[tuple[str, int]] = deque(maxlen=SEARCH_SHAPES_KEPT)
 
     @property
     def ef_search(self) -> int:
@@ -71,11 +79,23 @@ class LiveIndex:
     def search(self, ns: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` nearest retrievable facts: ``(fact id, cosine)``, nearest first,
         equal cosines by fact id (:meth:`VectorIndexes.nearest`: why the same on
-        every back end for the same facts, and when not)."""
+        every back end for the same facts, and when not).
+
+        The answers of the last few searches are kept with the index state they
+        saw (the index object, its applied generation and ef): a search asked
+        again of the same state is answered from them, which is what lets
+        :meth:`search_ahead` run an assembly's search before its plan comes."""
+        vector = np.ascontiguousarray(vector, dtype=np.float32).reshape(-1)
+        key = (ns, int(k), vector.tobytes())
+
         def fn(view: FactReader) -> list[tuple[str, float]]:
             idx = self.ann.current(view, ns)
             if idx is None:
                 return []
+            state = (idx, idx.applied_gen, idx.index.ef_search)
+            kept = self._searched.get(key)
+            if kept is not None and kept[0][0] is idx and kept[0][1:] == state[1:]:
+                return list(kept[1])
 
             def ids_of(labels: np.ndarray) -> list[str]:
                 ids = self.walks.ids_of(view, ns, labels)
@@ -86,9 +106,29 @@ class LiveIndex:
                         "cannot find (a damaged record key); run 'ctxrelay check' and "
                         "re-ingest the facts or restore a backup")
                 return ids
-            return self.ann.nearest(idx, vector, k, ids_of)
+            found = self.ann.nearest(idx, vector, k, ids_of)
+            self._searched[key] = (state, tuple(found))
+            self._searched.move_to_end(key)
+            while len(self._searched) > SEARCHES_KEPT:
+                self._searched.popitem(last=False)
+            asked = (ns, int(k))
+            if asked in self._asked:
+                self._asked.remove(asked)
+            self._asked.append(asked)
+            return found
         with self._lock:
             return self.storage.snapshot(fn)
+
+    def search_ahead(self, vector: np.ndarray) -> None:
+        """Search for ``vector`` as the recent searches asked (namespace and ``k``),
+        ahead of the plan that will ask: an assembly embeds its Tier P query while
+        Prolog analyses the message, and the plan that follows nearly always
+        searches the same namespace with the same candidate pool (CDR's and
+        CDGR's pool is ``max(4k, 50)``).  What the plan then asks is answered from
+        :meth:`search`'s kept answers when the index has not moved; a guess
+        that misses costs one search and changes nothing."""
+        for ns, k in list(self._asked):
+            self.search(ns, vector, k)
 
     def heads(self, ns: str, ids: Sequence[str]) -> HeadArrays:
         """The scoring heads of ``ids`` (from memory where the walk holds them)."""

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,9 +81,11 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     Reads the recent window (kept between turns, see :mod:`ctxrelay.retrieval.prepared`)
     and the message's thread, and keeps the units so far (system, message,
     pending, the window's turns, a resumed thread's) with the ``info`` Prolog
-    reads to resolve references, classify the intent and plan Tier P.  Recall,
-    warm artifacts, the boundary, referenced turns and Tier P come in the
-    second stage (:func:`gather`), which runs Tier P beside recall.
+    reads to resolve references, classify the intent and plan Tier P.  While
+    Prolog analyses the message, the side pool embeds Tier P's query, ranks the
+    older turns (recall) and runs Tier P's ANN search ahead; the recalled units,
+    warm artifacts, the boundary, referenced turns and Tier P's facts come in the
+    second stage (:func:`gather`).
 
     ``message`` is the new user message text, or None when it is already the
     last stored turn (``history_end`` then excludes it).  Options: model,
@@ -184,25 +186,42 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     warm_store = stores.warm_if_present() if options.get("warm", True) else None
     # Recall's ranking needs nothing Prolog decides next: it runs while Prolog
     # analyses the message (janus releases the GIL while Prolog runs).
-    ranking = None
+    ranking = recalled = None
     embedder = None
     if options.get("retrieval", True) and query_text and dense is not None:
         from ctxrelay.text.embed import get_embedder
         embedder = get_embedder(options.get("embedder") or None)
     # Tier P's query is the message: its embedding is ready when Prolog's plan comes.
-    prepare = Router.of(stores).prepare_query \
+    # Its ANN search nearly always asks what the last one asked (namespace, pool):
+    # it runs ahead too, after recall's ranking, whose answer is handed over first.
+    router = Router.of(stores) \
         if options.get("knowledge") and message is not None and has_knowledge(stores) else None
+    # Each step on the side is a Future that gather() cancels when the side has not
+    # started it yet (a busy machine gave the side thread no core): gather() then
+    # does it in its own thread instead of waiting, or skips the search ahead.
+    ahead = Future() if router is not None else None
     if RECALL_BESIDE_ANALYSIS and options.get("retrieval", True) and query_text \
             and history_end >= 1 and int(options.get("max_retrieved", 200)) > 0:
         # One task on the side pool, not two: on a busy machine each thread woken
         # waits for a core (and the GIL), and both finish long before gather() asks.
-        ranking = _side_pool().submit(_prepare_then_recall, prepare, stores, session_id,
-                                      query_text, upto=history_end, dense=dense,
-                                      embedder=embedder, dense_generation=log_generation)
-    elif prepare is not None:
-        _side_pool().submit(prepare, query_text)
+        ranking = Future()
+        # The recalled turns' units need only the ranking and the units so far (Prolog
+        # adds none before gather()): they may be built on the side too.
+        recalled = Future() if RETRIEVE_BESIDE_ANALYSIS else None
+        build = None if recalled is None else functools.partial(
+            _recalled_units, units, groups, stores, session_id, query_text,
+            window_start, history_end, options, counter, scratch, dense, embedder,
+            log_generation, limits)
+        _side_pool().submit(_prepare_then_recall, ranking, router, stores, session_id,
+                            query_text, upto=history_end, dense=dense,
+                            embedder=embedder, dense_generation=log_generation,
+                            recalled=recalled, build=build, ahead=ahead)
+    elif router is not None:
+        _side_pool().submit(_prepare_then_recall, None, router, stores, session_id,
+                            query_text, ahead=ahead)
     cands.stage = _Stage(options, limits, counter, scratch, dense, query_text, window_start,
-                         generation, log_generation, warm_store, embedder, ranking)
+                         generation, log_generation, warm_store, embedder, ranking,
+                         recalled if ranking is not None else None, ahead)
     # No units yet: recall marks the window's turns with their relevance, so their
     # summaries go to Prolog with the rest, from gather().
     return {"handle": cands, "priming": priming, "info": info}
@@ -214,9 +233,10 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
 
     ``options``: referenced (turn ids, Prolog's resolution of the message's
     references) and knowledge (a router plan, ``ctxrelay_router:access_plan/3``,
-    or None for no Tier P).  The plan runs on the router's pool while this
-    thread recalls turns (recall's numpy, LMDB and hnswlib release the GIL), and
-    its facts are added last, as ever.  Returns every unit's summary, the groups and
+    or None for no Tier P).  The ranking was made beside the analysis
+    (:func:`window_candidates`); the plan runs on the side pool beside the history
+    (see ``TIER_P_BESIDE_RECALL``), its ANN search answered from the one run ahead
+    when that ran, and its facts are added last, as ever.  Returns every unit's summary, the groups and
     excludes, the whole info and ``knowledge`` (None: no knowledge base, else the
     facts' report as :func:`add_router_fact_units` gives it).
     """
@@ -225,6 +245,8 @@ def gather(cands: Candidates, stores: Stores, options: dict[str, Any]) -> dict[s
         raise InvalidArgumentError("gather/3 takes the candidates of window_candidates/4, once")
     cands.stage = None
     stage.limits.apply()
+    if stage.ahead is not None:
+        stage.ahead.cancel()          # not started: the plan searches for itself
     plan = options.get("knowledge")
     fetch = None
     if plan is not None and has_knowledge(stores):
@@ -263,7 +285,12 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
     session_id, store = cands.session_id, stores.transcript
     history_end = int(info["history_end"])
     window_tokens = int(options["window_tokens"])
-    if options.get("retrieval", True) and stage.query_text:
+    recalled, ranking = stage.recalled, stage.ranking
+    if recalled is not None and not recalled.cancel():
+        info["recall"] = recalled.result()      # built beside the analysis
+    elif options.get("retrieval", True) and stage.query_text:
+        if ranking is not None and ranking.cancel():
+            ranking = None                      # not started on the side: ranked here
         info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
                                    history_end,
                                    int(options.get("retrieve_tokens", window_tokens)),
@@ -271,7 +298,7 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
                                    units, cands.groups, counter, stage.scratch, stage.dense,
                                    stage.embedder, pair=bool(options.get("pair_turns", False)),
                                    dense_generation=stage.log_generation,
-                                   ranking=stage.ranking)
+                                   ranking=ranking)
     if stage.warm_store is not None:
         _warm_units(stage.warm_store, session_id, stage.query_text, history_end, units,
                     cands.excludes, counter)
@@ -293,11 +320,25 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
         _used("pointer")
 
 
-# Tier P's fetch beside recall.  Not the router's own pool: a blended plan fetches its
+# The side pool: recall's ranking and Tier P's ANN search (and the recalled units, with
+# RETRIEVE_BESIDE_ANALYSIS) while Prolog analyses the message.  Not the router's own pool: a blended plan fetches its
 # steps there and waits for them, which from inside that pool could exhaust it.
 _SIDE_WORKERS = 4
-TIER_P_BESIDE_RECALL = True     # False: fetched after recall, in the caller's thread
+# Tier P's fetch in gather(): on the side pool, beside the recalled units (True), or
+# in the caller's thread after them (False).  With the search ahead done, what is left
+# holds the GIL either way; when it was not (the side thread got no core in time),
+# hnswlib's search overlaps the units only from the side.  Measured: in one process,
+# alternating, load 6-8, False gave p50 72.3 vs 78.7, 75.3 vs 74.8 and 33.1 vs 41.0 ms;
+# side by side against 0a8ad08 at load ~2 (bench/e2e_bench.py), False 1.01x / 1.08x
+# (p50 / p95) and True 0.99x / 1.04x.  Within noise: the tested default stays.
+TIER_P_BESIDE_RECALL = True
 RECALL_BESIDE_ANALYSIS = True   # False: recall ranks in gather(), in the caller's thread
+# The recalled units built on the side too, after the ranking (True), or in gather()
+# (False).  Recall, the units and the ANN search together outlast the analysis on a
+# quiet machine, so gather() waited for the units and searched itself; under load
+# (6-8) the side thread often had no core: in one process, alternating, p50 89.3 vs
+# 84.0 ms, p95 133.6 vs 144.4, CPU 21.2 vs 19.9 ms per assembly.
+RETRIEVE_BESIDE_ANALYSIS = False
 _side: ThreadPoolExecutor | None = None
 _side_lock = threading.Lock()
 
@@ -312,16 +353,47 @@ def _side_pool() -> ThreadPoolExecutor:
     return _side
 
 
-def _prepare_then_recall(prepare: Any, stores: Stores, session_id: str, query_text: str,
-                         **recall_options: Any) -> Any:
-    """Tier P's query embedded ahead (``prepare``, or None), then recall's ranking."""
-    from ctxrelay.retrieval.recall import recall
-    if prepare is not None:
+def _prepare_then_recall(ranking: Future | None, router: Router | None, stores: Stores,
+                         session_id: str, query_text: str, *, recalled: Future | None = None,
+                         build: Any = None, ahead: Future | None = None,
+                         **recall_options: Any) -> None:
+    """Tier P's query embedded ahead (with ``router``, or None for no Tier P), then
+    recall's ranking into ``ranking`` (None: no recall) and the recalled units
+    (``build(ranking)`` into ``recalled``, if given), then Tier P's ANN search ahead:
+    gather() waits for the ranking and the units, not for the search."""
+    if router is not None:
+        _quietly(lambda: router.prepare_query(query_text))   # the plan meets an error again
+    if ranking is not None:
+        from ctxrelay.retrieval.recall import recall
+        _settle(ranking, lambda: recall(stores, session_id, query_text, **recall_options))
+    if recalled is not None:
+        _settle(recalled, lambda: build(ranking))
+    if ahead is not None:
+        _settle(ahead, lambda: _quietly(lambda: router.search_ahead(query_text)))
+
+
+def _settle(future: Future, fn: Any) -> None:
+    """``future`` set to what ``fn()`` returns or raises (handed to gather())."""
+    if future.set_running_or_notify_cancel():
         try:
-            prepare(query_text)
-        except Exception:   # noqa: BLE001, S110 - the plan meets it again and reports it
-            pass
-    return recall(stores, session_id, query_text, **recall_options)
+            future.set_result(fn())
+        except BaseException as exc:            # noqa: BLE001 - raised again in gather()
+            future.set_exception(exc)
+
+
+def _recalled_units(units: dict[str, Unit], groups: list[list[str]], stores: Stores,
+                    session_id: str, query_text: str, window_start: int, history_end: int,
+                    options: dict[str, Any], counter: Any, scratch: Any, dense: Any,
+                    embedder: Any, log_generation: Any, limits: _Limits,
+                    ranking: Future) -> dict[str, Any]:
+    """:func:`_retrieve` of the first stage's units, on the side pool (the pricing's
+    context variables set for this thread first)."""
+    limits.apply()
+    return _retrieve(stores, session_id, query_text, window_start, history_end,
+                     int(options.get("retrieve_tokens", int(options["window_tokens"]))),
+                     int(options.get("max_retrieved", 200)), units, groups, counter,
+                     scratch, dense, embedder, pair=bool(options.get("pair_turns", False)),
+                     dense_generation=log_generation, ranking=ranking)
 
 
 class _Done:
@@ -379,6 +451,8 @@ class _Stage:
     warm_store: Any
     embedder: Any                 # recall's (None without the dense side)
     ranking: Any                  # recall's ranking, a future (None: no recall)
+    recalled: Any = None          # _retrieve's answer, a future (None: built in gather())
+    ahead: Any = None             # Tier P's ANN search ahead, a future (None: none)
 
 
 def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ctxrelay.memo import keep
 from ctxrelay.retrieval.units import Candidates
 from ctxrelay.text import tokens as tok
 
@@ -53,10 +54,43 @@ def host_only_tokens(cands: Candidates, plan: list[list[str]],
     costs a memo lookup rather than another BPE pass over the whole list.
     """
     counter = tok.resolve(model)
+    which = (counter, id(counter.counter))
     total = 0
     for unit_id, _variant in plan:
         unit = cands.unit(unit_id)
-        record = {k: v for k, v in unit.features.items() if k not in _PER_QUERY}
-        record.update(id=unit.id, turn_ids=unit.turn_ids)
-        total += counter.count(json.dumps(record, sort_keys=True, default=str)).n
+        key = _record_key(unit, which)
+        n = _RECORD_TOKENS.get(key) if key is not None else None
+        if n is None:
+            record = {k: v for k, v in unit.features.items() if k not in _PER_QUERY}
+            record.update(id=unit.id, turn_ids=unit.turn_ids)
+            n = counter.count(json.dumps(record, sort_keys=True, default=str)).n
+            if key is not None:
+                keep(_RECORD_TOKENS, key, n, _RECORD_TOKENS_MAX)
+        total += n
     return total
+
+
+# A packed unit's record is counted once: a unit packed on the next turn again has
+# the same record (its own fields; the per-query scores are left out), and building
+# its JSON costs more than this key.  Keyed by the tokenizer and the record's values
+# with their types (1, 1.0 and True are equal keys but different JSON).
+_RECORD_TOKENS: dict[tuple[Any, ...], int] = {}
+_RECORD_TOKENS_MAX = 8192
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _record_key(unit: Any, tokenizer: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The memo key of a unit's record, or None when a field is not a plain scalar
+    (such a record is counted from its JSON every time)."""
+    fields = []
+    for k, v in unit.features.items():
+        if k in _PER_QUERY:
+            continue
+        if type(v) not in _SCALARS:
+            return None
+        fields.append((k, type(v), v))
+    turn_ids = unit.turn_ids
+    if any(type(t) is not int for t in turn_ids):
+        return None
+    fields.sort(key=lambda f: f[0])
+    return (tokenizer, unit.id, tuple(turn_ids), tuple(fields))

@@ -426,6 +426,14 @@ class Router:
         except CtxRelayError:
             pass
 
+    def search_ahead(self, text: str) -> None:
+        """The CKF's ANN search for ``text`` run ahead of the plan (``FactStore.search_ahead``):
+        a text that cannot be embedded is left for the plan to report."""
+        try:
+            self.facts().search_ahead(self._embedded(text)[0])
+        except CtxRelayError:
+            pass
+
     def _embedded(self, text: str) -> tuple[Any, Any]:
         # (embedding, its cache-key template): a repeated query costs neither an
         # embedder call nor the bucketing projection.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrelay.retrieval.pricing import _add, _add_turn, _tool_call_ids
+from ctxrelay.retrieval.pricing import _add, _add_turn, _priced_unit, _tool_call_ids
 from ctxrelay.retrieval.units import Unit
 from ctxrelay.retrieval.window import _kept
 from ctxrelay.storage.stores import Stores
@@ -82,7 +82,18 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
         in_window = {t.turn_id for t in window}
         dormant = [t for t in info["turn_ids"] if t not in in_window and t <= history_end]
         wanted = [tid for tid in dormant[-_DORMANT_MAX:] if f"t{tid}" not in units]
-        for turn in store.turns(session_id, wanted):
+        # A plain turn offered before is priced in the memo (it holds plain turns
+        # only): those need no read, the others are read in one go.
+        ready = {tid: unit for tid in wanted
+                 if (unit := _priced_unit(stores, session_id, tid, "thread")) is not None}
+        rest = [tid for tid in wanted if tid not in ready]
+        read = {t.turn_id: t for t in store.turns(session_id, rest)} if rest else {}
+        for tid in wanted:
+            unit = ready.get(tid)
+            if unit is not None:
+                units[unit.id] = unit
+                continue
+            turn = read[tid]
             if turn.role == "tool" or _tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
             _add_turn(units, stores, turn, "thread", scratch, model)
