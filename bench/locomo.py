@@ -157,6 +157,11 @@ def main() -> int:
     ap.add_argument("--policy", default="", help="extra policy options for ctxrelay, e.g. max_retrieved=80")
     ap.add_argument("--methods", default="recency,bm25,dense,ctxrelay")
     ap.add_argument("--out", default="locomo", help="results name under bench/results")
+    ap.add_argument("--store", default=None,
+                    help="store spec to replay into (default: a fresh temporary directory); "
+                         "e.g. postgresql://...?schema=NEW to check the PostgreSQL back end "
+                         "gives the same recall (the schema must not hold the conversations)")
+    ap.add_argument("--cache", default=None, help="cache spec with --store, e.g. redis://...")
     args = ap.parse_args()
     for item in filter(None, args.policy.split(",")):
         name, _, value = item.partition("=")
@@ -175,7 +180,8 @@ def main() -> int:
     total = {b: defaultdict(int) for b in budgets}
     latencies: dict[int, list[float]] = {b: [] for b in budgets}
     n_questions = 0
-    with tempfile.TemporaryDirectory() as tmp, Runtime(Path(tmp) / "store") as rt:
+    with tempfile.TemporaryDirectory() as tmp, \
+            Runtime(args.store or Path(tmp) / "store", cache=args.cache) as rt:
         for sample in samples:
             sid = sample["sample_id"]
             dia_of = replay(rt, sample)
@@ -218,6 +224,7 @@ def main() -> int:
     payload = {"benchmark": "locomo_evidence_recall", "questions": n_questions,
                "embedder": getattr(embedder, "model_id", str(embedder)),
                "model_tokenizer": MODEL, "results": results, "policy": EXTRA,
+               "store": "directory" if not args.store else args.store.split("://")[0],
                "loadavg_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
                "target": "ctxrelay > all baselines at every budget; recall >= 0.85 at 2048"}
     print(f"-> {write(args.out, payload)}")
