@@ -38,6 +38,12 @@ def test_e2e_bench_runs_both_sides_and_writes_ratios(tmp_path):
         assert row[side]["without_message_embedding"]["p50_ms"] > 0
         assert row[side]["pack_units"] > 0
     assert set(row["ratio_new_over_baseline"]["total"]) == {"p50_ms", "p95_ms", "mean_ms"}
+    # The baseline's real commit is recorded, and the target is judged only
+    # against e858172 (this checkout as its own baseline is not it).
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    assert data["baseline_commit"] == head
+    assert data["target_met"] is None
 
 
 @pytest.mark.slow
