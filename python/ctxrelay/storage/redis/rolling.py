@@ -51,7 +51,7 @@ from typing import Any
 
 from ctxrelay.errors import StoreError
 from ctxrelay.storage.interfaces.rolling import Entry
-from ctxrelay.storage.rolling.common import (CorruptRingError, LogRecord, LogStats,
+from ctxrelay.storage.rolling.common import (RingBounds, CorruptRingError, LogRecord, LogStats,
                                              RingStats, RollingLogUnavailableError,
                                              check_count, decode, encode, session_bytes,
                                              too_large)
@@ -168,7 +168,7 @@ if had > 0 then return 1 else return 0 end
 """
 
 
-class RedisRollingLog:
+class RedisRollingLog(RingBounds):
     """A :class:`~ctxrelay.storage.interfaces.rolling.RollingLogBackend` in Redis
     (see the module doc); ``client`` belongs to the cache back end, ``breaker`` is
     shared with the hot cache (one Redis, one back-off)."""
@@ -179,8 +179,7 @@ class RedisRollingLog:
         self._errors_caught = (redis.RedisError, OSError)
         self._client = client
         self._base = f"{prefix}:rl:{store}:"
-        self._cap_entries = check_count(capacity_entries, "capacity_entries", minimum=1)
-        self._cap_bytes = check_count(capacity_bytes, "capacity_bytes", minimum=1)
+        super().__init__(capacity_entries, capacity_bytes)
         self.breaker = breaker
         self.location = location
         self._append_script = client.register_script(_APPEND)
@@ -190,14 +189,6 @@ class RedisRollingLog:
         self._local = threading.RLock()
         self.errors = self.skipped = 0
         self._closed = False
-
-    @property
-    def capacity_entries(self) -> int:
-        return self._cap_entries
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self._cap_bytes
 
     # -- keys and calls -------------------------------------------------------------------
 

@@ -165,6 +165,24 @@ def decode(kind: int, payload: bytes) -> Entry:
     return value
 
 
+class RingBounds:
+    """The ring bounds every rolling-log back end takes, checks and reports: a
+    session's ring holds at most ``capacity_entries`` entries and
+    ``capacity_bytes`` payload bytes."""
+
+    def __init__(self, capacity_entries: Any, capacity_bytes: Any) -> None:
+        self._cap_entries = check_count(capacity_entries, "capacity_entries", minimum=1)
+        self._cap_bytes = check_count(capacity_bytes, "capacity_bytes", minimum=1)
+
+    @property
+    def capacity_entries(self) -> int:
+        return self._cap_entries
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._cap_bytes
+
+
 def too_large(size: int, capacity: int) -> EntryTooLargeError:
     return EntryTooLargeError(
         f"entry is {size} bytes encoded, larger than the ring's capacity_bytes={capacity}; "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ctxrelay.errors import InvalidArgumentError, StoreError, StoreFullError
 from ctxrelay.storage.interfaces.rolling import Entry
-from ctxrelay.storage.rolling.common import (DEFAULT_CAPACITY_BYTES, DEFAULT_CAPACITY_ENTRIES,
+from ctxrelay.storage.rolling.common import (RingBounds, DEFAULT_CAPACITY_BYTES, DEFAULT_CAPACITY_ENTRIES,
                                              DEFAULT_MAX_OPEN, MAX_CAPACITY_BYTES, LogRecord,
                                              LogStats, RingConfigMismatchError,
                                              RollingLogClosedError, RingStats, check_count,
@@ -49,7 +49,7 @@ class _Exclusive:
 
 # -- the public log -------------------------------------------------------------
 
-class RollingLog:
+class RollingLog(RingBounds):
     """Per-session rings of recent entries in memory-mapped files under ``path``.
 
     ``capacity_entries`` and ``capacity_bytes`` (payload bytes) size the ring a
@@ -63,8 +63,7 @@ class RollingLog:
                  capacity_entries: int = DEFAULT_CAPACITY_ENTRIES,
                  capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
                  max_open: int = DEFAULT_MAX_OPEN, sync: bool = False) -> None:
-        self._cap_entries = check_count(capacity_entries, "capacity_entries", minimum=1)
-        self._cap_bytes = check_count(capacity_bytes, "capacity_bytes", minimum=1)
+        super().__init__(capacity_entries, capacity_bytes)
         if self._cap_bytes > MAX_CAPACITY_BYTES:
             raise InvalidArgumentError(
                 f"capacity_bytes must be at most {MAX_CAPACITY_BYTES} (4 GiB - 1), "
@@ -85,14 +84,6 @@ class RollingLog:
         self._closed = False
         self._sync_thread_lock = threading.RLock()
         self._exclusive: _Exclusive | None = None    # made on first use, one per log
-
-    @property
-    def capacity_entries(self) -> int:
-        return self._cap_entries
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self._cap_bytes
 
     # lifecycle -----------------------------------------------------------------
 

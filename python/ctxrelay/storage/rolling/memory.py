@@ -6,14 +6,14 @@ import threading
 from collections import deque
 
 from ctxrelay.storage.interfaces.rolling import Entry
-from ctxrelay.storage.rolling.common import (DEFAULT_CAPACITY_BYTES, DEFAULT_CAPACITY_ENTRIES,
+from ctxrelay.storage.rolling.common import (RingBounds, DEFAULT_CAPACITY_BYTES, DEFAULT_CAPACITY_ENTRIES,
                                              LogRecord, LogStats, RingStats, check_count,
                                              decode, encode, session_bytes, too_large)
 
 __all__ = ["MemoryRollingLog"]
 
 
-class MemoryRollingLog:
+class MemoryRollingLog(RingBounds):
     """The ``memory`` back end (SPEC-038 §2.2): same semantics, nothing on disk.
 
     Entries are kept encoded (as in :class:`RollingLog`), so a caller mutating a
@@ -22,19 +22,10 @@ class MemoryRollingLog:
 
     def __init__(self, *, capacity_entries: int = DEFAULT_CAPACITY_ENTRIES,
                  capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
-        self._cap_entries = check_count(capacity_entries, "capacity_entries", minimum=1)
-        self._cap_bytes = check_count(capacity_bytes, "capacity_bytes", minimum=1)
+        super().__init__(capacity_entries, capacity_bytes)
         self._lock = threading.Lock()
         self._rings: dict[str, tuple[deque, list[int]]] = {}   # entries, [next_seq, bytes]
         self._exclusive = threading.RLock()
-
-    @property
-    def capacity_entries(self) -> int:
-        return self._cap_entries
-
-    @property
-    def capacity_bytes(self) -> int:
-        return self._cap_bytes
 
     def exclusive(self) -> threading.RLock:
         """A lock for callers that bring rings in line with their source (only this
