@@ -18,7 +18,7 @@ plumbing and no generic names to the importing module.
   | assembly, packs  | assemble/4, pack/5, pack_best/5                         | ctxrelay_assembly, ctxrelay_packer |
   | cold history     | context/3, context/4, with_input_context/3              | ctxrelay_context   |
   | the store        | store_open/2,3, store_close/1, default_store/1, set_default_store/1, session_create/3, session_info/3, sessions/2, session_archive/2, session_stats/3, turn_append/4,5, turn_get/4, turn_count/3, turn_for_key/4, transcript_history/4, transcript_search/4,5, transcript_export/3, transcript_import/4 | ctxrelay_store |
-  | knowledge (P)    | fact_add/4, facts_search/4, fact_get/4, knowledge_ingest/4 | ctxrelay_knowledge |
+  | knowledge (P)    | fact_add/4, facts_search/4, fact_get/4, knowledge_ingest/4, knowledge_reindex/3 | ctxrelay_knowledge |
   | tool output (E)  | tool_output_record/6,7, scratch_get/4,5, scratch_raw/4, scratch_pin/3, scratch_entries/3 | ctxrelay_scratch |
   | warm artifacts   | warm_publish/5,6, warm_artifacts/3                      | ctxrelay_warm      |
   | topic threads    | turnlog_derive/3, turn_derived/4, topic_threads/3, topic_thread/4, thread_state_set/4 | ctxrelay_threads |
@@ -69,7 +69,8 @@ See docs/architecture.md.
               transcript_export/3, transcript_import/4
             ]).
 :- reexport(ctxrelay/knowledge,
-            [ fact_add/4, facts_search/4, fact_get/4, knowledge_ingest/4 ]).
+            [ fact_add/4, facts_search/4, fact_get/4, knowledge_ingest/4,
+              knowledge_reindex/3 ]).
 :- reexport(ctxrelay/scratch,
             [ tool_output_record/6, tool_output_record/7,
               scratch_get/4, scratch_get/5, scratch_raw/4,

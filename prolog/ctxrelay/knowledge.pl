@@ -2,7 +2,8 @@
           [ fact_add/4,             % +Store, +Content, -FactId, +Options
             facts_search/4,         % +Store, +Query, -Facts, +Options
             fact_get/4,             % +Store, +KeyOrId, -Fact, +Options
-            knowledge_ingest/4      % +Store, +Sources, -Report, +Options
+            knowledge_ingest/4,     % +Store, +Sources, -Report, +Options
+            knowledge_reindex/3     % +Store, -Report, +Options
           ]).
 :- use_module(library(janus)).
 :- use_module(library(error)).
@@ -26,6 +27,7 @@ These predicates are the Prolog face of ctxrelay.knowledge.fabric.FactStore.
 :- predicate_options(fact_get/4, 4, [namespace(text), as(oneof([dict, python]))]).
 :- predicate_options(knowledge_ingest/4, 4,
                      [namespace(text), source_type(text), progress(boolean)]).
+:- predicate_options(knowledge_reindex/3, 3, [namespace(text)]).
 
 %!  fact_add(+Store, +Content, -FactId, +Options) is det.
 %
@@ -84,6 +86,25 @@ knowledge_ingest(Store0, Sources, Report, Options) :-
     ;   Opts = Opts0
     ),
     py_api(py_call_plain('ctxrelay.bridge.stores':ingest(Store, Items, Opts), Report)).
+
+%!  knowledge_reindex(+Store, -Report:dict, +Options) is det.
+%
+%   Rebuild the ANN index of one namespace (namespace(NS)) or of every
+%   namespace from the stored vectors of its retrievable facts, inserting
+%   on one thread, and snapshot it.  An index is a function of its
+%   insertion order, so after this the store's nearest facts are the ones
+%   any other copy of it (another back end, another relay) finds; use it
+%   on an index grown by an older version on two threads (docs/storage.md).
+%   Report: namespaces (those rebuilt), vectors (how many their indexes
+%   hold), seconds.  A store
+%   without a knowledge base rebuilds nothing.
+%
+%   @error ctxrelay(invalid_argument, Msg) for a namespace the store lacks
+knowledge_reindex(Store0, Report, Options) :-
+    check_options(knowledge_reindex/3, 3, Options),
+    store_ref(Store0, Store),
+    namespace(Options, NS),
+    py_api(py_call_plain('ctxrelay.bridge.stores':reindex_facts(Store, NS), Report)).
 
 source_dict(text(T), py{text:S}) :- !, must_be(text, T), text_to_string(T, S).
 source_dict(file(P), py{path:S}) :- !, must_be(text, P), text_to_string(P, S).

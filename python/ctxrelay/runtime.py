@@ -688,6 +688,12 @@ class Runtime:
         return self._call("ctxrelay:fact_get(St, K, F, [as(python)|_Opts])", opts=opts,
                           K=key_or_id)["F"]
 
+    def reindex_facts(self, *, namespace: str | None = None) -> dict[str, Any]:
+        """Rebuild the knowledge store's ANN index (one namespace, or all) on one thread;
+        returns ``{"namespaces", "vectors", "seconds"}`` (``knowledge_reindex/3``)."""
+        opts = [("namespace", namespace)] if namespace is not None else []
+        return _plain(self._call("ctxrelay:knowledge_reindex(St, R, _Opts)", opts=opts)["R"])
+
     def ingest(self, paths_or_texts: Any, *, namespace: str | None = None,
                source_type: str | None = None, progress: bool | None = None) -> dict[str, Any]:
         """Chunk documents (paths, directories or texts) into facts; a progress bar on a TTY."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,23 @@ def ingest(stores: Stores, items: list, options: dict) -> dict:
                                  source_type=opts.get("source_type"),
                                  progress=opts.get("progress"))
     return report.to_dict()
+
+
+def reindex_facts(stores: Stores, namespace: Any) -> dict:
+    """Rebuild the ANN index of ``namespace`` (None: every namespace) on one thread;
+    ``knowledge_reindex/3`` documents the report."""
+    ns = _none_if_unset(namespace)
+    facts = stores.facts_if_present()
+    known = [] if facts is None else facts.namespaces()
+    if ns is not None and ns not in known:
+        raise InvalidArgumentError(
+            f"the knowledge store has no namespace {ns!r}; its namespaces: "
+            f"{', '.join(map(repr, known)) or 'none'} (omit the namespace to rebuild them all)")
+    started = time.perf_counter()
+    chosen = known if ns is None else [ns]
+    vectors = sum(facts.rebuild_index(namespace=name) for name in chosen)
+    return {"namespaces": chosen, "vectors": vectors,
+            "seconds": round(time.perf_counter() - started, 3)}
 
 
 # -- the storage router (SPEC-035 §3) ------------------------------------------------

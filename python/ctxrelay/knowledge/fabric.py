@@ -559,10 +559,14 @@ class FactStore:
         self._check_open()
         return self.storage.source(check_namespace(namespace), source_id)
 
-    def rebuild_index(self, *, namespace: str | None = None) -> None:
-        """Rebuild the namespace's ANN index now (it also happens by the 20 % rule)."""
+    def rebuild_index(self, *, namespace: str | None = None) -> int:
+        """Rebuild the namespace's ANN index now (it also happens by the 20 % rule), one
+        element at a time in seq order; returns how many vectors it holds."""
         self._check_open()
-        self.live.rebuild(check_namespace(namespace))
+        ns = check_namespace(namespace)
+        self.live.rebuild(ns)
+        held, hidden = self.live.index_counts(ns)
+        return held - hidden
 
     # -- ingestion (SPEC-009 §4) ----------------------------------------------------------------
 

@@ -81,6 +81,21 @@ def _fact_fields(item: Any) -> dict[str, Any]:
     return {**fact, **{k: v for k, v in d.items() if k != "fact"}}
 
 
+def cmd_facts_reindex(args: argparse.Namespace) -> int:
+    runtime_method("reindex_facts")
+    kwargs = {} if args.namespace is None else {"namespace": args.namespace}
+    with open_runtime(args) as rt:
+        report = rt.reindex_facts(**kwargs)
+    if args.json:
+        emit_json(report)
+    elif not report["namespaces"]:
+        out("no knowledge namespace to rebuild")
+    else:
+        out(f"rebuilt the ANN index of {', '.join(report['namespaces'])}: "
+            f"{report['vectors']} vectors in {report['seconds']:.1f} s")
+    return EXIT_OK
+
+
 def cmd_facts(args: argparse.Namespace) -> int:
     action = args.facts_cmd
     runtime_method("facts" if action == "search" else "fact")
@@ -129,10 +144,11 @@ def register(commands: Commands) -> None:
     p.add_argument("--namespace", help="knowledge namespace (default: the store's default)")
     p.add_argument("--source-type", metavar="TYPE", help="source type of these documents")
 
-    p = commands.add("facts", "search or inspect the knowledge store",
+    p = commands.add("facts", "search, inspect or reindex the knowledge store",
                      ["ctxrelay facts search 'etcd quota'",
                       "ctxrelay facts search quota -k 3 --namespace ops",
-                      "ctxrelay facts show 0b5c1f2e-...", "ctxrelay facts show my-key"],
+                      "ctxrelay facts show 0b5c1f2e-...", "ctxrelay facts show my-key",
+                      "ctxrelay facts reindex"],
                      func=cmd_facts)
     actions = p.add_subparsers(dest="facts_cmd", metavar="ACTION", required=True)
     q = commands.add("search", "semantic search over facts",
@@ -145,3 +161,9 @@ def register(commands: Commands) -> None:
     q.add_argument("key_or_id", metavar="KEY_OR_ID")
     q.add_argument("--namespace")
     q.set_defaults(query=None)
+    q = commands.add("reindex", "rebuild the ANN index from the stored vectors, on one thread "
+                     "(an index grown on two threads by an older version answers like "
+                     "every other copy of the store afterwards)",
+                     ["ctxrelay facts reindex", "ctxrelay facts reindex --namespace ops"],
+                     within=actions, func=cmd_facts_reindex)
+    q.add_argument("--namespace", help="one namespace (default: every namespace)")
