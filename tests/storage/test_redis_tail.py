@@ -227,6 +227,56 @@ def test_stores_that_share_a_redis_and_a_prefix_keep_their_tails_apart(cache):
             drop_schema(schema)
 
 
+def _respelled(spec: str) -> str:
+    """``spec`` as another relay may write it: the other scheme name, the host by
+    name or by address, the user as a parameter, options of libpq's own."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(spec)
+    host = "localhost" if parts.hostname in ("127.0.0.1", "::1") else "127.0.0.1"
+    scheme = "postgres" if parts.scheme == "postgresql" else "postgresql"
+    user = f"&user={parts.username}" if parts.username else ""
+    password = f"&password={parts.password}" if parts.password else ""
+    return (f"{scheme}://{host}:{parts.port or 5432}{parts.path}?connect_timeout=7"
+            f"&application_name=relay_b{user}{password}&{parts.query}")
+
+
+def test_relays_that_spell_one_store_differently_share_one_tail(pg_schema, cache):
+    spec, _ = pg_schema
+    other = _respelled(spec)
+    assert other != spec
+    with Runtime(spec, cache=cache) as rt, open_stores(spec) as a, \
+            open_stores(other, cache=cache) as b:
+        assert b is not a                      # two opens: two pools, routers, mirrors
+        rt.create_session("ops")
+        for text in TEXTS[:6]:
+            rt.append("ops", "user", text)
+        assert _tail_ids(b, "ops") == [1, 2, 3, 4, 5, 6]          # relay A's tail
+        router = Router.of(b)
+        with TranscriptReads(b.transcript) as reads:
+            recent = router.recent("ops", 3)
+        assert [(t.turn_id, t.content) for t in recent] == \
+            [(4, TEXTS[3]), (5, TEXTS[4]), (6, TEXTS[5])]
+        assert reads.calls == 0 and router.tail_misses == 0      # a Redis hit, no rebuild
+        assert b.identity() == a.identity()
+
+
+def test_two_schemas_named_alike_otherwise_never_share_a_tail(cache):
+    specs = [fresh_schema_url() for _ in range(2)]
+    try:
+        with Runtime(specs[0][0], cache=cache) as rt, \
+                open_stores(specs[0][0]) as first, \
+                open_stores(_respelled(specs[1][0]), cache=cache) as second:
+            rt.create_session("ops")
+            rt.append("ops", "user", "in the first schema")
+            assert _tail_ids(first, "ops") == [1]
+            assert _tail_ids(second, "ops") == []
+            assert first.identity() != second.identity()
+    finally:
+        close_all()
+        for _, schema in specs:
+            drop_schema(schema)
+
+
 def test_large_texts_and_nul_characters_round_trip(pg_schema, cache):
     spec, _ = pg_schema
     # 400,000 bytes is more than a ring holds (256 KiB): kept as a pointer; 200,000 fit

@@ -113,7 +113,8 @@ class RedisCache:
     def open_rolling(self, *, capacity_entries: int, capacity_bytes: int,
                      store: str) -> Any:
         """The rolling log's tails in Redis, shared by every process on the store
-        (``store`` is :func:`~ctxrelay.storage.redis.rolling.store_id` of its spec)."""
+        (``store`` is the store back end's
+        :meth:`~ctxrelay.storage.interfaces.backend.Backend.identity`)."""
         from ctxrelay.storage.redis.rolling import RedisRollingLog
         parts = urlsplit(self.spec.text)
         where = f"redis://{parts.hostname}:{parts.port or 6379}{parts.path}?prefix={self.prefix}"

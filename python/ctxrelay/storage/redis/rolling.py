@@ -27,10 +27,12 @@ Layout (``P`` the cache spec's prefix, ``S`` the store's id, below)::
     P:rl:S:sessions         a set of the session ids that have a tail
     P:rl:S:lock             :meth:`exclusive`'s lock
 
-``S`` is a digest of the store spec without its user, password and options
-other than ``schema`` (:func:`ctxrelay.storage.spec.store_identity`), so two stores that share a Redis
-and a prefix never read each other's tails, and relays that name one
-database the same way share them.  The tail's keys expire ``TAIL_TTL_S``
+``S`` is the store's own id (:meth:`Stores.identity
+<ctxrelay.storage.stores.Stores.identity>`; for PostgreSQL a random id made
+with the schema and read from it, with the database's and the schema's names),
+so two stores that share a Redis and a prefix never read each other's tails,
+and every relay of one store shares them however it spells the store's URL
+(``postgres://localhost`` or ``postgresql://127.0.0.1``, other options).  The tail's keys expire ``TAIL_TTL_S``
 after the session's last append (an idle session costs no memory; its next
 read rebuilds it), and Redis's ``maxmemory`` LRU may evict them sooner: a
 list evicted without its hash, or the reverse, is recovered from what is left.
