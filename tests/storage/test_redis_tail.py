@@ -361,9 +361,12 @@ def test_a_tail_evicted_in_part_is_recovered_from_what_is_left(tmp_path, cache):
             tail.append("s", f"e{i}")
         client = redis.Redis.from_url(redis_url())
         [meta] = list(client.scan_iter(match=f"{cache.rpartition('=')[2]}:rl:*:m:s"))
-        client.delete(meta)                          # LRU took the hash, not the list
+        [listing] = list(client.scan_iter(match=f"{cache.rpartition('=')[2]}:rl:*:sessions"))
+        client.delete(meta, listing)                 # LRU took the hash and the set of
+        assert tail.sessions() == []                 # sessions, not the list
         assert tail.append("s", "e4") == 4           # numbers still never go back
         assert tail.stats("s").bytes_used == 8
+        assert tail.sessions() == ["s"]              # listed again with its new hash
         client.close()
 
 
