@@ -19,7 +19,7 @@ from ctxrelay import Runtime
 from ctxrelay.retrieval.router import Router
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.redis.rolling import RedisRollingLog
-from services import drop_schema, fresh_schema_url, redis_url
+from services import redis_url
 
 POLICY = {"max_context_tokens": 700, "output_reserve": 64, "min_recent_turns": 4}
 TEXTS = [f"turn {i}: the etcd member {i % 3} was defragmented at {10 + i}:00, quota "
@@ -182,49 +182,39 @@ def _conversation(spec: str, cache: str, at=None) -> list:
 
 
 def test_flushing_or_stopping_redis_mid_run_gives_identical_packs_and_a_rebuilt_tail(
-        private_redis):
-    specs = [fresh_schema_url() for _ in range(2)]
-    try:
-        want = _conversation(specs[0][0], f"{private_redis.url}?prefix=ref")
-        cache = f"{private_redis.url}?prefix=sub"
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")        # a miss is silent: no warning, no error
-            have = _conversation(specs[1][0], cache, at={
-                6: private_redis.flushall, 12: private_redis.stop, 18: private_redis.start})
-        assert have == want
-        with open_stores(specs[1][0], cache=cache) as stores:
-            deadline = time.monotonic() + 15      # past the back-off window after the outage
-            while True:
-                recent = Router.of(stores).recent("ops", 3)
-                try:
-                    ids = _tail_ids(stores, "ops")
-                except Exception:
-                    ids = []
-                if ids and ids[-1] == len(TEXTS) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.25)
-            assert [t.turn_id for t in recent] == [22, 23, 24]
-            assert ids == list(range(1, len(TEXTS) + 1))          # rebuilt in Redis
-    finally:
-        close_all()
-        for _, schema in specs:
-            drop_schema(schema)
+        private_redis, pg_schemas):
+    specs = [pg_schemas() for _ in range(2)]
+    want = _conversation(specs[0][0], f"{private_redis.url}?prefix=ref")
+    cache = f"{private_redis.url}?prefix=sub"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # a miss is silent: no warning, no error
+        have = _conversation(specs[1][0], cache, at={
+            6: private_redis.flushall, 12: private_redis.stop, 18: private_redis.start})
+    assert have == want
+    with open_stores(specs[1][0], cache=cache) as stores:
+        deadline = time.monotonic() + 15      # past the back-off window after the outage
+        while True:
+            recent = Router.of(stores).recent("ops", 3)
+            try:
+                ids = _tail_ids(stores, "ops")
+            except Exception:
+                ids = []
+            if ids and ids[-1] == len(TEXTS) or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        assert [t.turn_id for t in recent] == [22, 23, 24]
+        assert ids == list(range(1, len(TEXTS) + 1))          # rebuilt in Redis
 
 
-def test_stores_that_share_a_redis_and_a_prefix_keep_their_tails_apart(cache):
-    specs = [fresh_schema_url() for _ in range(2)]
-    try:
-        for n, (spec, _) in enumerate(specs):
-            with Runtime(spec, cache=cache) as rt:
-                rt.create_session("ops")
-                rt.append("ops", "user", f"store {n}")
-        for n, (spec, _) in enumerate(specs):
-            with Runtime(spec, cache=cache) as rt:
-                assert [t.content for t in rt.recent("ops", 5)] == [f"store {n}"]
-    finally:
-        close_all()
-        for _, schema in specs:
-            drop_schema(schema)
+def test_stores_that_share_a_redis_and_a_prefix_keep_their_tails_apart(cache, pg_schemas):
+    specs = [pg_schemas() for _ in range(2)]
+    for n, (spec, _) in enumerate(specs):
+        with Runtime(spec, cache=cache) as rt:
+            rt.create_session("ops")
+            rt.append("ops", "user", f"store {n}")
+    for n, (spec, _) in enumerate(specs):
+        with Runtime(spec, cache=cache) as rt:
+            assert [t.content for t in rt.recent("ops", 5)] == [f"store {n}"]
 
 
 def _respelled(spec: str) -> str:
@@ -260,21 +250,16 @@ def test_relays_that_spell_one_store_differently_share_one_tail(pg_schema, cache
         assert b.identity() == a.identity()
 
 
-def test_two_schemas_named_alike_otherwise_never_share_a_tail(cache):
-    specs = [fresh_schema_url() for _ in range(2)]
-    try:
-        with Runtime(specs[0][0], cache=cache) as rt, \
-                open_stores(specs[0][0]) as first, \
-                open_stores(_respelled(specs[1][0]), cache=cache) as second:
-            rt.create_session("ops")
-            rt.append("ops", "user", "in the first schema")
-            assert _tail_ids(first, "ops") == [1]
-            assert _tail_ids(second, "ops") == []
-            assert first.identity() != second.identity()
-    finally:
-        close_all()
-        for _, schema in specs:
-            drop_schema(schema)
+def test_two_schemas_named_alike_otherwise_never_share_a_tail(cache, pg_schemas):
+    specs = [pg_schemas() for _ in range(2)]
+    with Runtime(specs[0][0], cache=cache) as rt, \
+            open_stores(specs[0][0]) as first, \
+            open_stores(_respelled(specs[1][0]), cache=cache) as second:
+        rt.create_session("ops")
+        rt.append("ops", "user", "in the first schema")
+        assert _tail_ids(first, "ops") == [1]
+        assert _tail_ids(second, "ops") == []
+        assert first.identity() != second.identity()
 
 
 def test_large_texts_and_nul_characters_round_trip(pg_schema, cache):
