@@ -49,13 +49,27 @@ def private_redis(tmp_path: Path):
 
 
 @pytest.fixture
-def pg_schema():
-    """A PostgreSQL schema of the test's own on the test server: ``(spec, schema)``;
-    afterwards every store opened on it is closed and the schema dropped."""
+def pg_schemas():
+    """Makes PostgreSQL schemas of the test's own on the test server: each call gives
+    ``(spec, schema)``; afterwards every store in the process is closed and every
+    schema made dropped (stop the processes that use them -- relays -- in the test)."""
     from services import drop_schema, fresh_schema_url
 
     from ctxrelay.storage import close_all
-    spec, schema = fresh_schema_url()
-    yield spec, schema
+    made: list[str] = []
+
+    def make() -> tuple[str, str]:
+        spec, schema = fresh_schema_url()
+        made.append(schema)
+        return spec, schema
+    yield make
     close_all()
-    drop_schema(schema)
+    for schema in made:
+        drop_schema(schema)
+
+
+@pytest.fixture
+def pg_schema(pg_schemas):
+    """A PostgreSQL schema of the test's own on the test server: ``(spec, schema)``;
+    afterwards every store opened on it is closed and the schema dropped."""
+    return pg_schemas()

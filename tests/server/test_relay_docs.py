@@ -107,21 +107,16 @@ def test_every_command_of_docs_deploy_md_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_postgres_commands_of_docs_deploy_md_run(tmp_path):
+def test_the_postgres_commands_of_docs_deploy_md_run(tmp_path, pg_schema):
     """The PostgreSQL section: two relays on one store (a schema of its own on the
     server of `make services`), one session served through both."""
-    from ctxrelay.storage import close_all
-    from services import drop_schema, fresh_schema_url, redis_url
+    from services import redis_url
     lines = [ln for b in blocks(ROOT / "docs" / "deploy.md", "sh", "after") for ln in b]
     assert sum(1 for ln in lines if is_serve(ln)) == 2
-    spec, schema = fresh_schema_url()
-    try:
-        r = run(script_of(lines, free_port(), free_port()), tmp_path,
-                {"CTXRELAY_STORE_URL": spec,
-                 "CTXRELAY_CACHE_URL": f"{redis_url()}?prefix=doc{schema}"})
-    finally:
-        close_all()
-        drop_schema(schema)
+    spec, schema = pg_schema
+    r = run(script_of(lines, free_port(), free_port()), tmp_path,
+            {"CTXRELAY_STORE_URL": spec,
+             "CTXRELAY_CACHE_URL": f"{redis_url()}?prefix=doc{schema}"})
     listed = json.loads(r.stdout[r.stdout.rindex('{"object":"list"'):])   # the last curl
     assert [t["turn"] for t in listed["data"]] == [1, 2, 3, 4]
     assert listed["data"][0]["content"] == "our etcd quota is 8 GiB"     # via the other relay

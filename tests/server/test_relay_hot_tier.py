@@ -12,15 +12,15 @@ import json
 import httpx
 import pytest
 
-from ctxrelay.storage import close_all
 
 from relay_support import RecordingUpstream, Subprocess
-from services import drop_schema, fresh_schema_url, redis_url
+from services import redis_url
 
 
 @pytest.mark.slow
-def test_relay_b_reads_relay_a_s_writes_at_once_and_shares_its_hot_cache(tmp_path):
-    spec, schema = fresh_schema_url()
+def test_relay_b_reads_relay_a_s_writes_at_once_and_shares_its_hot_cache(tmp_path,
+                                                                          pg_schema):
+    spec, schema = pg_schema
     cache = f"{redis_url()}?prefix=hot{schema}"
     upstream = RecordingUpstream()
     upstream.reply = lambda body: {"role": "assistant", "content": "Noted: " + [
@@ -63,5 +63,3 @@ def test_relay_b_reads_relay_a_s_writes_at_once_and_shares_its_hot_cache(tmp_pat
         a.stop()
         b.stop()
         upstream.close()
-        close_all()
-        drop_schema(schema)

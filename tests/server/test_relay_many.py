@@ -21,10 +21,10 @@ import httpx
 import pytest
 import redis
 
-from ctxrelay.storage import close_all, open_stores
+from ctxrelay.storage import open_stores
 
 from relay_support import Subprocess
-from services import drop_schema, fresh_schema_url, redis_url
+from services import redis_url
 
 SESSIONS = 10
 CLIENTS = 30                  # 3 per session
@@ -103,8 +103,8 @@ class Load:
 
 
 @pytest.mark.slow
-def test_three_relays_on_one_store_lose_duplicate_and_cross_nothing(tmp_path):
-    spec, schema = fresh_schema_url()
+def test_three_relays_on_one_store_lose_duplicate_and_cross_nothing(tmp_path, pg_schema):
+    spec, schema = pg_schema
     cache = _redis_db(redis_url(), REDIS_DB, f"many{schema}")
     relays = [Subprocess.relay(spec, tmp_path, "--upstream", "echo", "--cache", cache,  # type: ignore[arg-type]
                                "--no-warmup", "--log-level", "warning") for _ in range(3)]
@@ -138,29 +138,26 @@ def test_three_relays_on_one_store_lose_duplicate_and_cross_nothing(tmp_path):
     assert load.retried_after_kill >= 1          # the dead relay's clients went elsewhere
     # Idempotency keys honoured across relays: the replay named the same turns.
     assert len(load.replays) == CLIENTS and all(a == b for a, b in load.replays)
-    try:
-        with open_stores(spec) as stores:
-            t = stores.transcript
-            assert len(t.sessions()) == SESSIONS
-            for session, acked in load.acked.items():
-                turns = t.history(session)
-                assert [x.turn_id for x in turns] == list(range(1, 2 * len(acked) + 1))
-                assert [x.role for x in turns] == ["user", "assistant"] * len(acked)
-                by_id = {x.turn_id: x for x in turns}
-                for text, user_turn, assistant_turn in acked:   # announced == stored
-                    assert by_id[user_turn].content == text
-                    assert assistant_turn == user_turn + 1
-                users = sorted(x.content for x in turns if x.role == "user")
-                assert users == sorted(text for text, _, _ in acked)    # none lost or extra
-                assert all(u.startswith(f"{session} ") for u in users)  # none crossed
-                assert t.check_derived(session).ok
-    finally:
-        close_all()
-        drop_schema(schema)
+    with open_stores(spec) as stores:
+        t = stores.transcript
+        assert len(t.sessions()) == SESSIONS
+        for session, acked in load.acked.items():
+            turns = t.history(session)
+            assert [x.turn_id for x in turns] == list(range(1, 2 * len(acked) + 1))
+            assert [x.role for x in turns] == ["user", "assistant"] * len(acked)
+            by_id = {x.turn_id: x for x in turns}
+            for text, user_turn, assistant_turn in acked:   # announced == stored
+                assert by_id[user_turn].content == text
+                assert assistant_turn == user_turn + 1
+            users = sorted(x.content for x in turns if x.role == "user")
+            assert users == sorted(text for text, _, _ in acked)    # none lost or extra
+            assert all(u.startswith(f"{session} ") for u in users)  # none crossed
+            assert t.check_derived(session).ok
 
 
 @pytest.mark.slow
-def test_a_fact_promoted_through_one_relay_is_in_the_next_pack_of_another(tmp_path):
+def test_a_fact_promoted_through_one_relay_is_in_the_next_pack_of_another(tmp_path,
+                                                                           pg_schema):
     """Relay A promotes a fact (the user names a value); relay B's very next assembly
     of the session packs it -- and packs the new value, not the old, once A updates
     it.  B asks as soon as A has answered, so no staleness bound above zero is
@@ -169,7 +166,7 @@ def test_a_fact_promoted_through_one_relay_is_in_the_next_pack_of_another(tmp_pa
     fact's text, ``etcd quota: 8 GiB``, appears in no turn.)"""
     from ctxrelay.apps.server.tenants import KeyFile
     from relay_support import RecordingUpstream
-    spec, schema = fresh_schema_url()
+    spec, schema = pg_schema
     cache = f"{redis_url()}?prefix=facts{schema}"
     key, _ = KeyFile(tmp_path / "keys.json").create("acme")    # facts: tenant:acme
     upstream = RecordingUpstream()
@@ -202,5 +199,3 @@ def test_a_fact_promoted_through_one_relay_is_in_the_next_pack_of_another(tmp_pa
         a.stop()
         b.stop()
         upstream.close()
-        close_all()
-        drop_schema(schema)

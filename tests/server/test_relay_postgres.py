@@ -21,18 +21,16 @@ from ctxrelay.storage import close_all, open_stores
 
 from pg_proxy import TcpProxy
 from relay_support import POLICY, start_in_thread
-from services import drop_schema, fresh_schema_url, postgres_url, redis_url
+from services import postgres_url, redis_url
 
 
 @pytest.fixture
-def pg_store():
-    spec, schema = fresh_schema_url()
+def pg_store(pg_schema):
+    spec, _ = pg_schema
     with open_stores(spec):               # the schema and its tables (migrations)
         pass
     close_all()
-    yield spec, schema
-    close_all()
-    drop_schema(schema)
+    return pg_schema
 
 
 def _terminate(application_name: str) -> int:

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from ctxrelay.errors import ArchivedSessionError, KeyConflictError, SessionExistsError
-from ctxrelay.storage import close_all, open_stores
-from services import drop_schema, fresh_schema_url, postgres_url
+from ctxrelay.storage import open_stores
+from services import postgres_url
 from support import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -20,12 +20,9 @@ from pg_append_reference import four_trip_append, two_trip_append  # noqa: E402
 
 
 @pytest.fixture
-def pg():
-    spec, schema = fresh_schema_url()
-    stores = open_stores(spec)
-    yield stores.transcript, schema
-    close_all()
-    drop_schema(schema)
+def pg(pg_schema):
+    spec, schema = pg_schema
+    return open_stores(spec).transcript, schema
 
 
 def _generation(schema: str) -> int:

@@ -16,7 +16,6 @@ import pytest
 from ctxrelay import Runtime
 from ctxrelay.storage import close_all, open_stores
 from pg_proxy import TcpProxy
-from services import drop_schema, fresh_schema_url
 
 ASSEMBLY_BUDGET = 12
 POLICY = dict(max_context_tokens=2048, output_reserve=256, safety_margin=32, min_recent_turns=4,
@@ -24,13 +23,12 @@ POLICY = dict(max_context_tokens=2048, output_reserve=256, safety_margin=32, min
 
 
 @pytest.fixture
-def proxied():
-    spec, schema = fresh_schema_url()
+def proxied(pg_schema):
+    spec, _ = pg_schema
     proxy, url = TcpProxy.to_url(spec)
     yield proxy, url
-    close_all()
+    close_all()                      # before the proxy goes (pg_schema drops the schema)
     proxy.close()
-    drop_schema(schema)
 
 
 def _trips(proxy: TcpProxy, call) -> tuple[int, object]:

@@ -15,21 +15,18 @@ import psycopg
 import pytest
 from test_postgres_round_trips import Counted
 
-from ctxrelay.storage import close_all, open_stores
-from services import drop_schema, fresh_schema_url
+from ctxrelay.storage import open_stores
 
 
 @pytest.fixture
-def facts():
-    spec, schema = fresh_schema_url()
+def facts(pg_schema):
+    spec, _ = pg_schema
     stores = open_stores(spec)
     fs = stores.facts
     fs.add_facts([{"content": f"etcd member {i} keeps a quota of {i} GiB", "key": f"k{i}"}
                   for i in range(40)])
     fs.facts("etcd quota", k=5)                       # the index is built and current
-    yield fs
-    close_all()
-    drop_schema(schema)
+    return fs
 
 
 @pytest.mark.parametrize("call, statements, pipelined", [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from ctxrelay.storage import close_all, open_stores
+from ctxrelay.storage import open_stores
 from ctxrelay.storage.postgres import DatabaseUnavailableError
-from services import drop_schema, fresh_schema_url, postgres_url
+from services import postgres_url
 
 
 def _kill_store_connections(schema: str) -> int:
@@ -20,12 +20,9 @@ def _kill_store_connections(schema: str) -> int:
 
 
 @pytest.fixture
-def store():
-    spec, schema = fresh_schema_url()
-    stores = open_stores(spec)
-    yield stores, schema
-    close_all()
-    drop_schema(schema)
+def store(pg_schema):
+    spec, schema = pg_schema
+    return open_stores(spec), schema
 
 
 def test_a_lost_connection_is_a_clear_error_then_the_store_recovers(store):

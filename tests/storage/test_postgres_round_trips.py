@@ -33,7 +33,7 @@ import pytest
 from ctxrelay import Runtime
 from ctxrelay.storage import close_all, open_stores
 from pg_proxy import TcpProxy
-from services import drop_schema, fresh_schema_url, redis_url
+from services import redis_url
 
 class Counted:
     """The statements psycopg sends, as (``statements`` sent on their own,
@@ -74,13 +74,12 @@ RELAY_TURN_BUDGET = 52
 
 
 @pytest.fixture
-def proxied():
-    spec, schema = fresh_schema_url()
+def proxied(pg_schema):
+    spec, schema = pg_schema
     proxy, url = TcpProxy.to_url(spec)
     yield proxy, url, schema
-    close_all()
+    close_all()                      # before the proxy goes (pg_schema drops the schema)
     proxy.close()
-    drop_schema(schema)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctxrelay import Runtime
-from services import drop_schema, fresh_schema_url, redis_url
+from services import redis_url
 
 CHAT = [("user", "How do I rotate the etcd client certificates?"),
         ("assistant", "Rotate the etcd certificates one member at a time, CA first."),
@@ -20,12 +20,9 @@ QUESTIONS = ["which CA signs the etcd certificates?", "how many daily restic sna
 
 
 @pytest.fixture
-def urls():
-    spec, schema = fresh_schema_url()
-    yield spec, f"{redis_url()}?prefix=rt{schema}"
-    from ctxrelay.storage import close_all
-    close_all()
-    drop_schema(schema)
+def urls(pg_schema):
+    spec, schema = pg_schema
+    return spec, f"{redis_url()}?prefix=rt{schema}"
 
 
 def test_a_runtime_on_postgres_appends_searches_and_reopens(urls):

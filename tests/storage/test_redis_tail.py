@@ -19,7 +19,7 @@ from ctxrelay import Runtime
 from ctxrelay.retrieval.router import Router
 from ctxrelay.storage import close_all, open_stores
 from ctxrelay.storage.redis.rolling import RedisRollingLog
-from services import drop_schema, fresh_schema_url, redis_url
+from services import redis_url
 
 POLICY = {"max_context_tokens": 700, "output_reserve": 64, "min_recent_turns": 4}
 TEXTS = [f"turn {i}: the etcd member {i % 3} was defragmented at {10 + i}:00, quota "
@@ -182,49 +182,84 @@ def _conversation(spec: str, cache: str, at=None) -> list:
 
 
 def test_flushing_or_stopping_redis_mid_run_gives_identical_packs_and_a_rebuilt_tail(
-        private_redis):
-    specs = [fresh_schema_url() for _ in range(2)]
-    try:
-        want = _conversation(specs[0][0], f"{private_redis.url}?prefix=ref")
-        cache = f"{private_redis.url}?prefix=sub"
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")        # a miss is silent: no warning, no error
-            have = _conversation(specs[1][0], cache, at={
-                6: private_redis.flushall, 12: private_redis.stop, 18: private_redis.start})
-        assert have == want
-        with open_stores(specs[1][0], cache=cache) as stores:
-            deadline = time.monotonic() + 15      # past the back-off window after the outage
-            while True:
-                recent = Router.of(stores).recent("ops", 3)
-                try:
-                    ids = _tail_ids(stores, "ops")
-                except Exception:
-                    ids = []
-                if ids and ids[-1] == len(TEXTS) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.25)
-            assert [t.turn_id for t in recent] == [22, 23, 24]
-            assert ids == list(range(1, len(TEXTS) + 1))          # rebuilt in Redis
-    finally:
-        close_all()
-        for _, schema in specs:
-            drop_schema(schema)
+        private_redis, pg_schemas):
+    specs = [pg_schemas() for _ in range(2)]
+    want = _conversation(specs[0][0], f"{private_redis.url}?prefix=ref")
+    cache = f"{private_redis.url}?prefix=sub"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # a miss is silent: no warning, no error
+        have = _conversation(specs[1][0], cache, at={
+            6: private_redis.flushall, 12: private_redis.stop, 18: private_redis.start})
+    assert have == want
+    with open_stores(specs[1][0], cache=cache) as stores:
+        deadline = time.monotonic() + 15      # past the back-off window after the outage
+        while True:
+            recent = Router.of(stores).recent("ops", 3)
+            try:
+                ids = _tail_ids(stores, "ops")
+            except Exception:
+                ids = []
+            if ids and ids[-1] == len(TEXTS) or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        assert [t.turn_id for t in recent] == [22, 23, 24]
+        assert ids == list(range(1, len(TEXTS) + 1))          # rebuilt in Redis
 
 
-def test_stores_that_share_a_redis_and_a_prefix_keep_their_tails_apart(cache):
-    specs = [fresh_schema_url() for _ in range(2)]
-    try:
-        for n, (spec, _) in enumerate(specs):
-            with Runtime(spec, cache=cache) as rt:
-                rt.create_session("ops")
-                rt.append("ops", "user", f"store {n}")
-        for n, (spec, _) in enumerate(specs):
-            with Runtime(spec, cache=cache) as rt:
-                assert [t.content for t in rt.recent("ops", 5)] == [f"store {n}"]
-    finally:
-        close_all()
-        for _, schema in specs:
-            drop_schema(schema)
+def test_stores_that_share_a_redis_and_a_prefix_keep_their_tails_apart(cache, pg_schemas):
+    specs = [pg_schemas() for _ in range(2)]
+    for n, (spec, _) in enumerate(specs):
+        with Runtime(spec, cache=cache) as rt:
+            rt.create_session("ops")
+            rt.append("ops", "user", f"store {n}")
+    for n, (spec, _) in enumerate(specs):
+        with Runtime(spec, cache=cache) as rt:
+            assert [t.content for t in rt.recent("ops", 5)] == [f"store {n}"]
+
+
+def _respelled(spec: str) -> str:
+    """``spec`` as another relay may write it: the other scheme name, the host by
+    name or by address, the user as a parameter, options of libpq's own."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(spec)
+    host = "localhost" if parts.hostname in ("127.0.0.1", "::1") else "127.0.0.1"
+    scheme = "postgres" if parts.scheme == "postgresql" else "postgresql"
+    user = f"&user={parts.username}" if parts.username else ""
+    password = f"&password={parts.password}" if parts.password else ""
+    return (f"{scheme}://{host}:{parts.port or 5432}{parts.path}?connect_timeout=7"
+            f"&application_name=relay_b{user}{password}&{parts.query}")
+
+
+def test_relays_that_spell_one_store_differently_share_one_tail(pg_schema, cache):
+    spec, _ = pg_schema
+    other = _respelled(spec)
+    assert other != spec
+    with Runtime(spec, cache=cache) as rt, open_stores(spec) as a, \
+            open_stores(other, cache=cache) as b:
+        assert b is not a                      # two opens: two pools, routers, mirrors
+        rt.create_session("ops")
+        for text in TEXTS[:6]:
+            rt.append("ops", "user", text)
+        assert _tail_ids(b, "ops") == [1, 2, 3, 4, 5, 6]          # relay A's tail
+        router = Router.of(b)
+        with TranscriptReads(b.transcript) as reads:
+            recent = router.recent("ops", 3)
+        assert [(t.turn_id, t.content) for t in recent] == \
+            [(4, TEXTS[3]), (5, TEXTS[4]), (6, TEXTS[5])]
+        assert reads.calls == 0 and router.tail_misses == 0      # a Redis hit, no rebuild
+        assert b.identity() == a.identity()
+
+
+def test_two_schemas_named_alike_otherwise_never_share_a_tail(cache, pg_schemas):
+    specs = [pg_schemas() for _ in range(2)]
+    with Runtime(specs[0][0], cache=cache) as rt, \
+            open_stores(specs[0][0]) as first, \
+            open_stores(_respelled(specs[1][0]), cache=cache) as second:
+        rt.create_session("ops")
+        rt.append("ops", "user", "in the first schema")
+        assert _tail_ids(first, "ops") == [1]
+        assert _tail_ids(second, "ops") == []
+        assert first.identity() != second.identity()
 
 
 def test_large_texts_and_nul_characters_round_trip(pg_schema, cache):
@@ -311,9 +346,12 @@ def test_a_tail_evicted_in_part_is_recovered_from_what_is_left(tmp_path, cache):
             tail.append("s", f"e{i}")
         client = redis.Redis.from_url(redis_url())
         [meta] = list(client.scan_iter(match=f"{cache.rpartition('=')[2]}:rl:*:m:s"))
-        client.delete(meta)                          # LRU took the hash, not the list
+        [listing] = list(client.scan_iter(match=f"{cache.rpartition('=')[2]}:rl:*:sessions"))
+        client.delete(meta, listing)                 # LRU took the hash and the set of
+        assert tail.sessions() == []                 # sessions, not the list
         assert tail.append("s", "e4") == 4           # numbers still never go back
         assert tail.stats("s").bytes_used == 8
+        assert tail.sessions() == ["s"]              # listed again with its new hash
         client.close()
 
 

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from ctxrelay.storage import close_all
-from services import drop_schema, fresh_schema_url, postgres_url, redis_url
+from services import redis_url
 from support import ROOT
 
 SECTION = (ROOT / "docs" / "storage.md").read_text(encoding="utf-8") \
@@ -21,13 +20,9 @@ def _blocks(language: str) -> list[str]:
 
 
 @pytest.fixture
-def store_url():
-    postgres_url()
+def store_url(pg_schema):
     redis_url()                                        # the example names both
-    spec, schema = fresh_schema_url()
-    yield spec
-    close_all()
-    drop_schema(schema)
+    return pg_schema[0]
 
 
 def _env(store_url: str) -> dict[str, str]:

@@ -16,7 +16,6 @@ import pytest
 
 from ctxrelay.storage import open_stores
 from ctxrelay.text.embed import get_embedder
-from services import drop_schema, fresh_schema_url
 
 DEV = Path(__file__).resolve().parents[2] / "bench" / "data" / "threads" / "dev.txt"
 
@@ -57,21 +56,18 @@ def derive(spec: str, turns: list[tuple[str, str]], chunks: list[int]) -> dict:
             pass
 
 
-def test_lmdb_and_postgres_derive_the_same_threads(tmp_path: Path, monkeypatch):
+def test_lmdb_and_postgres_derive_the_same_threads(tmp_path: Path, monkeypatch, pg_schema):
     from ctxrelay.text import threads
     monkeypatch.setattr(threads, "RECENT_THREADS", 8)    # so the bound is reached often
     turns = dev_turns()
     assert len(turns) > 300
     embedded = derive(str(tmp_path / "store"), turns, [len(turns)])
-    spec, schema = fresh_schema_url()
-    try:
-        sizes, left = [], len(turns)
-        for size in (1, 7, 130, 3, 64):                 # uneven, one over a sync chunk
-            sizes.append(min(size, left))
-            left -= sizes[-1]
-        pg = derive(spec, turns, sizes + ([left] if left else []))
-    finally:
-        drop_schema(schema)
+    spec, _ = pg_schema
+    sizes, left = [], len(turns)
+    for size in (1, 7, 130, 3, 64):                 # uneven, one over a sync chunk
+        sizes.append(min(size, left))
+        left -= sizes[-1]
+    pg = derive(spec, turns, sizes + ([left] if left else []))
     assert len({t["label"] for t in embedded["threads"]}) == len(embedded["threads"]) > 8
     for key in embedded:
         assert pg[key] == embedded[key], key

@@ -204,10 +204,14 @@ def parse_cache_spec(spec: Any) -> CacheSpec:
 
 
 def store_identity(spec: StoreSpec) -> str:
-    """A short stable id of the store ``spec`` names, for the keys a shared cache
-    keeps per store: a directory's real path; for a URL, its scheme, host, port,
-    database and ``schema`` (not the user, password or other options, so every
-    relay that names one database alike gets one id)."""
+    """A short stable id of the store ``spec`` names, from the spec alone: a
+    directory's real path; for a URL, its scheme, host, port, database and
+    ``schema`` (not the user, password or other options).
+
+    The LMDB back end's ``identity()``, and the fallback for a registered back
+    end without one.  For a server it depends on the spelling (``localhost`` and
+    ``127.0.0.1`` differ), which is why the PostgreSQL back end reads its id from
+    the store instead (:meth:`ctxrelay.storage.postgres.backend.PostgresBackend.identity`)."""
     if spec.scheme == "lmdb":
         ident = spec.key
     else:

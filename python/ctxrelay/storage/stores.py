@@ -267,12 +267,20 @@ class Stores:
                     entries, size = self._ring
                     rolling = self._cache_side().open_rolling(
                         capacity_entries=entries, capacity_bytes=size,
-                        store=store_identity(self.spec))
+                        store=self.identity())
                     if rolling is None:       # the cache keeps none: the store's own
                         rolling = self.backend.open_rolling(capacity_entries=entries,
                                                             capacity_bytes=size)
                     self._rolling = rolling
         return rolling
+
+    def identity(self) -> str:
+        """The store's id for caches shared by processes: the back end's
+        ``identity()`` (the same for every spelling of the spec that reaches the
+        store), or, for a back end without one, a digest of the spec
+        (:func:`~ctxrelay.storage.spec.store_identity`)."""
+        ident = getattr(self.backend, "identity", None)
+        return ident() if ident is not None else store_identity(self.spec)
 
     @property
     def cache(self) -> "HotCacheBackend":

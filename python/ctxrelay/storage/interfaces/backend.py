@@ -43,6 +43,15 @@ class Backend(Protocol):
     def open_rolling(self, *, capacity_entries: int,
                      capacity_bytes: int) -> "RollingLogBackend": ...
 
+    def identity(self) -> str:
+        """A short id of this store, stable across processes and opens, and the same
+        for every spelling of its spec that reaches it (for PostgreSQL: an id made
+        with the schema and read from it, so ``postgres://localhost`` and
+        ``postgresql://127.0.0.1?sslmode=...`` agree).  Caches shared by processes
+        key their per-store entries by it (the Redis hot tails), so two stores never
+        share one and every relay of a store finds the same.  A back end without
+        this method gets :func:`ctxrelay.storage.spec.store_identity` of its spec."""
+
     def has(self, part: str) -> bool:
         """Whether the store holds ``part`` (one of :data:`PARTS`) already;
         nothing is created."""
@@ -59,7 +68,8 @@ class CacheBackend(Protocol):
     def open_rolling(self, *, capacity_entries: int, capacity_bytes: int,
                      store: str) -> "RollingLogBackend | None":
         """The rolling log, or None to use the store back end's own.  ``store``
-        names the store (``ctxrelay.storage.redis.rolling.store_id`` of its spec),
-        so stores that share the cache keep their rolling logs apart."""
+        names the store (the store back end's :meth:`Backend.identity`), so stores
+        that share the cache keep their rolling logs apart and every process of one
+        store shares its rolling log."""
 
     def close(self) -> None: ...

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ctxrelay.storage.spec import StoreSpec
+from ctxrelay.storage.spec import StoreSpec, store_identity
 
 __all__ = ["LmdbBackend"]
 
@@ -38,6 +38,14 @@ class LmdbBackend:
         self.dir = Path(spec.location)
         self._transcript_options = {name: int(value) for name, value in (
             ("map_size", map_size), ("max_turn_bytes", max_turn_bytes)) if value}
+
+    def identity(self) -> str:
+        """The store's id (see :meth:`ctxrelay.storage.interfaces.backend.Backend.identity`):
+        a digest of the directory's real path, which every spelling of it (relative,
+        through a symlink, ``lmdb://``) resolves to.  Not an id file in the
+        directory: a copy of the directory (``cp -r``, a backup restored beside it)
+        would carry the file and share Redis tails with its original."""
+        return store_identity(self.spec)
 
     def open_transcript(self) -> Any:
         from ctxrelay.storage.lmdb.transcript import open_store

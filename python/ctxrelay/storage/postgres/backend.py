@@ -1,6 +1,7 @@
 """The ``postgresql://`` store back end (registered in :mod:`ctxrelay.storage.spec`)."""
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -100,6 +101,29 @@ class PostgresBackend:
             self.db.close()
             raise
         self._max_turn_bytes = max_turn_bytes
+        try:
+            # Read at open, with the migrations' connection warm: a part opened
+            # later (the Redis tail, mid-request) then needs no round trip for it.
+            self._identity = self._read_identity()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def identity(self) -> str:
+        """The store's id, the same for every spelling of its URL (see
+        :meth:`ctxrelay.storage.interfaces.backend.Backend.identity`): a digest of the
+        random id made with the schema (migration 8), the database's name and the
+        schema's.  The names are in it so that a copy of the schema restored into
+        another database or schema (``pg_dump``) is another store: two stores
+        that shared an id and a Redis prefix would read each other's tails, and a
+        tail that ends at the reader's turn count is served.  Read once, at open."""
+        return self._identity
+
+    def _read_identity(self) -> str:
+        uid, database = self.db.read(lambda cur: cur.execute(
+            "SELECT id, current_database() FROM store_id").fetchone())
+        ident = f"postgresql:{uid}:{database}:{self.db.schema}"
+        return hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
 
     def open_transcript(self) -> Any:
         from ctxrelay.storage.postgres.transcript import PgTranscript

@@ -390,6 +390,17 @@ CREATE TABLE relay_stored_bytes (
 );
 """
 
+# The store's own id (PostgresBackend.identity): made once, with the schema, so every
+# relay that reaches this schema -- however its URL is spelled -- reads the same one.
+# Shared caches key their per-store entries by it (the Redis hot tails).
+_STORE_ID = """
+CREATE TABLE store_id (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    id  uuid NOT NULL DEFAULT gen_random_uuid()
+);
+INSERT INTO store_id DEFAULT VALUES;
+"""
+
 #: (version, name, SQL); applied in order, never edited once released.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "transcript, keys and text index", _TRANSCRIPT),
@@ -399,7 +410,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (5, "turn log: topic thread labels", _THREAD_LABELS),
     (6, "knowledge fabric: facts, pgvector vectors, edges, change feed, terms", _FACTS),
     (7, "transcript: the append as one server-side call", _TRANSCRIPT_APPEND),
-    # 10: the relay's own tables; versions 8-9 are left to the store's parts.
+    (8, "store: its own random id", _STORE_ID),
+    # 10: the relay's own tables; version 9 is left to the store's parts.
     (10, "relay: per-key limit counters", _RELAY_LIMITS),
 ]
 

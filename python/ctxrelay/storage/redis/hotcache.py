@@ -12,6 +12,14 @@ Values are pickled because the contract stores them "as given" (tuples stay
 tuples).  A pickle runs code when loaded: the Redis of a deployment must be
 as private as its PostgreSQL (``make services`` binds it to loopback).
 
+Redis Cluster: every command here names one key, or keys of one slot, and
+nothing runs in a ``MULTI`` across keys (an entry and its two index sets hash
+to three slots, where Cluster refuses a transaction or a multi-key command
+with CROSSSLOT).  Writing an entry and its indexes in one pipeline without a
+transaction is enough: an entry whose index write was lost cannot be found by
+``invalidate``, but it is never looked up once its ETag has moved on (below),
+and it expires.
+
 Every Redis error, and every entry that does not unpickle, is a miss (``get``)
 or a dropped write (``put``), counted in ``stats().misses`` / ``errors``: the
 hot tier is never required.
@@ -57,10 +65,12 @@ def parse_redis_url(text: str) -> tuple[str, str]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     prefixes = [v for k, v in query if k == "prefix"]
     prefix = prefixes[-1] if prefixes else DEFAULT_PREFIX
-    if not prefix or any(c in prefix for c in ": \t\n*?[]"):
+    # No '{' or '}' either: the rolling log's keys carry a Redis Cluster hash tag
+    # after the prefix, which must stay each key's first tag.
+    if not prefix or any(c in prefix for c in ": \t\n*?[]{}"):
         raise InvalidArgumentError(
-            f"prefix {prefix!r} in {text!r} must be non-empty, without ':', blanks or "
-            "glob characters; pass e.g. ?prefix=tenant1")
+            f"prefix {prefix!r} in {text!r} must be non-empty, without ':', blanks, "
+            "braces or glob characters; pass e.g. ?prefix=tenant1")
     rest = urlencode([(k, v) for k, v in query if k != "prefix"])
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), prefix
 
@@ -113,7 +123,8 @@ class RedisCache:
     def open_rolling(self, *, capacity_entries: int, capacity_bytes: int,
                      store: str) -> Any:
         """The rolling log's tails in Redis, shared by every process on the store
-        (``store`` is :func:`~ctxrelay.storage.redis.rolling.store_id` of its spec)."""
+        (``store`` is the store back end's
+        :meth:`~ctxrelay.storage.interfaces.backend.Backend.identity`)."""
         from ctxrelay.storage.redis.rolling import RedisRollingLog
         parts = urlsplit(self.spec.text)
         where = f"redis://{parts.hostname}:{parts.port or 6379}{parts.path}?prefix={self.prefix}"
@@ -202,7 +213,8 @@ class RedisHotCache:
             self._count(skipped=1)
             return
         try:
-            with self._client.pipeline(transaction=True) as pipe:
+            # One round trip, no MULTI: three slots (see the module doc).
+            with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(f"{self._p}:hc:{digest}", payload, px=self.ttl_ms)
                 for index in (f"{self._p}:hc-etag:{key.etag}", f"{self._p}:hc-scope:{key.scope}"):
                     pipe.sadd(index, digest)
@@ -225,15 +237,23 @@ class RedisHotCache:
             self._count(skipped=1)
             return 0
         try:
+            # SMEMBERS twice and the intersection here, not SINTER: the two sets
+            # are in two Cluster slots.
             if etag is not None and scope is not None:
-                digests = self._client.sinter(by_etag, by_scope)
+                with self._client.pipeline(transaction=False) as pipe:
+                    pipe.smembers(by_etag)
+                    pipe.smembers(by_scope)
+                    of_etag, of_scope = pipe.execute()
+                digests = of_etag & of_scope
             else:
                 digests = self._client.smembers(by_etag if etag is not None else by_scope)
-            dropped = self._client.delete(*(f"{self._p}:hc:{d.decode()}" for d in digests)) \
-                if digests else 0
+            dropped = 0
             if digests:
-                for index in (by_etag, by_scope):
-                    self._client.srem(index, *digests)
+                dropped = sum(self._delete_each(f"{self._p}:hc:{d.decode()}" for d in digests))
+                with self._client.pipeline(transaction=False) as pipe:
+                    for index in (by_etag, by_scope):
+                        pipe.srem(index, *digests)
+                    pipe.execute()
         except self._errors_caught:
             self.breaker.failed()
             self._count(errors=1)
@@ -247,7 +267,7 @@ class RedisHotCache:
             for pattern in (f"{self._p}:hc:*", f"{self._p}:hc-etag:*", f"{self._p}:hc-scope:*"):
                 batch = list(self._client.scan_iter(match=pattern, count=1000))
                 if batch:
-                    gone = self._client.delete(*batch)
+                    gone = sum(self._delete_each(batch))
                     dropped += gone if pattern.endswith("hc:*") else 0
         except self._errors_caught:
             self.breaker.failed()
@@ -255,6 +275,14 @@ class RedisHotCache:
             return dropped
         self._count(invalidated=dropped)
         return int(dropped)
+
+    def _delete_each(self, keys: Any) -> list[int]:
+        """``DEL`` of each key on its own, in one pipeline (one round trip): a
+        ``DEL`` of many keys spans Cluster slots."""
+        with self._client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.delete(key)
+            return pipe.execute()
 
     def stats(self) -> CacheStats:
         try:

@@ -15,28 +15,55 @@ down, hung or flushed makes every call here raise
 back-off window), and the router then reads the transcript instead: losing
 Redis costs latency, never correctness.
 
-Layout (``P`` the cache spec's prefix, ``S`` the store's id, below)::
+Layout (``P`` the cache spec's prefix, ``S`` the store's id, below; ``D`` a
+digest of the session id, 16 hex digits)::
 
-    P:rl:S:l:<session id>   a list, oldest entry first; an element is
-                            a 33-byte header -- seq (16 hex digits), tag
-                            (16 hex digits), kind ("0" str, "1" JSON) --
-                            then the payload bytes (UTF-8; U+0000 and any
-                            length are fine, Redis values are bytes)
-    P:rl:S:m:<session id>   a hash: ``seq`` (the last number handed out),
-                            ``bytes`` (payload bytes held)
-    P:rl:S:sessions         a set of the session ids that have a tail
-    P:rl:S:lock             :meth:`exclusive`'s lock
+    P:rl:S:{D}:l:<session id>   a list, oldest entry first; an element is
+                                a 33-byte header -- seq (16 hex digits), tag
+                                (16 hex digits), kind ("0" str, "1" JSON) --
+                                then the payload bytes (UTF-8; U+0000 and any
+                                length are fine, Redis values are bytes)
+    P:rl:S:{D}:m:<session id>   a hash: ``seq`` (the last number handed out),
+                                ``bytes`` (payload bytes held), ``listed``
+                                (when the session was last added to the set
+                                below, Redis's clock in seconds)
+    P:rl:S:sessions             a set of the session ids that have a tail
+    P:rl:S:lock                 :meth:`exclusive`'s lock
 
-``S`` is a digest of the store spec without its user, password and options
-other than ``schema`` (:func:`ctxrelay.storage.spec.store_identity`), so two stores that share a Redis
-and a prefix never read each other's tails, and relays that name one
-database the same way share them.  The tail's keys expire ``TAIL_TTL_S``
+Redis Cluster: ``{D}`` is a hash tag, so a session's two keys live in one slot
+and every script and every multi-key command here touches one slot (Cluster
+refuses anything else with CROSSSLOT).  The tag is a digest, not the session
+id itself, because a session id may hold ``{`` or ``}`` (any text); the prefix
+may hold neither (:func:`~ctxrelay.storage.redis.hotcache.parse_redis_url`) and
+``S`` is hex, so ``{D}`` is always a key's first tag.  (The layout is ready
+for Cluster; the client, :class:`~ctxrelay.storage.redis.hotcache.RedisCache`'s,
+is redis-py's plain one, which talks to one server.)  The set of sessions is
+in another slot, so no script touches it: the append script says when the
+session is to be (re)listed -- its first append, after the hash was lost, or
+a day after the last listing (which also renews the set's expiry) -- and the
+client then adds it, one more round trip about once per session per day.  A
+listing that fails, or a set evicted by LRU, leaves :meth:`sessions` short of
+those tails until their next listing; nothing reads the set to serve turns.
+
+Tails are a cache: keys of an older layout (``P:rl:S:l:<session id>``, before
+the tags; ``S`` a digest of the spec, before the store's own id) are never
+read again and expire within ``TAIL_TTL_S``, and each session's tail is
+rebuilt from the transcript on its first read -- a layout change costs one
+rebuild per session, nothing else.
+
+``S`` is the store's own id (:meth:`Stores.identity
+<ctxrelay.storage.stores.Stores.identity>`; for PostgreSQL a random id made
+with the schema and read from it, with the database's and the schema's names),
+so two stores that share a Redis and a prefix never read each other's tails,
+and every relay of one store shares them however it spells the store's URL
+(``postgres://localhost`` or ``postgresql://127.0.0.1``, other options).  The tail's keys expire ``TAIL_TTL_S``
 after the session's last append (an idle session costs no memory; its next
 read rebuilds it), and Redis's ``maxmemory`` LRU may evict them sooner: a
 list evicted without its hash, or the reverse, is recovered from what is left.
 
-Every change is one Lua script (atomic in Redis, one round trip): the append
-with its trimming by count and by bytes, the roll-off, the drop.  The *tag*
+Every change of a tail is one Lua script (atomic in Redis, one round trip):
+the append with its trimming by count and by bytes, the roll-off; a drop is
+one ``DEL`` of both keys.  The *tag*
 is the router's turn id (:meth:`RedisRollingLog.append_turns`): appending the
 turns just committed is conditional on the tail ending at the turn before
 them, so two relays that append to one session never interleave a tail, with
@@ -44,6 +71,7 @@ no lock and one round trip per managed turn.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +89,7 @@ __all__ = ["RedisRollingLog", "TAIL_TTL_S", "APPENDED", "ALREADY", "GAP", "STALE
 TAIL_TTL_S = 7 * 24 * 3600     # an idle session's tail expires a week after its last append
 LOCK_TIMEOUT_S = 30.0          # a crashed holder's lock expires
 LOCK_WAIT_S = 5.0
+LIST_EVERY_S = 24 * 3600       # a session with a tail is put in the set of sessions again
 HEADER = 33                    # seq (16 hex) + tag (16 hex) + kind (1)
 
 # append_turns results
@@ -90,12 +119,13 @@ local function meta(list, m)
 end
 """
 
-# KEYS: list, meta, sessions.  ARGV: cap_entries, cap_bytes, ttl_ms, session id,
-# mode ("plain", "next", "replace"), then items (tag hex + kind + payload).
-# Returns {status, last seq}: status 1 appended, 0 already there, -1 a gap,
-# -2 the tail holds other bytes under one of these turn ids.
+# KEYS: list, meta (one slot: see the module doc).  ARGV: cap_entries, cap_bytes,
+# ttl_ms, list_every_s, mode ("plain", "next", "replace"), then items (tag hex +
+# kind + payload).  Returns {status, last seq, relist}: status 1 appended, 0
+# already there, -1 a gap, -2 the tail holds other bytes under one of these turn
+# ids; relist 1 when the caller is to add the session to the set of sessions.
 _APPEND = _COMMON + """
-local list, m, sessions = KEYS[1], KEYS[2], KEYS[3]
+local list, m = KEYS[1], KEYS[2]
 local cap_e, cap_b, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local mode = ARGV[5]
 local first = 6
@@ -108,7 +138,7 @@ elseif mode == 'next' then
   local have = newest and tag_of(newest) or 0
   local want_first = tonumber(string.sub(ARGV[first], 1, 16), 16)
   local want_last = tonumber(string.sub(ARGV[#ARGV], 1, 16), 16)
-  if have < want_first - 1 then return {-1, seq} end
+  if have < want_first - 1 then return {-1, seq, 0} end
   -- Turns the tail holds already must be these very turns (a replay, or a
   -- race with another relay); other bytes under their ids mean the tail
   -- outlived its transcript (a restored database): -2, rebuild it.
@@ -116,10 +146,10 @@ elseif mode == 'next' then
   while first <= #ARGV and tonumber(string.sub(ARGV[first], 1, 16), 16) <= have do
     local back = have - tonumber(string.sub(ARGV[first], 1, 16), 16)
     local held = back < n and redis.call('LINDEX', list, -1 - back) or false
-    if held and string.sub(held, 17) ~= ARGV[first] then return {-2, seq} end
+    if held and string.sub(held, 17) ~= ARGV[first] then return {-2, seq, 0} end
     first = first + 1
   end
-  if first > #ARGV then return {0, seq} end
+  if first > #ARGV then return {0, seq, 0} end
 end
 for i = first, #ARGV do
   local item = ARGV[i]
@@ -135,11 +165,17 @@ for i = first, #ARGV do
   used = used + size
 end
 redis.call('HSET', m, 'seq', seq, 'bytes', used)
+-- The server's clock (scripts are replicated by their effects, so TIME is allowed).
+local now = tonumber(redis.call('TIME')[1])
+local listed = tonumber(redis.call('HGET', m, 'listed'))
+local relist = 0
+if listed == nil or now - listed >= tonumber(ARGV[4]) or now < listed then
+  redis.call('HSET', m, 'listed', now)
+  relist = 1
+end
 redis.call('PEXPIRE', list, ttl)
 redis.call('PEXPIRE', m, ttl)
-redis.call('SADD', sessions, ARGV[4])
-redis.call('PEXPIRE', sessions, ttl)
-return {1, seq}
+return {1, seq, relist}
 """
 
 # KEYS: list, meta.  ARGV: n.  Returns how many were dropped.
@@ -160,12 +196,6 @@ end
 return dropped
 """
 
-# KEYS: list, meta, sessions.  ARGV: session id.  Returns 1 if it had a tail.
-_DROP = """
-local had = redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('SREM', KEYS[3], ARGV[1])
-if had > 0 then return 1 else return 0 end
-"""
 
 
 class RedisRollingLog(RingBounds):
@@ -184,7 +214,6 @@ class RedisRollingLog(RingBounds):
         self.location = location
         self._append_script = client.register_script(_APPEND)
         self._roll_off_script = client.register_script(_ROLL_OFF)
-        self._drop_script = client.register_script(_DROP)
         self._held = threading.local()
         self._local = threading.RLock()
         self.errors = self.skipped = 0
@@ -192,10 +221,18 @@ class RedisRollingLog(RingBounds):
 
     # -- keys and calls -------------------------------------------------------------------
 
-    def _keys(self, session_id: str) -> tuple[bytes, bytes, bytes]:
-        raw = session_bytes(session_id)
-        base = self._base.encode("utf-8")
-        return base + b"l:" + raw, base + b"m:" + raw, base + b"sessions"
+    def _keys(self, session_id: str) -> tuple[bytes, bytes]:
+        """The session's list and hash: one hash tag, one Cluster slot."""
+        return self._raw_keys(session_bytes(session_id))
+
+    def _raw_keys(self, raw: bytes) -> tuple[bytes, bytes]:
+        tag = hashlib.blake2b(raw, digest_size=8).hexdigest().encode("ascii")
+        base = self._base.encode("utf-8") + b"{" + tag + b"}:"
+        return base + b"l:" + raw, base + b"m:" + raw
+
+    @property
+    def _sessions_key(self) -> bytes:
+        return self._base.encode("utf-8") + b"sessions"
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args)`` against Redis; an error (or the back-off window) is
@@ -221,11 +258,27 @@ class RedisRollingLog(RingBounds):
 
     def _run_append(self, session_id: str, items: list[bytes], mode: str) -> tuple[int, int]:
         keys = self._keys(session_id)
-        status, seq = self._call(
+        status, seq, relist = self._call(
             self._append_script, keys=list(keys),
             args=[self._cap_entries, self._cap_bytes, int(TAIL_TTL_S * 1000),
-                  session_bytes(session_id), mode, *items])
+                  LIST_EVERY_S, mode, *items])
+        if relist:
+            self._list(session_bytes(session_id))
         return int(status), int(seq)
+
+    def _list(self, raw: bytes) -> None:
+        """Put a session in the set of sessions (its own slot: not in the script)
+        and renew the set's expiry.  The tail is written already: a failure here
+        only leaves :meth:`sessions` without it until its next listing."""
+        def add() -> None:
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.sadd(self._sessions_key, raw)
+                pipe.pexpire(self._sessions_key, int(TAIL_TTL_S * 1000))
+                pipe.execute()
+        try:
+            self._call(add)
+        except RollingLogUnavailableError:
+            pass
 
     def _item(self, tag: int, entry: Entry) -> bytes:
         kind, payload = encode(entry)
@@ -271,21 +324,26 @@ class RedisRollingLog(RingBounds):
         n = check_count(n, "n")
         if n == 0:
             return 0
-        return int(self._call(self._roll_off_script, keys=list(keys[:2]), args=[n]))
+        return int(self._call(self._roll_off_script, keys=list(keys), args=[n]))
 
     def drop(self, session_id: str) -> bool:
         keys = self._keys(session_id)
-        return bool(self._call(self._drop_script, keys=list(keys),
-                               args=[session_bytes(session_id)]))
+
+        def drop() -> list[Any]:
+            # Not one transaction: the two keys share a slot, the set has its own.
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.delete(*keys)
+                pipe.srem(self._sessions_key, session_bytes(session_id))
+                return pipe.execute()
+        return self._call(drop)[0] > 0
 
     def sessions(self) -> list[str]:
-        base = self._base.encode("utf-8")
-        members = sorted(self._call(self._client.smembers, base + b"sessions"))
+        members = sorted(self._call(self._client.smembers, self._sessions_key))
 
         def exists() -> list[Any]:
             with self._client.pipeline(transaction=False) as pipe:
                 for m in members:
-                    pipe.exists(base + b"l:" + m, base + b"m:" + m)
+                    pipe.exists(*self._raw_keys(m))
                 return pipe.execute()
         found = self._call(exists) if members else []
         return [m.decode("utf-8", "surrogatepass") for m, n in zip(members, found) if n]
