@@ -103,10 +103,24 @@ def _packs(rt: Runtime) -> dict[str, Any]:
             for name, policy in POLICIES.items() for msg in MESSAGES}
 
 
+# The host-only records hold the units' float features (a fact's novelty) at full
+# repr; numpy's BLAS picks its kernels by CPU, so the last bits of a dot product,
+# and with them a record's digits and token count, differ between machines (the
+# record was made on another machine; an AMD EPYC gives +-1-2 tokens on 4 of 28
+# packs, everything else equal).  Those counts may move by that much, no more.
+_HOST_ONLY_SLACK = 4
+
+
 def _same(got: dict[str, Any], want: dict[str, Any], when: str) -> None:
     assert got.keys() == want.keys()
     for key in want:
-        assert json.loads(json.dumps(got[key])) == want[key], f"{when}: {key}"
+        plain = json.loads(json.dumps(got[key]))
+        host_only = plain["ledger"].pop("host_only_tokens")
+        wanted = dict(want[key], ledger={k: v for k, v in want[key]["ledger"].items()
+                                         if k != "host_only_tokens"})
+        assert plain == wanted, f"{when}: {key}"
+        assert abs(host_only - want[key]["ledger"]["host_only_tokens"]) <= _HOST_ONLY_SLACK, \
+            f"{when}: {key}: host-only tokens"
 
 
 def test_packs_are_the_recorded_ones(tmp_path: Path) -> None:
