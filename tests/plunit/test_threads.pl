@@ -61,6 +61,10 @@ test(strong_return_in_new_words_goes_to_the_nearest_earlier_thread, R == resume-
 test(weak_cue_in_new_words_is_no_return, true(R \== resume-"T2"-return_cue_similar)) :-
     cand("T1", 0.03, 0.0, [], S), cand("T2", 0.08, 0.0, [], C),
     decision("Regarding taxes, can I deduct my home office?", "T1", [S, C], 4, R).
+test(go_back_to_work_is_no_return, R == continue-"T2"-follow_up) :-
+    %   "work" names no earlier topic: the user leaves, the conversation stays put
+    backup(B), cand("T1", 0.05, 0.0, [], W),
+    decision("I have to go back to work now.", "T2", [B, W], 0, R).
 test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
     backup(B), cand("T1", 0.05, 0.3, ["version"], V),
     decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).
@@ -191,6 +195,15 @@ test(bare, T == []) :-
     text_tokens("Back to what we were discussing.", Ts), return_target(Ts, T).
 test(none, fail) :-
     text_tokens("How do I configure etcd?", Ts), return_target(Ts, _).
+test(go_back_to_work_is_no_return, fail) :-
+    text_tokens("I have to go back to work now.", Ts), return_target(Ts, _).
+test(back_to_everyday_places_are_no_return, Found == []) :-
+    findall(T, ( member(X, ["Ok, back to bed for me.", "Going back to the office tomorrow.",
+                            "We're also looking at daycares for when I go back to work.",
+                            "I'll get back to you on that."]),
+                 text_tokens(X, Ts), return_target(Ts, T) ), Found).
+test(a_topic_after_an_everyday_word_is_a_return, T == [home, server, backups]) :-
+    text_tokens("Back to the home server backups: how often?", Ts), return_target(Ts, T).
 
 :- end_tests(return_target).
 

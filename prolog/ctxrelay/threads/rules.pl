@@ -6,7 +6,8 @@
             open_target_word/1,     % ?Word
             follow_up_marker/1,     % ?Words
             topic_opener/1,         % ?Words
-            request_opener/1        % ?Words
+            request_opener/1,       % ?Words
+            everyday_destination/1  % ?Word
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -71,9 +72,9 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 */
 
 :- multifile return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
-             request_opener/1.
+             request_opener/1, everyday_destination/1.
 :- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
-           request_opener/1.
+           request_opener/1, everyday_destination/1.
 
 :- create_prolog_flag(ctxrelay_thread_overlap_join, 0.4, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_overlap_same, 0.2, [keep(true), type(float)]).
@@ -459,9 +460,30 @@ return_target(Tokens, Target) :-
     marker_match(=(Before), Tokens, _, Start-End),
     \+ not_a_return(Tokens, Start),
     tokens_after(Tokens, End, Rest),
+    \+ back_to_someone(Rest),
     target_words(Rest, After, Words),
     !,
-    exclude(open_or_function_word, Words, Target).
+    exclude(open_or_function_word, Words, Target),
+    \+ everyday_return(Target).
+
+%   "I'll get back to you", "back to them": the cue names a person, not a topic.
+back_to_someone([t(W, word, _, _)|_]) :-
+    memberchk(W, [you, me, him, her, them, us]).
+
+%   "I have to go back to work now", "back to bed": the words after the cue
+%   name only an everyday place or activity (everyday_destination/1), maybe
+%   with a time ("tomorrow"): the user leaves, no earlier topic is named.
+%   A topic that merely starts with such a word ("back to the home server")
+%   has other words and stays a return.
+everyday_return(Target) :-
+    Target = [_|_],
+    forall(member(W, Target), ( everyday_destination(W) ; time_word(W) )),
+    \+ forall(member(W, Target), time_word(W)).
+
+time_word(W) :-
+    memberchk(W, [now, today, tonight, tomorrow, soon, later, morning, afternoon, evening,
+                  week, weekend, monday, tuesday, wednesday, thursday, friday, saturday,
+                  sunday, after, early, anyway, then]).
 
 %   cue_words_present(+Before, +Present): every word the cue must match is
 %   among the message's words (Present: an ordered set), so the cue may
@@ -625,6 +647,15 @@ open_target_word(W) :-
                   topic, topics, question, questions, subject, thing, things, discussion,
                   point, conversation, thread, problem, issue, business, we, were,
                   discussing, talking, said, was, saying, what]).
+
+%!  everyday_destination(?Word) is nondet.
+%
+%   Places and activities people go back to ("go back to work", "back to
+%   bed"): a return cue whose topic holds only these (and times) names no
+%   earlier topic, so it is no return.
+everyday_destination(W) :-
+    memberchk(W, [work, working, home, bed, sleep, sleeping, school, class, classes, college,
+                  uni, university, office, job, desk, gym, normal, reality, town, studying]).
 
 %!  follow_up_marker(?Words) is nondet.
 %
