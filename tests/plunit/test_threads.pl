@@ -16,6 +16,14 @@ decision(Text, Previous, Cands, Terms, Action-Thread-Rule) :-
     thread_decision(Text, Ctx, D),
     Action = D.action, Thread = D.thread, Rule = D.rule.
 
+%   A decision with the message's content words and the current thread's
+%   words it re-names (Shared) and how many its latest exchange used (Recent).
+focus_decision(Text, Words, Shared, Recent, Action-Thread-Rule) :-
+    thread_decision(Text, _{previous:"T1", join:0.26, same:0.14, terms:3, words:Words,
+                            candidates:[_{thread:"T1", sim:0.2, overlap:0.2, shared:Shared,
+                                          recent:Recent}]}, D),
+    Action = D.action, Thread = D.thread, Rule = D.rule.
+
 etcd(C)    :- cand("T1", 0.05, 0.3, ["etcd"], C).
 backup(C)  :- cand("T2", 0.05, 0.0, [], C).
 quiet1(C)  :- cand("T1", 0.02, 0.0, [], C).
@@ -37,6 +45,14 @@ test(return_cue_variants, Rules == [return_cue, return_cue, return_cue, return_c
 test(return_cue_prefers_an_earlier_thread_on_a_tie, R == resume-"T1"-return_cue) :-
     cand("T2", 0.1, 0.3, ["etcd"], B), etcd(E),
     decision("Back to etcd, please.", "T2", [B, E], 1, R).
+test(return_cue_prefers_the_thread_whose_user_raised_the_topic, R == resume-"T1"-return_cue) :-
+    %   both used "dinner"; only in T1 did the user say it (the wine answer said
+    %   "per two guests for dinner"), and T2 overlaps the message more
+    cand("T3", 0.05, 0.0, [], D),
+    W = _{thread:"T2", sim:0.3, overlap:0.5, shared:[dinner, guest], user_shared:[]},
+    M = _{thread:"T1", sim:0.3, overlap:0.3, shared:[dinner], user_shared:[dinner]},
+    decision("Back to dinner. One guest is vegetarian, what main can I add?", "T3",
+             [D, W, M], 4, R).
 test(bare_return_resumes_the_thread_before, R == resume-"T1"-return_cue_earlier) :-
     backup(B), quiet1(Q),
     decision("Anyway, back to what we were discussing.", "T2", [B, Q], 0, R).
@@ -68,6 +84,22 @@ test(go_back_to_work_is_no_return, R == continue-"T2"-follow_up) :-
 test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
     backup(B), cand("T1", 0.05, 0.3, ["version"], V),
     decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).
+test(new_focus_in_the_setting_of_the_thread_starts_one, R == new-""-new_focus) :-
+    %   "lamb" is the menu thread's, but as the setting of a question about wine
+    focus_decision("What wine goes with slow roast lamb?", [wine, slow, roast, lamb],
+                   [slow, roast, lamb], 0, R).
+test(new_focus_on_something_just_said_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("What wine goes with slow roast lamb?", [wine, slow, roast, lamb],
+                   [slow, roast, lamb], 1, R).
+test(new_focus_with_a_demonstrative_setting, R == new-""-new_focus) :-
+    focus_decision("What kind of oven do I need for that volume?", [oven, volume], [], 0, R).
+test(attribute_of_the_subject_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("What pace for the easy runs?", [pace, easy, runs], [easy, runs], 0, R).
+test(elliptical_question_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("How many naps should she have?", [naps], [], 0, R).
+test(focus_the_thread_used_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("What lens would you add for portraits?", [lens, add, portraits], [lens],
+                   0, R).
 test(clarification_stays, R == continue-"T1"-clarify) :-
     quiet1(Q), backup(B),
     decision("What do you mean by peer certificates? Explain again.", "T1", [Q, B], 2, R).
