@@ -16,6 +16,18 @@ decision(Text, Previous, Cands, Terms, Action-Thread-Rule) :-
     thread_decision(Text, Ctx, D),
     Action = D.action, Thread = D.thread, Rule = D.rule.
 
+%   A stand-alone question (five new words, nothing of the current thread)
+%   when the current thread T2 has Turns turns.
+young_decision(Turns, Action-Thread-Rule) :-
+    thread_decision("Which carrier is cheapest for small parcels in Germany?",
+                    _{previous:"T2", join:0.26, same:0.14, terms:5,
+                      words:[carrier, cheapest, small, parcels, germany],
+                      candidates:[_{thread:"T2", sim:0.02, overlap:0.0, shared:[],
+                                    turns:Turns, user_turns:1},
+                                  _{thread:"T1", sim:0.02, overlap:0.0, shared:[], turns:6}]},
+                    D),
+    Action = D.action, Thread = D.thread, Rule = D.rule.
+
 %   A decision with the message's content words and the current thread's
 %   words it re-names (Shared) and how many its latest exchange used (Recent).
 focus_decision(Text, Words, Shared, Recent, Action-Thread-Rule) :-
@@ -100,6 +112,33 @@ test(elliptical_question_follows_up, R == continue-"T1"-continuity) :-
 test(focus_the_thread_used_follows_up, R == continue-"T1"-continuity) :-
     focus_decision("What lens would you add for portraits?", [lens, add, portraits], [lens],
                    0, R).
+test(a_new_scene_then_a_question_starts_a_thread, R == new-""-new_scene) :-
+    focus_decision("The defence is in June. How long should my presentation be?",
+                   [defence, june, presentation], [], 0, R).
+test(a_scene_in_the_thread_words_stays, R == continue-"T1"-continuity) :-
+    focus_decision("My instructor shouts a lot. Should I switch?", [instructor, shouts, switch],
+                   [instructor], 0, R).
+test(a_scene_that_picks_up_the_last_exchange_stays, R == continue-"T1"-continuity) :-
+    focus_decision("The defence is in June. How long should my presentation be?",
+                   [defence, june, presentation], [], 1, R).
+test(a_subject_just_opened_keeps_its_next_question, R == continue-"T2"-continuity) :-
+    %   T2 holds only the exchange that opened it; a question in new words follows it
+    young_decision(2, R).
+test(an_older_subject_lets_a_stand_alone_question_go, R == new-""-new) :-
+    young_decision(6, R).
+test(an_unanswered_subject_is_not_held, R == new-""-new) :-
+    young_decision(1, R).
+test(a_subject_just_opened_keeps_a_question_near_an_earlier_thread,
+     R == continue-"T2"-continuity) :-
+    %   "Where should the litter box go?" just after the feeding question split off
+    %   the cat thread: near the cat thread in meaning, but in none of its words
+    thread_decision("Where should the litter box go?",
+                    _{previous:"T2", join:0.26, same:0.14, terms:2, words:[litter, box],
+                      candidates:[_{thread:"T2", sim:0.2, overlap:0.0, shared:[], turns:2,
+                                    user_turns:1},
+                                  _{thread:"T1", sim:0.4, overlap:0.0, shared:[], turns:6}]},
+                    D),
+    R = D.action-D.thread-D.rule.
 test(clarification_stays, R == continue-"T1"-clarify) :-
     quiet1(Q), backup(B),
     decision("What do you mean by peer certificates? Explain again.", "T1", [Q, B], 2, R).

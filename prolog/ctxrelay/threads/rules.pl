@@ -98,8 +98,9 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 %       with thread (text), sim, overlap (numbers), shared (list of
 %       text: the message's words the thread used) and optionally
 %       recent (integer: how many of them the thread's latest exchange
-%       used; 0 when absent), user_shared (the shared words the
-%       thread's user turns used; shared when absent), rank and turns
+%       used; 0 when absent), turns and user_turns (how many turns and
+%       user turns it holds; optional), user_shared (the shared words the
+%       thread's user turns used; shared when absent) and rank
 %     - join, same: the embedder's thread_join and topic_same
 %       similarity thresholds (numbers)
 %     - terms: the number of content words of Text (optional)
@@ -141,7 +142,8 @@ thread_decision(Text, Context, Decision) :-
     ),
     text_tokens(Text, Tokens),
     (   return_target(Tokens, Target) -> Return = return(Target) ; Return = none ),
-    decide(Tokens-Return, Terms/Words, Previous, Cands, Join-Same, Action, Thread, Rule),
+    young(Previous, Cands0, Young),
+    decide(Tokens-Return, Terms/Words/Young, Previous, Cands, Join-Same, Action, Thread, Rule),
     restore(Action, Rule, Thread, Cands, Join, Restore),
     Decision = decision{action:Action, thread:Thread, rule:Rule, restore:Restore}.
 
@@ -228,14 +230,14 @@ decide(Tokens-_, _, Previous, _, _, continue, Previous, clarify) :-
     Previous \== none,
     marker_match(clarify_marker, Tokens, _, _),
     !.
-decide(Tokens-_, Terms/Words, Previous, Cands, _, continue, Previous, follow_up) :-
+decide(Tokens-_, Terms/Words/_, Previous, Cands, _, continue, Previous, follow_up) :-
     Previous \== none,
     \+ marker_match(topic_shift_marker, Tokens, _, _),
     follow_up(Tokens, Terms, Previous, Cands),
     \+ names_another_thread(Previous, Cands),
     \+ new_focus(Tokens, Words, Previous, Cands),
     !.
-decide(Tokens-_, Terms0/Words, Previous, Cands, Join-Same, Action, Thread, Rule) :-
+decide(Tokens-_, Terms0/Words/Young, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     (   marker_match(topic_shift_marker, Tokens, _, _) -> Shift = true ; Shift = false ),
     (   (   memberchk(t('?', punct, _, _), Tokens)
         ;   marker_match(request_opener, Tokens, _, _)
@@ -251,7 +253,11 @@ decide(Tokens-_, Terms0/Words, Previous, Cands, Join-Same, Action, Thread, Rule)
     findall(E-T, ( member(c(T, _, _, _, _, _, _), Cands), T \== Previous,
                    evidence(T, Cands, Join, E) ), Others),
     (   Shift == false -> Stay is EP + Bonus ; Stay = EP ),
-    (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay
+    (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay,
+        (   Young == true, Shift == false               % a subject just opened keeps its
+        ->  names_thread(TO, Cands)                     % follow-up unless it names another
+        ;   true
+        )
     ->  Thread = TO, Rule = similar                      % clearly about an earlier thread
     ;   Shift == false,
         back_in_old_words(Previous, Cands, TN)
@@ -260,7 +266,13 @@ decide(Tokens-_, Terms0/Words, Previous, Cands, Join-Same, Action, Thread, Rule)
         new_focus(Tokens, Words, Previous, Cands)
     ->  Thread = "", Rule = new_focus                   % a new subject of the same situation
     ;   Previous \== none, Shift == false,
-        \+ standalone(Terms, Previous, Cands, Same)
+        new_scene(Tokens, Words, Previous, Cands)
+    ->  Thread = "", Rule = new_scene                   % a new scene set, then a question
+    ;   Previous \== none, Shift == false,
+        (   Young == true, Terms \= opener(_)
+        ->  true                                        % the subject just opened goes on
+        ;   \+ standalone(Terms, Previous, Cands, Same)
+        )
     ->  Thread = Previous, Rule = continuity            % nothing says the topic changed
     ;   Previous \== none, EP >= 1.0,
         stays_after_shift(Shift, Previous, Cands)
@@ -276,6 +288,31 @@ action(Previous, Thread, _, continue) :-
     Thread == Previous,
     !.
 action(_, _, Earlier, Earlier).
+
+%   young(+Previous, +CandDicts, -Young)
+%
+%   Young is `true` when the current thread holds only the exchange that
+%   opened it (two turns: the user's and the answer): the user has just
+%   raised the subject and heard back, and the next question follows it
+%   up unless something says otherwise (a marker, an opener, a cue, words
+%   of another thread).  Messages stacked before any answer are not
+%   held: nothing was said yet to follow up.
+young(Previous, Dicts, Young) :-
+    (   Previous \== none,
+        member(D, Dicts),
+        get_dict(thread, D, T0), text_to_string(T0, Previous),
+        get_dict(turns, D, N), N == 2,
+        get_dict(user_turns, D, U), U == 1
+    ->  Young = true
+    ;   Young = false
+    ).
+
+%   names_thread(+Thread, +Cands): the message uses Thread's words, at
+%   least flag ctxrelay_thread_overlap_join of them.
+names_thread(Thread, Cands) :-
+    memberchk(c(Thread, _, Overlap, _, _, _, _), Cands),
+    current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
+    Overlap >= OJ.
 
 %   strong_return(+Tokens)
 %
@@ -440,6 +477,29 @@ new_focus(Tokens, Words, Previous, Cands) :-
     \+ memberchk(Focus, Shared),
     \+ attribute_word(Focus),
     setting_phrase(Rest, Shared).
+
+%   new_scene(+Tokens, +Words, +Previous, +Cands)
+%
+%   The message sets a scene in a statement and then asks about it: "The
+%   defence is in June. How long should my presentation be?" after talk
+%   of the thesis structure.  The statement has content words, none of
+%   which the current thread used, and the message uses no word of the
+%   thread's latest exchange: a user who answers or adds to the last
+%   turn re-uses its words or points at it ("We both work all day. Does
+%   that change things?" is a follow-up, decided before), one who
+%   presents a new fact before asking opens a new subject, however close
+%   in meaning it is.
+new_scene(Tokens, Words, Previous, Cands) :-
+    memberchk(c(Previous, _, _, Shared, 0, _, _), Cands),
+    append(Statement, [t(P, punct, _, _)|Rest], Tokens),
+    memberchk(P, ['.', '!']),
+    !,
+    \+ memberchk(t('?', punct, _, _), Statement),
+    memberchk(t('?', punct, _, _), Rest),
+    token_words(Statement, SWs),
+    include([W]>>memberchk(W, Words), SWs, Content),
+    Content = [_|_],
+    \+ ( member(W, Content), memberchk(W, Shared) ).
 
 %   wh_focus(+Tokens, -Focus, -Rest): Tokens start with a wh-determiner
 %   and the word it asks about.

@@ -327,7 +327,8 @@ class ThreadBook:
                         "bridge_mean": round(sum(bridges) / len(bridges), 4)
                         if len(bridges) >= 2 else None,
                         "recent": sum(1 for s in unique if s in exchange),
-                        "turns": int(entry.record.get("turn_count", 0))})
+                        "turns": int(entry.record.get("turn_count", 0)),
+                        "user_turns": len(entry.record.get("user_turns") or ())})
         return out
 
     def place(self, text: str, vec: np.ndarray) -> Placement:
