@@ -105,6 +105,11 @@ test(new_focus_on_something_just_said_follows_up, R == continue-"T1"-continuity)
                    [slow, roast, lamb], 1, R).
 test(new_focus_with_a_demonstrative_setting, R == new-""-new_focus) :-
     focus_decision("What kind of oven do I need for that volume?", [oven, volume], [], 0, R).
+test(yes_no_question_about_a_new_subject_in_the_setting, R == new-""-new_focus) :-
+    focus_decision("Is pet insurance worth it for two cats?", [pet, insurance, cats], [cats],
+                   0, R).
+test(yes_no_question_about_a_pronoun_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("Do I need special pans for that?", [special, pans], [], 0, R).
 test(attribute_of_the_subject_follows_up, R == continue-"T1"-continuity) :-
     focus_decision("What pace for the easy runs?", [pace, easy, runs], [easy, runs], 0, R).
 test(elliptical_question_follows_up, R == continue-"T1"-continuity) :-

@@ -455,9 +455,10 @@ unbridged(Terms0, Previous, Cands, Same) :-
 %   situation only as its setting: "What wine goes with slow roast lamb?"
 %   in a dinner-menu thread, "How much food do we need per guest?" after
 %   the venue, "What kind of oven do I need for that volume?" after the
-%   prices.  Its focus, the content word a wh-determiner asks about
-%   ("what X", "which X", "how much X", "how many X", "what kind of X"),
-%   is one the current thread never used and no attribute_word/1 (a
+%   prices, "Is pet insurance worth it for two cats?".  Its focus, the
+%   content word a wh-determiner asks about ("what X", "which X", "how
+%   much X", "how many X", "what kind of X"), else the subject of a yes/no
+%   question (yes_no_focus/4), is one the current thread never used and no attribute_word/1 (a
 %   question about the pace or the size of the thread's subject follows
 %   it up); after the focus, a prepositional phrase ("with ...", "per
 %   ...", "for ...", "like ...") re-names an earlier word of the thread
@@ -470,9 +471,11 @@ unbridged(Terms0, Previous, Cands, Same) :-
 new_focus(Tokens, Words, Previous, Cands) :-
     memberchk(t('?', punct, _, _), Tokens),
     memberchk(c(Previous, _, _, Shared, 0, _, _), Cands),
-    append(_, Rest0, Tokens),
-    wh_focus(Rest0, Focus, Rest),
-    !,
+    (   append(_, Rest0, Tokens),
+        wh_focus(Rest0, Focus, Rest)
+    ->  true
+    ;   yes_no_focus(Tokens, Words, Focus, Rest)
+    ),
     memberchk(Focus, Words),
     \+ memberchk(Focus, Shared),
     \+ attribute_word(Focus),
@@ -516,6 +519,19 @@ wh_focus([t(W, word, _, _)|Ts0], Focus, Rest) :-
     ;   Ts2 = Ts1
     ),
     Ts2 = [t(Focus, word, _, _)|Rest].
+
+%   yes_no_focus(+Tokens, +Words, -Focus, -Rest): a yes/no question
+%   ("Is pet insurance worth it for two cats?") asks about its subject:
+%   the first content word after the opening auxiliary (and a
+%   determiner), when the subject is no pronoun.
+yes_no_focus([t(Aux, word, _, _)|Ts0], Words, Focus, Rest) :-
+    memberchk(Aux, [is, are, was, were, does, do, did, can, could, should, would, will]),
+    (   Ts0 = [t(D, word, _, _)|Ts1], memberchk(D, [a, an, the, my, our, your, their])
+    ->  true
+    ;   Ts1 = Ts0
+    ),
+    Ts1 = [t(Focus, word, _, _)|Rest],
+    memberchk(Focus, Words).
 
 %   setting_phrase(+Tokens, +Shared): a preposition before the end of
 %   the sentence, followed within four words by a word the thread used or
