@@ -58,9 +58,15 @@ first match wins:
      stay on topic more often than they jump) except after a
      topic-shift marker.  `shared_words`: a message that uses none of
      the current thread's words but an earlier thread's goes back to
-     it.  `continuity`: without a topic-shift marker the current thread
+     it.  `new_focus`: a question whose focus is a new thing and that
+     names the thread's subject only as its setting ("What wine goes
+     with slow roast lamb?") starts a thread; `new_scene`: so does a
+     statement in words the thread never used followed by a question.
+     `continuity`: without a topic-shift marker the current thread
      keeps the turn unless it is a stand-alone question on another
-     subject (standalone/4).  The current thread also keeps a turn its
+     subject (standalone/4); a thread that holds only its opening
+     exchange keeps it in any case, and loses it to an earlier thread
+     only on that thread's words.  The current thread also keeps a turn its
      evidence reaches the bar for; after a topic-shift marker only on
      its words, not on similarity alone.
   7. `new`: otherwise a new thread.
