@@ -16,6 +16,26 @@ decision(Text, Previous, Cands, Terms, Action-Thread-Rule) :-
     thread_decision(Text, Ctx, D),
     Action = D.action, Thread = D.thread, Rule = D.rule.
 
+%   A stand-alone question (five new words, nothing of the current thread)
+%   when the current thread T2 has Turns turns.
+young_decision(Turns, Action-Thread-Rule) :-
+    thread_decision("Which carrier is cheapest for small parcels in Germany?",
+                    _{previous:"T2", join:0.26, same:0.14, terms:5,
+                      words:[carrier, cheapest, small, parcels, germany],
+                      candidates:[_{thread:"T2", sim:0.02, overlap:0.0, shared:[],
+                                    turns:Turns, user_turns:1},
+                                  _{thread:"T1", sim:0.02, overlap:0.0, shared:[], turns:6}]},
+                    D),
+    Action = D.action, Thread = D.thread, Rule = D.rule.
+
+%   A decision with the message's content words and the current thread's
+%   words it re-names (Shared) and how many its latest exchange used (Recent).
+focus_decision(Text, Words, Shared, Recent, Action-Thread-Rule) :-
+    thread_decision(Text, _{previous:"T1", join:0.26, same:0.14, terms:3, words:Words,
+                            candidates:[_{thread:"T1", sim:0.2, overlap:0.2, shared:Shared,
+                                          recent:Recent}]}, D),
+    Action = D.action, Thread = D.thread, Rule = D.rule.
+
 etcd(C)    :- cand("T1", 0.05, 0.3, ["etcd"], C).
 backup(C)  :- cand("T2", 0.05, 0.0, [], C).
 quiet1(C)  :- cand("T1", 0.02, 0.0, [], C).
@@ -37,6 +57,14 @@ test(return_cue_variants, Rules == [return_cue, return_cue, return_cue, return_c
 test(return_cue_prefers_an_earlier_thread_on_a_tie, R == resume-"T1"-return_cue) :-
     cand("T2", 0.1, 0.3, ["etcd"], B), etcd(E),
     decision("Back to etcd, please.", "T2", [B, E], 1, R).
+test(return_cue_prefers_the_thread_whose_user_raised_the_topic, R == resume-"T1"-return_cue) :-
+    %   both used "dinner"; only in T1 did the user say it (the wine answer said
+    %   "per two guests for dinner"), and T2 overlaps the message more
+    cand("T3", 0.05, 0.0, [], D),
+    W = _{thread:"T2", sim:0.3, overlap:0.5, shared:[dinner, guest], user_shared:[]},
+    M = _{thread:"T1", sim:0.3, overlap:0.3, shared:[dinner], user_shared:[dinner]},
+    decision("Back to dinner. One guest is vegetarian, what main can I add?", "T3",
+             [D, W, M], 4, R).
 test(bare_return_resumes_the_thread_before, R == resume-"T1"-return_cue_earlier) :-
     backup(B), quiet1(Q),
     decision("Anyway, back to what we were discussing.", "T2", [B, Q], 0, R).
@@ -61,9 +89,61 @@ test(strong_return_in_new_words_goes_to_the_nearest_earlier_thread, R == resume-
 test(weak_cue_in_new_words_is_no_return, true(R \== resume-"T2"-return_cue_similar)) :-
     cand("T1", 0.03, 0.0, [], S), cand("T2", 0.08, 0.0, [], C),
     decision("Regarding taxes, can I deduct my home office?", "T1", [S, C], 4, R).
+test(go_back_to_work_is_no_return, R == continue-"T2"-follow_up) :-
+    %   "work" names no earlier topic: the user leaves, the conversation stays put
+    backup(B), cand("T1", 0.05, 0.0, [], W),
+    decision("I have to go back to work now.", "T2", [B, W], 0, R).
 test(roll_back_is_not_a_return, true(R \== resume-"T1"-return_cue)) :-
     backup(B), cand("T1", 0.05, 0.3, ["version"], V),
     decision("How do I roll back to the previous version?", "T2", [B, V], 2, R).
+test(new_focus_in_the_setting_of_the_thread_starts_one, R == new-""-new_focus) :-
+    %   "lamb" is the menu thread's, but as the setting of a question about wine
+    focus_decision("What wine goes with slow roast lamb?", [wine, slow, roast, lamb],
+                   [slow, roast, lamb], 0, R).
+test(new_focus_on_something_just_said_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("What wine goes with slow roast lamb?", [wine, slow, roast, lamb],
+                   [slow, roast, lamb], 1, R).
+test(new_focus_with_a_demonstrative_setting, R == new-""-new_focus) :-
+    focus_decision("What kind of oven do I need for that volume?", [oven, volume], [], 0, R).
+test(yes_no_question_about_a_new_subject_in_the_setting, R == new-""-new_focus) :-
+    focus_decision("Is pet insurance worth it for two cats?", [pet, insurance, cats], [cats],
+                   0, R).
+test(yes_no_question_about_a_pronoun_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("Do I need special pans for that?", [special, pans], [], 0, R).
+test(attribute_of_the_subject_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("What pace for the easy runs?", [pace, easy, runs], [easy, runs], 0, R).
+test(elliptical_question_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("How many naps should she have?", [naps], [], 0, R).
+test(focus_the_thread_used_follows_up, R == continue-"T1"-continuity) :-
+    focus_decision("What lens would you add for portraits?", [lens, add, portraits], [lens],
+                   0, R).
+test(a_new_scene_then_a_question_starts_a_thread, R == new-""-new_scene) :-
+    focus_decision("The defence is in June. How long should my presentation be?",
+                   [defence, june, presentation], [], 0, R).
+test(a_scene_in_the_thread_words_stays, R == continue-"T1"-continuity) :-
+    focus_decision("My instructor shouts a lot. Should I switch?", [instructor, shouts, switch],
+                   [instructor], 0, R).
+test(a_scene_that_picks_up_the_last_exchange_stays, R == continue-"T1"-continuity) :-
+    focus_decision("The defence is in June. How long should my presentation be?",
+                   [defence, june, presentation], [], 1, R).
+test(a_subject_just_opened_keeps_its_next_question, R == continue-"T2"-continuity) :-
+    %   T2 holds only the exchange that opened it; a question in new words follows it
+    young_decision(2, R).
+test(an_older_subject_lets_a_stand_alone_question_go, R == new-""-new) :-
+    young_decision(6, R).
+test(an_unanswered_subject_is_not_held, R == new-""-new) :-
+    young_decision(1, R).
+test(a_subject_just_opened_keeps_a_question_near_an_earlier_thread,
+     R == continue-"T2"-continuity) :-
+    %   "Where should the litter box go?" just after the feeding question split off
+    %   the cat thread: near the cat thread in meaning, but in none of its words
+    thread_decision("Where should the litter box go?",
+                    _{previous:"T2", join:0.26, same:0.14, terms:2, words:[litter, box],
+                      candidates:[_{thread:"T2", sim:0.2, overlap:0.0, shared:[], turns:2,
+                                    user_turns:1},
+                                  _{thread:"T1", sim:0.4, overlap:0.0, shared:[], turns:6}]},
+                    D),
+    R = D.action-D.thread-D.rule.
 test(clarification_stays, R == continue-"T1"-clarify) :-
     quiet1(Q), backup(B),
     decision("What do you mean by peer certificates? Explain again.", "T1", [Q, B], 2, R).
@@ -191,6 +271,15 @@ test(bare, T == []) :-
     text_tokens("Back to what we were discussing.", Ts), return_target(Ts, T).
 test(none, fail) :-
     text_tokens("How do I configure etcd?", Ts), return_target(Ts, _).
+test(go_back_to_work_is_no_return, fail) :-
+    text_tokens("I have to go back to work now.", Ts), return_target(Ts, _).
+test(back_to_everyday_places_are_no_return, Found == []) :-
+    findall(T, ( member(X, ["Ok, back to bed for me.", "Going back to the office tomorrow.",
+                            "We're also looking at daycares for when I go back to work.",
+                            "I'll get back to you on that."]),
+                 text_tokens(X, Ts), return_target(Ts, T) ), Found).
+test(a_topic_after_an_everyday_word_is_a_return, T == [home, server, backups]) :-
+    text_tokens("Back to the home server backups: how often?", Ts), return_target(Ts, T).
 
 :- end_tests(return_target).
 

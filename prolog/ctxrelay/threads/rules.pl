@@ -6,7 +6,9 @@
             open_target_word/1,     % ?Word
             follow_up_marker/1,     % ?Words
             topic_opener/1,         % ?Words
-            request_opener/1        % ?Words
+            request_opener/1,       % ?Words
+            everyday_destination/1, % ?Word
+            attribute_word/1        % ?Word
           ]).
 :- use_module(library(error)).
 :- use_module(library(lists)).
@@ -56,9 +58,15 @@ first match wins:
      stay on topic more often than they jump) except after a
      topic-shift marker.  `shared_words`: a message that uses none of
      the current thread's words but an earlier thread's goes back to
-     it.  `continuity`: without a topic-shift marker the current thread
+     it.  `new_focus`: a question whose focus is a new thing and that
+     names the thread's subject only as its setting ("What wine goes
+     with slow roast lamb?") starts a thread; `new_scene`: so does a
+     statement in words the thread never used followed by a question.
+     `continuity`: without a topic-shift marker the current thread
      keeps the turn unless it is a stand-alone question on another
-     subject (standalone/4).  The current thread also keeps a turn its
+     subject (standalone/4); a thread that holds only its opening
+     exchange keeps it in any case, and loses it to an earlier thread
+     only on that thread's words.  The current thread also keeps a turn its
      evidence reaches the bar for; after a topic-shift marker only on
      its words, not on similarity alone.
   7. `new`: otherwise a new thread.
@@ -71,9 +79,9 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 */
 
 :- multifile return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
-             request_opener/1.
+             request_opener/1, everyday_destination/1, attribute_word/1.
 :- dynamic return_cue/2, open_target_word/1, follow_up_marker/1, topic_opener/1,
-           request_opener/1.
+           request_opener/1, everyday_destination/1, attribute_word/1.
 
 :- create_prolog_flag(ctxrelay_thread_overlap_join, 0.4, [keep(true), type(float)]).
 :- create_prolog_flag(ctxrelay_thread_overlap_same, 0.2, [keep(true), type(float)]).
@@ -96,10 +104,14 @@ ctxrelay_references (word lists, gap(N), `^` and `$` anchors):
 %       with thread (text), sim, overlap (numbers), shared (list of
 %       text: the message's words the thread used) and optionally
 %       recent (integer: how many of them the thread's latest exchange
-%       used; 0 when absent), rank and turns
+%       used; 0 when absent), turns and user_turns (how many turns and
+%       user turns it holds; optional), user_shared (the shared words the
+%       thread's user turns used; shared when absent) and rank
 %     - join, same: the embedder's thread_join and topic_same
 %       similarity thresholds (numbers)
 %     - terms: the number of content words of Text (optional)
+%     - words: the content words of Text, in order (optional; without
+%       them the new_focus rule does not apply)
 %
 %   Decision is decision{action:Action, thread:Thread, rule:Rule,
 %   restore:Bool}: Action is `continue` (the previous thread), `resume`
@@ -130,9 +142,14 @@ thread_decision(Text, Context, Decision) :-
     ;   Previous = none
     ),
     (   get_dict(terms, Context, Terms), integer(Terms) -> true ; Terms = unknown ),
+    (   get_dict(words, Context, Ws0), is_list(Ws0)
+    ->  maplist(shared_atom, Ws0, Words)
+    ;   Words = []
+    ),
     text_tokens(Text, Tokens),
     (   return_target(Tokens, Target) -> Return = return(Target) ; Return = none ),
-    decide(Tokens-Return, Terms, Previous, Cands, Join-Same, Action, Thread, Rule),
+    young(Previous, Cands0, Young),
+    decide(Tokens-Return, Terms/Words/Young, Previous, Cands, Join-Same, Action, Thread, Rule),
     restore(Action, Rule, Thread, Cands, Join, Restore),
     Decision = decision{action:Action, thread:Thread, rule:Rule, restore:Restore}.
 
@@ -145,7 +162,7 @@ thread_decision(Text, Context, Decision) :-
 %   (recall still finds the ones that match).
 restore(resume, _, _, _, _, true) :- !.
 restore(join, _, Thread, Cands, Join, true) :-
-    memberchk(c(Thread, Sim, _, _, _, _), Cands),
+    memberchk(c(Thread, Sim, _, _, _, _, _), Cands),
     Sim >= Join,
     !.
 restore(_, _, _, _, _, false).
@@ -159,8 +176,8 @@ context_value(Key, Dict, Value) :-
 no_value(@(none)).
 no_value(none).
 
-%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared, Recent, _))
-candidate(D, c(Thread, Sim, Overlap, Shared, Recent, Bridge)) :-
+%   candidate(+Dict, -c(Thread, Sim, Overlap, Shared, Recent, _, _))
+candidate(D, c(Thread, Sim, Overlap, Shared, Recent, Bridge, UserShared)) :-
     must_be(dict, D),
     context_value(thread, D, T0),
     text_to_string(T0, Thread),
@@ -170,6 +187,8 @@ candidate(D, c(Thread, Sim, Overlap, Shared, Recent, Bridge)) :-
     must_be(number, Overlap),
     (   get_dict(shared, D, S0) -> must_be(list, S0) ; S0 = [] ),
     maplist(shared_atom, S0, Shared),
+    (   get_dict(user_shared, D, U0) -> must_be(list, U0) ; U0 = S0 ),
+    maplist(shared_atom, U0, UserShared),
     (   get_dict(recent, D, Recent), integer(Recent) -> true ; Recent = 0 ),
     (   get_dict(bridge, D, B), number(B)
     ->  (   get_dict(bridge_mean, D, M), number(M) -> true ; M = none ),
@@ -200,7 +219,7 @@ decide(Tokens-return(Target), _, Previous, Cands, Join-_, Action, Thread, return
     action(Previous, Thread, resume, Action).
 decide(Tokens-return([_|_]), _, Previous, Cands, Join-Same, resume, Thread,
        return_cue_similar) :-
-    findall(E-T, ( member(c(T, Sim, O, _, _, _), Cands), T \== Previous,   % names a topic in
+    findall(E-T, ( member(c(T, Sim, O, _, _, _, _), Cands), T \== Previous,   % names a topic in
                    ( O > 0 ; Sim >= Same ),                            % words no thread used:
                    evidence(T, Cands, Join, E) ), Earlier),             % the earlier thread the
     (   max_member(_-Thread, Earlier)                                   % message is most about
@@ -210,20 +229,21 @@ decide(Tokens-return([_|_]), _, Previous, Cands, Join-Same, resume, Thread,
     ),
     !.
 decide(_-return([]), _, Previous, Cands, _, resume, Thread, return_cue_earlier) :-
-    member(c(Thread, _, _, _, _, _), Cands),
+    member(c(Thread, _, _, _, _, _, _), Cands),
     Thread \== Previous,
     !.
 decide(Tokens-_, _, Previous, _, _, continue, Previous, clarify) :-
     Previous \== none,
     marker_match(clarify_marker, Tokens, _, _),
     !.
-decide(Tokens-_, Terms, Previous, Cands, _, continue, Previous, follow_up) :-
+decide(Tokens-_, Terms/Words/_, Previous, Cands, _, continue, Previous, follow_up) :-
     Previous \== none,
     \+ marker_match(topic_shift_marker, Tokens, _, _),
     follow_up(Tokens, Terms, Previous, Cands),
     \+ names_another_thread(Previous, Cands),
+    \+ new_focus(Tokens, Words, Previous, Cands),
     !.
-decide(Tokens-_, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
+decide(Tokens-_, Terms0/Words/Young, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     (   marker_match(topic_shift_marker, Tokens, _, _) -> Shift = true ; Shift = false ),
     (   (   memberchk(t('?', punct, _, _), Tokens)
         ;   marker_match(request_opener, Tokens, _, _)
@@ -236,16 +256,29 @@ decide(Tokens-_, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     ),
     current_prolog_flag(ctxrelay_thread_continuity, Bonus),
     evidence(Previous, Cands, Join, EP),
-    findall(E-T, ( member(c(T, _, _, _, _, _), Cands), T \== Previous,
+    findall(E-T, ( member(c(T, _, _, _, _, _, _), Cands), T \== Previous,
                    evidence(T, Cands, Join, E) ), Others),
     (   Shift == false -> Stay is EP + Bonus ; Stay = EP ),
-    (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay
+    (   max_member(EO-TO, Others), EO >= 1.0, EO > Stay,
+        (   Young == true, Shift == false               % a subject just opened keeps its
+        ->  names_thread(TO, Cands)                     % follow-up unless it names another
+        ;   true
+        )
     ->  Thread = TO, Rule = similar                      % clearly about an earlier thread
     ;   Shift == false,
         back_in_old_words(Previous, Cands, TN)
     ->  Thread = TN, Rule = shared_words                 % a new question in an old topic's words
     ;   Previous \== none, Shift == false,
-        \+ standalone(Terms, Previous, Cands, Same)
+        new_focus(Tokens, Words, Previous, Cands)
+    ->  Thread = "", Rule = new_focus                   % a new subject of the same situation
+    ;   Previous \== none, Shift == false,
+        new_scene(Tokens, Words, Previous, Cands)
+    ->  Thread = "", Rule = new_scene                   % a new scene set, then a question
+    ;   Previous \== none, Shift == false,
+        (   Young == true, Terms \= opener(_)
+        ->  true                                        % the subject just opened goes on
+        ;   \+ standalone(Terms, Previous, Cands, Same)
+        )
     ->  Thread = Previous, Rule = continuity            % nothing says the topic changed
     ;   Previous \== none, EP >= 1.0,
         stays_after_shift(Shift, Previous, Cands)
@@ -255,10 +288,37 @@ decide(Tokens-_, Terms0, Previous, Cands, Join-Same, Action, Thread, Rule) :-
     action(Previous, Thread, join, Action).
 decide(_, _, _, _, _, new, "", new).
 
+action(_, "", _, new) :-
+    !.
 action(Previous, Thread, _, continue) :-
     Thread == Previous,
     !.
 action(_, _, Earlier, Earlier).
+
+%   young(+Previous, +CandDicts, -Young)
+%
+%   Young is `true` when the current thread holds only the exchange that
+%   opened it (two turns: the user's and the answer): the user has just
+%   raised the subject and heard back, and the next question follows it
+%   up unless something says otherwise (a marker, an opener, a cue, words
+%   of another thread).  Messages stacked before any answer are not
+%   held: nothing was said yet to follow up.
+young(Previous, Dicts, Young) :-
+    (   Previous \== none,
+        member(D, Dicts),
+        get_dict(thread, D, T0), text_to_string(T0, Previous),
+        get_dict(turns, D, N), N == 2,
+        get_dict(user_turns, D, U), U == 1
+    ->  Young = true
+    ;   Young = false
+    ).
+
+%   names_thread(+Thread, +Cands): the message uses Thread's words, at
+%   least flag ctxrelay_thread_overlap_join of them.
+names_thread(Thread, Cands) :-
+    memberchk(c(Thread, _, Overlap, _, _, _, _), Cands),
+    current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
+    Overlap >= OJ.
 
 %   strong_return(+Tokens)
 %
@@ -281,7 +341,7 @@ strong_return(Tokens) :-
 %   goes back to the thread about solids.
 earlier_about(Previous, Cands, Join, Thread) :-
     evidence(Previous, Cands, Join, EP),
-    findall(E-T, ( member(c(T, _, _, _, _, _), Cands), T \== Previous,
+    findall(E-T, ( member(c(T, _, _, _, _, _, _), Cands), T \== Previous,
                    evidence(T, Cands, Join, E) ), Earlier),
     max_member(EO-Thread, Earlier),
     EO > EP.
@@ -294,7 +354,7 @@ earlier_about(Previous, Cands, Join, Thread) :-
 evidence(none, _, _, 0) :-
     !.
 evidence(Thread, Cands, Join, E) :-
-    memberchk(c(Thread, Sim, Overlap, _, _, _), Cands),
+    memberchk(c(Thread, Sim, Overlap, _, _, _, _), Cands),
     !,
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
     E is max(Sim / max(Join, 0.01), Overlap / max(OJ, 0.01)).
@@ -307,10 +367,10 @@ evidence(_, _, _, 0).
 %   earlier thread's: "should I prune the tomato suckers?" while talking
 %   compost goes back to the tomatoes.
 back_in_old_words(Previous, Cands, Thread) :-
-    memberchk(c(Previous, _, OP, _, 0, _), Cands),
+    memberchk(c(Previous, _, OP, _, 0, _, _), Cands),
     OP =:= 0,
     current_prolog_flag(ctxrelay_thread_overlap_same, OS),
-    findall(O-T, ( member(c(T, _, O, _, _, _), Cands), T \== Previous, O >= OS ), Named),
+    findall(O-T, ( member(c(T, _, O, _, _, _, _), Cands), T \== Previous, O >= OS ), Named),
     max_member(_-Thread, Named).
 
 %   stays_after_shift(+Shift, +Previous, +Cands)
@@ -323,7 +383,7 @@ back_in_old_words(Previous, Cands, Thread) :-
 stays_after_shift(false, _, _) :-
     !.
 stays_after_shift(true, Previous, Cands) :-
-    memberchk(c(Previous, _, Overlap, _, _, _), Cands),
+    memberchk(c(Previous, _, Overlap, _, _, _, _), Cands),
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
     Overlap >= OJ.
 
@@ -352,7 +412,7 @@ standalone(Terms0, Previous, Cands, Same) :-
     ),
     integer(Terms),
     Terms >= Min,
-    memberchk(c(Previous, Sim, Overlap, _, Recent, _), Cands),
+    memberchk(c(Previous, Sim, Overlap, _, Recent, _, _), Cands),
     current_prolog_flag(ctxrelay_thread_standalone_overlap, OS),
     Overlap < OS,
     (   Opener == true
@@ -384,7 +444,7 @@ unbridged(Terms0, Previous, Cands, Same) :-
     integer(Terms),
     current_prolog_flag(ctxrelay_thread_unbridged_terms, Min),
     Terms >= Min,
-    memberchk(c(Previous, _, Overlap, _, Recent, bridge(Bridge, Mean)), Cands),
+    memberchk(c(Previous, _, Overlap, _, Recent, bridge(Bridge, Mean), _), Cands),
     Overlap =:= 0,
     Recent =:= 0,
     current_prolog_flag(ctxrelay_thread_bridge_floor, F),
@@ -395,18 +455,121 @@ unbridged(Terms0, Previous, Cands, Same) :-
         Bridge < R * Mean
     ).
 
+%   new_focus(+Tokens, +Words, +Previous, +Cands)
+%
+%   The question asks for a new kind of thing and names the current
+%   situation only as its setting: "What wine goes with slow roast lamb?"
+%   in a dinner-menu thread, "How much food do we need per guest?" after
+%   the venue, "What kind of oven do I need for that volume?" after the
+%   prices, "Is pet insurance worth it for two cats?".  Its focus, the
+%   content word a wh-determiner asks about ("what X", "which X", "how
+%   much X", "how many X", "what kind of X"), else the subject of a yes/no
+%   question (yes_no_focus/4), is one the current thread never used and no attribute_word/1 (a
+%   question about the pace or the size of the thread's subject follows
+%   it up); after the focus, a prepositional phrase ("with ...", "per
+%   ...", "for ...", "like ...") re-names an earlier word of the thread
+%   or points back with a demonstrative ("for that volume", "like
+%   that"); and the message uses no word of the thread's latest exchange.
+%   A follow-up leaves the given subject unsaid ("How many naps should
+%   she have?"); re-naming it as a setting while asking for something
+%   new moves to a new subject of the same situation.  Words is the
+%   message's content words (Python's), which the focus must be one of.
+new_focus(Tokens, Words, Previous, Cands) :-
+    memberchk(t('?', punct, _, _), Tokens),
+    memberchk(c(Previous, _, _, Shared, 0, _, _), Cands),
+    (   append(_, Rest0, Tokens),
+        wh_focus(Rest0, Focus, Rest)
+    ->  true
+    ;   yes_no_focus(Tokens, Words, Focus, Rest)
+    ),
+    memberchk(Focus, Words),
+    \+ memberchk(Focus, Shared),
+    \+ attribute_word(Focus),
+    setting_phrase(Rest, Shared).
+
+%   new_scene(+Tokens, +Words, +Previous, +Cands)
+%
+%   The message sets a scene in a statement and then asks about it: "The
+%   defence is in June. How long should my presentation be?" after talk
+%   of the thesis structure.  The statement has content words, none of
+%   which the current thread used, and the message uses no word of the
+%   thread's latest exchange: a user who answers or adds to the last
+%   turn re-uses its words or points at it ("We both work all day. Does
+%   that change things?" is a follow-up, decided before), one who
+%   presents a new fact before asking opens a new subject, however close
+%   in meaning it is.
+new_scene(Tokens, Words, Previous, Cands) :-
+    memberchk(c(Previous, _, _, Shared, 0, _, _), Cands),
+    append(Statement, [t(P, punct, _, _)|Rest], Tokens),
+    memberchk(P, ['.', '!']),
+    !,
+    \+ memberchk(t('?', punct, _, _), Statement),
+    memberchk(t('?', punct, _, _), Rest),
+    token_words(Statement, SWs),
+    include([W]>>memberchk(W, Words), SWs, Content),
+    Content = [_|_],
+    \+ ( member(W, Content), memberchk(W, Shared) ).
+
+%   wh_focus(+Tokens, -Focus, -Rest): Tokens start with a wh-determiner
+%   and the word it asks about.
+wh_focus([t(W, word, _, _)|Ts0], Focus, Rest) :-
+    (   memberchk(W, [what, which])
+    ->  Ts1 = Ts0
+    ;   W == how,
+        Ts0 = [t(Q, word, _, _)|Ts1],
+        memberchk(Q, [much, many])
+    ),
+    (   Ts1 = [t(K, word, _, _), t(of, word, _, _)|Ts2],
+        memberchk(K, [kind, kinds, type, types, sort, sorts])
+    ->  true
+    ;   Ts2 = Ts1
+    ),
+    Ts2 = [t(Focus, word, _, _)|Rest].
+
+%   yes_no_focus(+Tokens, +Words, -Focus, -Rest): a yes/no question
+%   ("Is pet insurance worth it for two cats?") asks about its subject:
+%   the first content word after the opening auxiliary (and a
+%   determiner), when the subject is no pronoun.
+yes_no_focus([t(Aux, word, _, _)|Ts0], Words, Focus, Rest) :-
+    memberchk(Aux, [is, are, was, were, does, do, did, can, could, should, would, will]),
+    (   Ts0 = [t(D, word, _, _)|Ts1], memberchk(D, [a, an, the, my, our, your, their])
+    ->  true
+    ;   Ts1 = Ts0
+    ),
+    Ts1 = [t(Focus, word, _, _)|Rest],
+    memberchk(Focus, Words).
+
+%   setting_phrase(+Tokens, +Shared): a preposition before the end of
+%   the sentence, followed within four words by a word the thread used or
+%   by a demonstrative.
+setting_phrase(Tokens, Shared) :-
+    append(_, [t(P, word, _, _)|After], Tokens),
+    memberchk(P, [with, for, per, before, after, during, at, on, in, from, like, to]),
+    first_words(After, 4, Ws),
+    member(W, Ws),
+    (   memberchk(W, Shared)
+    ->  true
+    ;   memberchk(W, [that, this, these, those])
+    ),
+    !.
+
 %   best_named(+Target, +Previous, +Cands, -Thread)
 %
 %   The thread that used the most words of Target (at least one); among
 %   equals an earlier thread before the current one (the cue says the
-%   topic is not the current one), then the larger overlap, then the
-%   more recently active.
+%   topic is not the current one), then the one whose user turns used
+%   more of them (a return goes back to a topic the user raised: "back
+%   to dinner" is the dinner-party thread, not the wine thread whose
+%   answer said "for dinner"), then the larger overlap, then the more
+%   recently active.
 best_named(Target, Previous, Cands, Thread) :-
-    findall(k(N, Earlier, Overlap, I)-T,
-            ( nth0(I0, Cands, c(T, _, Overlap, Shared, _, _)),
+    findall(k(N, Earlier, NU, Overlap, I)-T,
+            ( nth0(I0, Cands, c(T, _, Overlap, Shared, _, _, UserShared)),
               I is -I0,
               aggregate_all(count, ( member(W, Target), target_word_shared(W, Shared) ), N),
               N > 0,
+              aggregate_all(count, ( member(W, Target), target_word_shared(W, UserShared) ),
+                            NU),
               ( T == Previous -> Earlier = 0 ; Earlier = 1 ) ),
             Found),
     Found \== [],
@@ -431,10 +594,10 @@ target_word_shared(W, Shared) :-
 %   The message uses words of another candidate thread (at least half
 %   of its content words by weight) and none the current thread used.
 names_another_thread(Previous, Cands) :-
-    memberchk(c(Previous, _, OP, _, _, _), Cands),
+    memberchk(c(Previous, _, OP, _, _, _, _), Cands),
     OP =:= 0,
     current_prolog_flag(ctxrelay_thread_overlap_join, OJ),
-    member(c(T, _, Overlap, _, _, _), Cands),
+    member(c(T, _, Overlap, _, _, _, _), Cands),
     T \== Previous,
     Overlap >= OJ,
     !.
@@ -459,9 +622,30 @@ return_target(Tokens, Target) :-
     marker_match(=(Before), Tokens, _, Start-End),
     \+ not_a_return(Tokens, Start),
     tokens_after(Tokens, End, Rest),
+    \+ back_to_someone(Rest),
     target_words(Rest, After, Words),
     !,
-    exclude(open_or_function_word, Words, Target).
+    exclude(open_or_function_word, Words, Target),
+    \+ everyday_return(Target).
+
+%   "I'll get back to you", "back to them": the cue names a person, not a topic.
+back_to_someone([t(W, word, _, _)|_]) :-
+    memberchk(W, [you, me, him, her, them, us]).
+
+%   "I have to go back to work now", "back to bed": the words after the cue
+%   name only an everyday place or activity (everyday_destination/1), maybe
+%   with a time ("tomorrow"): the user leaves, no earlier topic is named.
+%   A topic that merely starts with such a word ("back to the home server")
+%   has other words and stays a return.
+everyday_return(Target) :-
+    Target = [_|_],
+    forall(member(W, Target), ( everyday_destination(W) ; time_word(W) )),
+    \+ forall(member(W, Target), time_word(W)).
+
+time_word(W) :-
+    memberchk(W, [now, today, tonight, tomorrow, soon, later, morning, afternoon, evening,
+                  week, weekend, monday, tuesday, wednesday, thursday, friday, saturday,
+                  sunday, after, early, anyway, then]).
 
 %   cue_words_present(+Before, +Present): every word the cue must match is
 %   among the message's words (Present: an ordered set), so the cue may
@@ -541,7 +725,7 @@ follow_up(Tokens, Terms, Previous, Cands) :-
     opening_pronoun(Tokens),
     (   integer(Terms), Terms =< 2
     ->  true
-    ;   memberchk(c(Previous, _, Overlap, _, _, _), Cands),  % "is it possible to run X" is
+    ;   memberchk(c(Previous, _, Overlap, _, _, _, _), Cands),  % "is it possible to run X" is
         Overlap > 0                                     % about X, not about "it"
     ),
     !.
@@ -625,6 +809,28 @@ open_target_word(W) :-
                   topic, topics, question, questions, subject, thing, things, discussion,
                   point, conversation, thread, problem, issue, business, we, were,
                   discussing, talking, said, was, saying, what]).
+
+%!  everyday_destination(?Word) is nondet.
+%
+%   Places and activities people go back to ("go back to work", "back to
+%   bed"): a return cue whose topic holds only these (and times) names no
+%   earlier topic, so it is no return.
+everyday_destination(W) :-
+    memberchk(W, [work, working, home, bed, sleep, sleeping, school, class, classes, college,
+                  uni, university, office, job, desk, gym, normal, reality, town, studying]).
+
+%!  attribute_word(?Word) is nondet.
+%
+%   Words that ask for a property of the subject at hand, not for a new
+%   thing: "What pace for the easy runs?", "What temperature for the
+%   lamb?" follow the thread up (new_focus/4 does not split them).
+attribute_word(W) :-
+    memberchk(W, [pace, time, times, temperature, size, sizes, length, speed, price, prices,
+                  cost, costs, colour, color, version, format, order, number, amount, ratio,
+                  weight, height, width, depth, distance, duration, frequency, percentage,
+                  level, setting, settings, value, rate, schedule, step, steps, part, parts,
+                  day, days, hour, hours, minutes, week, weeks, month, months, year, years,
+                  age, date, mode, style, brand, model, ones, one, else, exactly]).
 
 %!  follow_up_marker(?Words) is nondet.
 %

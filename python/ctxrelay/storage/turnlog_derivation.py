@@ -16,7 +16,7 @@ same transaction.  Records are JSON-shaped dicts:
   ``active_thread``, ``recent`` (the most recently active threads, newest first);
 - thread (per ``T<n>``): ``thread_id``, ``label``, ``turn_ids`` (the latest
   :data:`KEPT_MEMBERS`), ``user_turns``, ``recent_turns``, ``terms``,
-  ``exchange_terms``, ``turn_count``, ``last_active_turn``, ``override``;
+  ``exchange_terms``, ``user_terms``, ``bridges``, ``turn_count``, ``last_active_turn``, ``override``;
 - turn: ``thread_id``, ``entities``, ``references``, ``tool_calls``, ``model_id``.
 """
 from __future__ import annotations

@@ -284,8 +284,10 @@ class ThreadBook:
     def features(self, text: str, vec: np.ndarray) -> list[dict[str, Any]]:
         """One dict per candidate thread: thread, rank (0 = most recently
         active), sim, overlap (0..1), shared (the message's words the
-        thread used), recent (how many of them its latest exchange, the
-        last user turn and what followed it, used) and bridge (the largest
+        thread used), user_shared (those its user turns used: a return
+        names a topic the user raised), recent (how many of them its
+        latest exchange, the last user turn and what followed it, used)
+        and bridge (the largest
         cosine against that exchange: a question that does not pick up the
         last answer, by word or by meaning, may start another sub-topic)."""
         if not self.order:
@@ -315,15 +317,18 @@ class ThreadBook:
             overlap = sum(idf[s] * min(1.0, 0.25 + 0.25 * profile[s]) for s in hit) / total \
                 if total else 0.0
             shared = [w for w in msg_words if stems[w] in profile]
+            said = entry.record.get("user_terms") or {}
             exchange = set(entry.record.get("exchange_terms") or ())
             bridges = entry.record.get("bridges") or []
             out.append({"thread": tid, "rank": rank, "sim": round(sim, 4),
                         "overlap": round(overlap, 4), "shared": shared,
+                        "user_shared": [w for w in shared if stems[w] in said],
                         "bridge": round(bridge, 4),
                         "bridge_mean": round(sum(bridges) / len(bridges), 4)
                         if len(bridges) >= 2 else None,
                         "recent": sum(1 for s in unique if s in exchange),
-                        "turns": int(entry.record.get("turn_count", 0))})
+                        "turns": int(entry.record.get("turn_count", 0)),
+                        "user_turns": len(entry.record.get("user_turns") or ())})
         return out
 
     def place(self, text: str, vec: np.ndarray) -> Placement:
@@ -332,7 +337,8 @@ class ThreadBook:
         context = {"previous": self.previous or "", "candidates": cands,
                    "join": float(self.thresholds["thread_join"]),
                    "same": float(self.thresholds["topic_same"]),
-                   "terms": len(content_stems(text))}
+                   "terms": len(content_stems(text)),
+                   "words": content_words(text, parts=False)}
         d = _prolog_once()("ctxrelay_thread_rules:thread_decision(T, C, D)",
                         {"T": text, "C": context})["D"]
         tid = str(d["thread"])
@@ -373,6 +379,8 @@ class ThreadBook:
         entry.vectors.append(vec.astype(np.float32))
         del entry.vectors[:-NEIGHBOURS]
         info["terms"] = add_terms(info.get("terms") or {}, turn.content)
+        if turn.role == "user":      # what the user raised: the topics a return names
+            info["user_terms"] = add_terms(info.get("user_terms") or {}, turn.content)
         # The latest exchange (a user turn and the answers after it): a question
         # that picks up one of its words follows it up.
         stems = content_stems(turn.content)
