@@ -17,9 +17,16 @@ from ctxrelay.types import Turn
     ("Actually, what's a good backup?", "backup"),
     ("Unrelated, but which laptop should I buy for writing?", "laptop-writing"),
     ("Thanks!", ""),
+    ("hi, our etcd quota is 8 GiB", "etcd-quota"),        # a greeting names no topic
 ])
 def test_labels_name_the_topic(text, label):
     assert "-".join(label_words(text)) == label
+
+
+@pytest.mark.parametrize("greeting", ["hi", "Hello!", "Hey there,", "hiya -", "Cheers."])
+def test_a_greeting_is_no_part_of_a_label(greeting):
+    for text in ("How do I rotate the nginx certificates?", "our etcd quota is 8 GiB"):
+        assert label_words(f"{greeting} {text}") == label_words(text)
 
 
 def test_labels_are_unique_in_a_session():

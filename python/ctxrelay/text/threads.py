@@ -87,6 +87,7 @@ with within without won't work works would wouldn't yeah yes yet you you'd you'l
 your yours approach option options question questions problem problems issue issues thing
 strategy recommend recommended recommendation should anything someone somebody
 difference differences advice tip tips suggestion suggestions worth enough question
+hi hello hey hiya howdy greetings cheers
 """.split())
 
 # Common verbs and vague words: content words for overlap, but no topic name.
