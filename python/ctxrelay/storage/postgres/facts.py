@@ -35,17 +35,14 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.storage.common.facts import SnapshotReads
 from ctxrelay.storage.interfaces.facts import (
     Checkpoint,
     EmbeddingModelMismatchError,
-    Fact,
     FactReader,
-    FactTable,
-    HeadArrays,
     Linker,
     NamespaceState,
     Saver,
-    SourceRecord,
     UnknownFactError,
     Written,
 )
@@ -81,7 +78,7 @@ def _vector_setup() -> Callable[[Any], None]:
     return register_vector
 
 
-class PgFacts:
+class PgFacts(SnapshotReads):
     """The facts of one store's schema (``db``: its :class:`Database`, migrated).
 
     A new store needs ``model_id`` and ``dim``; an existing one is opened with
@@ -245,72 +242,7 @@ class PgFacts:
                 if not done:
                     _rollback(conn)
 
-    def namespaces(self) -> list[str]:
-        return self.snapshot(lambda v: v.namespaces())
-
-    def namespace(self, ns: str) -> NamespaceState | None:
-        return self.snapshot(lambda v: v.namespace(ns))
-
-    def state_hash(self, ns: str) -> str:
-        return self.snapshot(lambda v: v.state_hash(ns))
-
-    def locate(self, ns: str, ids: Sequence[str]) -> np.ndarray:
-        return self.snapshot(lambda v: v.locate(ns, ids))
-
-    def get(self, ns: str, ids: Sequence[str]) -> list[Fact | None]:
-        return self.snapshot(lambda v: v.get(ns, ids))
-
-    def lookup_key(self, ns: str, key: str, *, any_status: bool = False) -> str | None:
-        return self.snapshot(lambda v: v.lookup_key(ns, key, any_status=any_status))
-
-    def vectors(self, ns: str, ids: Sequence[str]) -> np.ndarray:
-        return self.snapshot(lambda v: v.vectors(ns, ids))
-
-    def heads(self, ns: str, ids: Sequence[str]) -> HeadArrays:
-        return self.snapshot(lambda v: v.heads(ns, ids))
-
-    def scan(self, ns: str) -> list[Fact]:
-        return self.snapshot(lambda v: v.scan(ns))
-
-    def search_terms(self, ns: str, query: str, k: int) -> list[tuple[str, float]]:
-        return self.snapshot(lambda v: v.search_terms(ns, query, k))
-
-    def source(self, ns: str, source_id: str) -> SourceRecord | None:
-        return self.snapshot(lambda v: v.source(ns, source_id))
-
-    def communities(self, ns: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
-        return self.snapshot(lambda v: v.communities(ns))
-
-    def ids_at(self, ns: str, seqs: Sequence[int]) -> list[str | None]:
-        return self.snapshot(lambda v: v.ids_at(ns, seqs))
-
-    def heads_at(self, ns: str, seqs: Sequence[int]) -> HeadArrays:
-        return self.snapshot(lambda v: v.heads_at(ns, seqs))
-
-    def vectors_at(self, ns: str, seqs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        return self.snapshot(lambda v: v.vectors_at(ns, seqs))
-
-    def fact_table(self, ns: str) -> FactTable:
-        return self.snapshot(lambda v: v.fact_table(ns))
-
-    def iter_vectors(self, ns: str, chunk: int, *, skip: Any = ()
-                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        return iter(self.snapshot(lambda v: list(v.iter_vectors(ns, chunk, skip=skip))))
-
-    def hidden(self, ns: str) -> set[int]:
-        return self.snapshot(lambda v: v.hidden(ns))
-
-    def edges(self, ns: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.snapshot(lambda v: v.edges(ns))
-
-    def edge_rows(self, ns: str, seqs: Any) -> dict[int, tuple[list[int], list[float]]]:
-        return self.snapshot(lambda v: v.edge_rows(ns, list(seqs)))
-
-    def changes(self, ns: str, since: int, upto: int) -> list[Any] | None:
-        return self.snapshot(lambda v: v.changes(ns, since, upto))
-
-    def due(self, ns: str, *, now: float) -> list[str]:
-        return self.snapshot(lambda v: v.due(ns, now))
+    # the reads of the contract: SnapshotReads, one snapshot() each
 
     # -- writes --------------------------------------------------------------------------
 

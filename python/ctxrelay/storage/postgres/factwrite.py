@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrelay.storage.common.facts import NamespaceSteps, still_due
 from ctxrelay.storage.interfaces.facts import (
     RETRIEVABLE,
     TRANSITIONS,
@@ -45,7 +46,7 @@ def _key(key: str | None) -> bytes | None:
     return None if key is None else key.encode("utf-8")
 
 
-class PgFactWriter(PgFactView):
+class PgFactWriter(NamespaceSteps, PgFactView):
     """One write transaction of one namespace (created on the first write to it)."""
 
     committed = False            # its reads may include rows that roll back
@@ -113,21 +114,6 @@ class PgFactWriter(PgFactView):
         sets = ", ".join(f"{name} = %s" for name in values)
         self.cur.execute(f"UPDATE ckf_facts SET {sets} WHERE seq = %s",
                          (*values.values(), seq))
-
-    def tick(self, now: float) -> float:
-        """A modification time strictly after the namespace's last one."""
-        info = self.ns_info
-        t = max(float(now), info["last_mod"] + 1e-6)
-        info["last_mod"] = t
-        return t
-
-    def redigest(self, old: int | None, new: int | None) -> None:
-        d = int(self.ns_info["digest"], 16)
-        if old is not None:
-            d -= old
-        if new is not None:
-            d += new
-        self.ns_info["digest"] = format(d % codec.DIGEST_MOD, "x")
 
     def log(self, hide: bool, seqs: Sequence[int]) -> None:
         """Change-feed entries, one per seq, in order."""
@@ -326,13 +312,10 @@ class PgFactWriter(PgFactView):
                    for seq, fid, old, rec in found)
 
     def expire(self, ids: Sequence[str], *, now: float) -> int:
-        def still_due(status: str, rec: dict[str, Any]) -> bool:   # a write may have come first
-            due = codec.due_time(status, rec)
-            return due is not None and now > due
         ids = list(dict.fromkeys(ids))
         found = self._by_ids(self.ns, ids, "seq, status, record")
         return sum(self.status_change(int(found[fid][0]), fid, CODE_STATUS[found[fid][1]],
-                                      json.loads(found[fid][2]), "STALE", now, still_due)
+                                      json.loads(found[fid][2]), "STALE", now, still_due(now))
                    for fid in ids if fid in found)
 
     def record_access(self, ids: Sequence[str], *, now: float) -> None:
