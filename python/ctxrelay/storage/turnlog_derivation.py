@@ -28,9 +28,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 from ctxrelay.memo import keep
 from ctxrelay.text import threads as thread_numbers
-from ctxrelay.text.bounds import derived_text
+from ctxrelay.text.bounds import derived_text, embedding_texts
 from ctxrelay.text.threads import (STATE_FIELDS, STATE_TURNS, ThreadBook, ThreadEntry,
                                    ThreadState, derive_state, make_label, with_override)
 from ctxrelay.types import Turn
@@ -38,7 +39,7 @@ from ctxrelay.types import Turn
 __all__ = ["SYNC_CHUNK", "KEPT_MEMBERS", "DENSE_WINDOW", "DENSE_SESSIONS", "ThreadInfo",
            "DerivedTurn", "RecordReader", "ChunkWrites", "fresh_progress", "derive_chunk",
            "load_book", "next_label", "thread_info", "with_state_fields", "thread_num",
-           "extract_entities", "tool_call_ids", "progress_bar"]
+           "extract_entities", "tool_call_ids", "progress_bar", "TurnLogBase"]
 
 SYNC_CHUNK = 128            # turns derived (embedded and written) per transaction
 KEPT_MEMBERS = 256          # member turn ids kept in a thread record (the latest)
@@ -301,3 +302,71 @@ def with_state_fields(info: dict[str, Any], fields: dict[str, list[str] | None])
         if value is not None:
             override[name] = [str(v) for v in value]
     return {**info, "override": override}
+
+
+class TurnLogBase:
+    """What every turn log back end inherits: :meth:`sync` and :meth:`recompute` in
+    chunks of :data:`SYNC_CHUNK` turns on top of the back end's ``_progress``
+    (a session's progress record), ``_derive`` (one chunk in one write; how many
+    turns it derived) and ``_drop`` (a session's derived fields, gone)."""
+
+    def _progress(self, session_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _derive(self, session_id: str, turns: list[Turn], vectors: np.ndarray,
+                embedder: Any) -> int:
+        raise NotImplementedError
+
+    def _drop(self, session_id: str) -> None:
+        raise NotImplementedError
+
+    def _sync_start(self, transcript: Any, session_id: str
+                    ) -> tuple[bool, dict[str, Any] | None, int]:
+        """Whether the transcript has the session, the session's progress, and its
+        turn count."""
+        if not transcript.has_session(session_id):
+            return False, None, 0
+        return True, self._progress(session_id), transcript.turn_count(session_id)
+
+    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
+             progress: bool = False) -> int:
+        """Derive fields for the turns added since the last sync; returns how many."""
+        known, state, end = self._sync_start(transcript, session_id)
+        if not known:
+            raise UnknownSessionError(
+                f"no session {session_id!r}; create the session before deriving its turn log")
+        if state and state.get("model_id") != embedder.model_id:
+            raise InvalidArgumentError(
+                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
+                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
+                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
+                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
+        start = (state or {}).get("derived_upto", 0) + 1
+        if start > end:
+            return 0
+        bar = progress_bar(end - start + 1, progress, f"deriving {session_id}")
+        done = 0
+        for lo in range(start, end + 1, SYNC_CHUNK):
+            turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
+            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
+            done += self._derive(session_id, turns, vectors, embedder)
+            if bar is not None:
+                bar.update(len(turns))
+        if bar is not None:
+            bar.close()
+        return done
+
+    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
+                  progress: bool = True) -> int:
+        """Drop the session's derived fields and derive them again (e.g. a new embedder)."""
+        self._drop(session_id)
+        return self.sync(transcript, session_id, embedder, progress=progress)
+
+    def model_id(self, session_id: str) -> str | None:
+        """The model id of the embedder the session was derived with, or None."""
+        state = self._progress(session_id)
+        return None if state is None else state.get("model_id")
+
+    def active_thread(self, session_id: str) -> str | None:
+        prog = self._progress(session_id)
+        return None if prog is None else prog.get("active_thread")

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.base import prefixed as base_prefixed
 from ctxrelay.storage import turnlog_derivation as derivation
@@ -37,8 +37,8 @@ from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home
     DENSE_SESSIONS as _DENSE_SESSIONS, DENSE_WINDOW as _DENSE_WINDOW,
     KEPT_MEMBERS as _KEPT_MEMBERS, SYNC_CHUNK as _SYNC_CHUNK, DerivedTurn, ThreadInfo,
     extract_entities, progress_bar as _progress_bar, thread_num, thread_info)
+from ctxrelay.storage.turnlog_derivation import TurnLogBase
 from ctxrelay.text.threads import ThreadBook, ThreadState, derive_state  # noqa: F401
-from ctxrelay.text.bounds import embedding_texts
 from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
@@ -99,7 +99,7 @@ class _Records:
         return self._get(b"labels", label.encode("utf-8")) is not None
 
 
-class TurnLog(LmdbStore):
+class TurnLog(TurnLogBase, LmdbStore):
     """Derived fields of every stored turn (see the module doc)."""
 
     KIND = "turn log"
@@ -110,40 +110,7 @@ class TurnLog(LmdbStore):
     DERIVED_DBS = frozenset({b"derived", b"vectors", b"threads", b"centroids", b"labels"})
 
     # -- sync ------------------------------------------------------------
-    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
-             progress: bool = False) -> int:
-        """Derive fields for the turns added since the last sync; returns how many."""
-        if not transcript.has_session(session_id):
-            raise UnknownSessionError(
-                f"no session {session_id!r}; create the session before deriving its turn log")
-        state = self._progress(session_id)
-        if state and state.get("model_id") != embedder.model_id:
-            raise InvalidArgumentError(
-                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
-                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
-                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
-                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
-        start = (state or {}).get("derived_upto", 0) + 1
-        end = transcript.turn_count(session_id)
-        if start > end:
-            return 0
-        bar = _progress_bar(end - start + 1, progress, f"deriving {session_id}")
-        done = 0
-        for lo in range(start, end + 1, _SYNC_CHUNK):
-            turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
-            self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
-                                                      embedder))
-            done += len(turns)
-            if bar is not None:
-                bar.update(len(turns))
-        if bar is not None:
-            bar.close()
-        return done
-
-    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
-                  progress: bool = True) -> int:
-        """Drop the session's derived fields and derive them again (e.g. a new embedder)."""
+    def _drop(self, session_id: str) -> None:
         skey = _session_key(session_id)
 
         def drop(txn: Any) -> None:
@@ -155,19 +122,18 @@ class TurnLog(LmdbStore):
                             break
             txn.delete(skey, db=self.dbs[b"progress"])
         self.write(drop)
-        return self.sync(transcript, session_id, embedder, progress=progress)
 
-    def model_id(self, session_id: str) -> str | None:
-        """The model id of the embedder the session was derived with, or None."""
-        state = self._progress(session_id)
-        return None if state is None else state.get("model_id")
+    def _derive(self, session_id: str, turns: list[Turn], vectors: np.ndarray,
+                embedder: Any) -> int:
+        return self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
+                                                         embedder))
 
     def _progress(self, session_id: str) -> dict[str, Any] | None:
         raw = self.read(lambda txn: txn.get(_session_key(session_id), db=self.dbs[b"progress"]))
         return None if raw is None else json.loads(raw)
 
     def _derive_chunk(self, txn: Any, session_id: str, turns: list[Turn],
-                      vectors: np.ndarray, embedder: Any) -> None:
+                      vectors: np.ndarray, embedder: Any) -> int:
         skey = _session_key(session_id)
         raw = txn.get(skey, db=self.dbs[b"progress"])
         prog = json.loads(raw) if raw else derivation.fresh_progress(embedder.model_id)
@@ -182,6 +148,7 @@ class TurnLog(LmdbStore):
         for label, thread_id in out.labels:
             txn.put(skey + label.encode("utf-8"), thread_id.encode(), db=self.dbs[b"labels"])
         txn.put(skey, json.dumps(out.progress).encode(), db=self.dbs[b"progress"])
+        return len(out.turns)               # none when another sync derived them first
 
     def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
         """The candidate threads for the session's next turn (read only)."""
@@ -342,10 +309,6 @@ class TurnLog(LmdbStore):
         if rows is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
         return ids, rows
-
-    def active_thread(self, session_id: str) -> str | None:
-        prog = self._progress(session_id)
-        return None if prog is None else prog.get("active_thread")
 
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         raw = self.read(lambda txn: self._load_threads(txn, _session_key(session_id)))

@@ -24,14 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, StoreError
 from ctxrelay.storage import turnlog_derivation as derivation
 from ctxrelay.storage.lmdb.turnlog import TurnLog
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
-from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, SYNC_CHUNK,
-                                                 DerivedTurn, ThreadInfo, progress_bar,
-                                                 thread_info, thread_num)
-from ctxrelay.text.bounds import embedding_texts
+from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, DerivedTurn,
+                                                 ThreadInfo, TurnLogBase, thread_info,
+                                                 thread_num)
 from ctxrelay.text.threads import ThreadBook
 from ctxrelay.types import Turn
 
@@ -86,7 +85,7 @@ class _Records:
                                 "AND label = %s", (self.session_id, label)).fetchone() is not None
 
 
-class PgTurnLog:
+class PgTurnLog(TurnLogBase):
     """A :class:`~ctxrelay.storage.interfaces.turnlog.TurnLogStore` in PostgreSQL."""
 
     def __init__(self, db: Any) -> None:
@@ -145,33 +144,10 @@ class PgTurnLog:
 
     # -- sync ------------------------------------------------------------------------
 
-    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
-             progress: bool = False) -> int:
-        known, state, end = self._sync_start(transcript, session_id)
-        if not known:
-            raise UnknownSessionError(
-                f"no session {session_id!r}; create the session before deriving its turn log")
-        if state and state.get("model_id") != embedder.model_id:
-            raise InvalidArgumentError(
-                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
-                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
-                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
-                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
-        start = (state or {}).get("derived_upto", 0) + 1
-        if start > end:
-            return 0
-        bar = progress_bar(end - start + 1, progress, f"deriving {session_id}")
-        done = 0
-        for lo in range(start, end + 1, SYNC_CHUNK):
-            turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
-            done += self._pipelined(lambda cur: self._derive_chunk(cur, session_id, turns,
-                                                                   vectors, embedder))
-            if bar is not None:
-                bar.update(len(turns))
-        if bar is not None:
-            bar.close()
-        return done
+    def _derive(self, session_id: str, turns: list[Turn], vectors: np.ndarray,
+                embedder: Any) -> int:
+        return self._pipelined(lambda cur: self._derive_chunk(cur, session_id, turns,
+                                                              vectors, embedder))
 
     def _sync_start(self, transcript: Any, session_id: str
                     ) -> tuple[bool, dict[str, Any] | None, int]:
@@ -179,9 +155,7 @@ class PgTurnLog:
         turn count: one statement when the transcript is this store's own (the
         usual case: a sync that finds nothing new costs one round trip, not three)."""
         if getattr(transcript, "_db", None) is not self._db:
-            if not transcript.has_session(session_id):
-                return False, None, 0
-            return True, self._progress(session_id), transcript.turn_count(session_id)
+            return super()._sync_start(transcript, session_id)
         row = self._read(lambda cur: cur.execute(
             "SELECT s.counters, p.state FROM (SELECT %s::text AS id) q "
             "LEFT JOIN sessions s ON s.session_id = q.id "
@@ -192,18 +166,12 @@ class PgTurnLog:
         return True, None if state is None else json.loads(state), \
             int(json.loads(counters)["turns"])
 
-    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
-                  progress: bool = True) -> int:
+    def _drop(self, session_id: str) -> None:
         def drop(cur: Any) -> None:
             for table in ("turnlog_turns", "turnlog_threads", "turnlog_labels",
                           "turnlog_progress"):
                 cur.execute(f"DELETE FROM {table} WHERE session_id = %s", (session_id,))
         self._run(drop)
-        return self.sync(transcript, session_id, embedder, progress=progress)
-
-    def model_id(self, session_id: str) -> str | None:
-        state = self._progress(session_id)
-        return None if state is None else state.get("model_id")
 
     def _progress(self, session_id: str) -> dict[str, Any] | None:
         row = self._read(lambda cur: cur.execute(
@@ -342,10 +310,6 @@ class PgTurnLog:
         self._pipelined(write)
 
     # -- topic threads -------------------------------------------------------------------
-
-    def active_thread(self, session_id: str) -> str | None:
-        prog = self._progress(session_id)
-        return None if prog is None else prog.get("active_thread")
 
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         rows = self._read(lambda cur: cur.execute(
