@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
                                              DEFAULT_TTL, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.checks import check_duration, check_scratch_id, micros, seconds
@@ -27,6 +27,7 @@ from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
 from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    ScratchEntry, ScratchStats, copied_record,
                                                    entry_of, plain_entry, unknown)
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.validation import check_session_id
 from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS
 
@@ -43,9 +44,11 @@ def _expires(record: dict[str, Any]) -> int | None:
     return None if record["ttl"] is None else micros(record["created"] + record["ttl"])
 
 
-class PgScratch(ScratchBase):
+class PgScratch(ScratchBase, PgPart):
     """A :class:`~ctxrelay.storage.interfaces.scratch.ScratchBuffer` in PostgreSQL
     (the options of :class:`ctxrelay.storage.lmdb.scratch.ScratchStore`)."""
+
+    WHAT = "the scratch buffer"
 
     def __init__(self, db: Any, *, disk_budget_bytes: int = DEFAULT_DISK_BUDGET,
                  default_ttl: float | None = DEFAULT_TTL,
@@ -57,34 +60,13 @@ class PgScratch(ScratchBase):
                         summary_max_tokens=summary_max_tokens, model=model,
                         tool_freshness=tool_freshness, stale_policy=stale_policy,
                         retain=retain, auto_pin_after=auto_pin_after)
-        self._db = db
-        self._closed = False
+        PgPart.__init__(self, db)
 
     # -- identity -----------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
 
     def location(self) -> str:
         """Where the blobs live: the store's PostgreSQL schema."""
         return f"{self._db.url} (table scratch_entries)"
-
-    def _live(self) -> None:
-        if self.closed:
-            raise StoreError(f"the scratch buffer of {self._db.url} is closed; open the "
-                             "store again")
-
-    def _run(self, fn: Any) -> Any:
-        self._live()
-        return self._db.run(fn)
-
-    def _read(self, fn: Any) -> Any:
-        self._live()
-        return self._db.read(fn)
 
     # -- rows ----------------------------------------------------------------------------
 

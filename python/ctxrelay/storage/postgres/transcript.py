@@ -42,6 +42,7 @@ from ctxrelay.storage.lmdb.transcript.records import (Counters, Pending, TokenCo
 from ctxrelay.storage.lmdb.transcript.shared import TranscriptBase
 from ctxrelay.storage.lmdb.transcript.store import DEFAULT_MAX_TURN_BYTES, SEARCH_MAX_POSTINGS
 from ctxrelay.storage.postgres import textindex
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
 from ctxrelay.storage.validation import (check_int, check_optional_str,
                                          check_role, check_session_id, normalise_metadata,
@@ -100,44 +101,22 @@ def _turn(session_id: str, row: tuple) -> Turn:
                 timestamp=ts, key=_s(key), tokens=tokens, tokens_exact=exact)
 
 
-class PgTranscript(TranscriptBase):
+class PgTranscript(TranscriptBase, PgPart):
     """The :class:`~ctxrelay.storage.interfaces.transcript.Transcript` of a
     PostgreSQL store (see the module doc)."""
 
     def __init__(self, db: Any, *, max_turn_bytes: int | None = None,
                  token_counter: TokenCounter | None = None) -> None:
-        self._db = db
+        PgPart.__init__(self, db)
         self._max_turn_bytes = check_int(max_turn_bytes or DEFAULT_MAX_TURN_BYTES,
                                          "max_turn_bytes", minimum=1)
         self._token_counter = token_counter
-        self._closed = False
 
     # -- identity -------------------------------------------------------------
-
-    @property
-    def path(self) -> str:
-        return self._db.url
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
+    # (_read serves reads of one statement, and of turns: they never change once written)
 
     def __repr__(self) -> str:
         return f"PgTranscript({self._db.url!r})"
-
-    def _run(self, fn: Any) -> Any:
-        """``fn(cursor)`` in one transaction (writes, and reads that need one snapshot)."""
-        self._live()
-        return self._db.run(fn)
-
-    def _read(self, fn: Any) -> Any:
-        """``fn(cursor)`` outside a transaction: reads of one statement, or of turns
-        (which never change once written)."""
-        self._live()
-        return self._db.read(fn)
 
     def _live(self) -> None:
         if self.closed:

@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage import turnlog_derivation as derivation
 from ctxrelay.storage.lmdb.turnlog import TurnLog
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
 from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, DerivedTurn,
                                                  ThreadInfo, TurnLogBase, thread_info,
@@ -85,28 +86,14 @@ class _Records:
                                 "AND label = %s", (self.session_id, label)).fetchone() is not None
 
 
-class PgTurnLog(TurnLogBase):
+class PgTurnLog(TurnLogBase, PgPart):
     """A :class:`~ctxrelay.storage.interfaces.turnlog.TurnLogStore` in PostgreSQL."""
 
+    WHAT = "the turn log"
+
     def __init__(self, db: Any) -> None:
-        self._db = db
-        self._closed = False
+        super().__init__(db)
         self._dense_cache: OrderedDict = OrderedDict()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
-
-    @property
-    def path(self) -> str:
-        return self._db.url
-
-    def _live(self) -> None:
-        if self.closed:
-            raise StoreError(f"the turn log of {self._db.url} is closed; open the store again")
 
     def _run(self, fn: Any) -> Any:
         self._live()
@@ -137,10 +124,6 @@ class PgTurnLog(TurnLogBase):
         if self.closed:
             return None
         return self._read(read_generation)
-
-    def _read(self, fn: Any) -> Any:
-        self._live()
-        return self._db.read(fn)
 
     # -- sync ------------------------------------------------------------------------
 

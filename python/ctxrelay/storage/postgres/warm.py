@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ctxrelay.errors import SessionExistsError, StoreError
+from ctxrelay.errors import SessionExistsError
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.common.warm import (WarmArtifact, WarmBase, _check_int, _check_range,
                                           _check_session_id, _Pending, _parse_artifact,
                                           no_artifact, no_version, pending_of)
@@ -21,36 +22,14 @@ from ctxrelay.storage.common.warm import (WarmArtifact, WarmBase, _check_int, _c
 __all__ = ["PgWarm"]
 
 
-class PgWarm(WarmBase):
+class PgWarm(WarmBase, PgPart):
     """A :class:`~ctxrelay.storage.interfaces.warm.WarmArtifacts` in PostgreSQL."""
 
+    WHAT = "the warm store"
+
     def __init__(self, db: Any, transcript: Any = None) -> None:
-        self._db = db
+        super().__init__(db)
         self._transcript = transcript
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
-
-    @property
-    def path(self) -> str:
-        return self._db.url
-
-    def _live(self) -> None:
-        if self.closed:
-            raise StoreError(f"the warm store of {self._db.url} is closed; open the store again")
-
-    def _run(self, fn: Any) -> Any:
-        self._live()
-        return self._db.run(fn)
-
-    def _read(self, fn: Any) -> Any:
-        self._live()
-        return self._db.read(fn)
 
     # -- publishing ------------------------------------------------------------------
 
