@@ -1,6 +1,7 @@
 """The parts of a fact store that do not depend on where its records live.
 
-:class:`SnapshotReads` gives a :class:`~ctxrelay.storage.interfaces.facts.FactStorage`
+:class:`FactWrites` shapes the arguments of two writes for the back end's
+``_write``; :class:`SnapshotReads` gives a :class:`~ctxrelay.storage.interfaces.facts.FactStorage`
 every read of the :class:`FactReader` contract, each in its own
 :meth:`snapshot`; :class:`NamespaceSteps` is the bookkeeping a writer does on a
 namespace's record (modification time, digest); :func:`still_due` and
@@ -9,16 +10,17 @@ namespace's record (modification time, digest); :func:`still_due` and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ctxrelay.storage.interfaces.facts import (Fact, FactReader, FactTable, HeadArrays,
-                                               NamespaceState, SourceRecord, iso_time)
+from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.storage.interfaces.facts import (Fact, FactReader, FactTable, HeadArrays, Linker,
+                                               NamespaceState, SourceRecord, Written, iso_time)
 from ctxrelay.storage.lmdb import factcodec as codec
 
-__all__ = ["SnapshotReads", "NamespaceSteps", "still_due", "source_record"]
+__all__ = ["SnapshotReads", "FactWrites", "NamespaceSteps", "still_due", "source_record"]
 
 T = TypeVar("T")
 
@@ -100,6 +102,32 @@ class SnapshotReads:
 
     def due(self, ns: str, *, now: float) -> list[str]:
         return self.snapshot(lambda v: v.due(ns, now))
+
+
+class FactWrites:
+    """The writes of a fact store that only shape their arguments before the back
+    end's ``_write(ns, body)`` runs ``body(writer)`` in one transaction."""
+
+    dim: int
+
+    def _write(self, ns: str, body: Callable[[Any], T]) -> Written[T]:
+        raise NotImplementedError
+
+    def add_facts(self, ns: str, records: Sequence[Mapping[str, Any]], vectors: np.ndarray, *,
+                  now: float, link: Linker | None = None,
+                  source: Mapping[str, Any] | None = None,
+                  supersede: Sequence[str] = ()) -> Written[list[str]]:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(records), self.dim)
+        return self._write(ns, lambda w: w.add_facts(records, vectors, now=now, link=link,
+                                                     source=source, supersede=supersede))
+
+    def update_fact(self, ns: str, fact_id: str, changes: Mapping[str, Any],
+                    vector: np.ndarray | None = None, *, now: float,
+                    link: Linker | None = None) -> Written[None]:
+        if vector is not None and "content" not in changes:
+            raise InvalidArgumentError("a new vector comes with new content: pass both")
+        return self._write(ns, lambda w: w.update_fact(fact_id, changes, vector, now=now,
+                                                       link=link))
 
 
 class NamespaceSteps:

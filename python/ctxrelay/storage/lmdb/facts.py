@@ -17,12 +17,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-
-from ctxrelay.errors import InvalidArgumentError, StoreError
-from ctxrelay.storage.common.facts import SnapshotReads
+from ctxrelay.errors import StoreError
+from ctxrelay.storage.common.facts import FactWrites, SnapshotReads
 from ctxrelay.storage.interfaces.facts import (Checkpoint, EmbeddingModelMismatchError, Fact,
-                                               FactReader, Linker, Saver, UnknownFactError,
+                                               FactReader, Saver, UnknownFactError,
                                                Written)
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb import factrepair
@@ -39,7 +37,7 @@ T = TypeVar("T")
 BACKFILL_BATCH = 512          # records read per transaction building an old store's expiry index
 
 
-class LmdbFacts(SnapshotReads, LmdbStore):
+class LmdbFacts(SnapshotReads, FactWrites, LmdbStore):
     """Facts of a CKF in one LMDB directory (``path``, e.g. ``<store>/ckf/db``).
 
     A new store needs ``model_id`` and ``dim`` (and records ``embedder_name`` and
@@ -180,22 +178,6 @@ class LmdbFacts(SnapshotReads, LmdbStore):
 
     def _exists(self, ns: str) -> bool:
         return self.namespace(ns) is not None
-
-    def add_facts(self, ns: str, records: Sequence[Mapping[str, Any]], vectors: np.ndarray, *,
-                  now: float, link: Linker | None = None,
-                  source: Mapping[str, Any] | None = None,
-                  supersede: Sequence[str] = ()) -> Written[list[str]]:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(records), self.dim)
-        return self._write(ns, lambda w: w.add_facts(records, vectors, now=now, link=link,
-                                                     source=source, supersede=supersede))
-
-    def update_fact(self, ns: str, fact_id: str, changes: Mapping[str, Any],
-                    vector: np.ndarray | None = None, *, now: float,
-                    link: Linker | None = None) -> Written[None]:
-        if vector is not None and "content" not in changes:
-            raise InvalidArgumentError("a new vector comes with new content: pass both")
-        return self._write(ns, lambda w: w.update_fact(fact_id, changes, vector, now=now,
-                                                       link=link))
 
     def set_status(self, ns: str, ids: Sequence[str], status: str, *,
                    now: float) -> Written[int]:

@@ -32,15 +32,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-
-from ctxrelay.errors import InvalidArgumentError, StoreError
-from ctxrelay.storage.common.facts import SnapshotReads
+from ctxrelay.errors import StoreError
+from ctxrelay.storage.common.facts import FactWrites, SnapshotReads
 from ctxrelay.storage.interfaces.facts import (
     Checkpoint,
     EmbeddingModelMismatchError,
     FactReader,
-    Linker,
     NamespaceState,
     Saver,
     UnknownFactError,
@@ -78,7 +75,7 @@ def _vector_setup() -> Callable[[Any], None]:
     return register_vector
 
 
-class PgFacts(SnapshotReads):
+class PgFacts(SnapshotReads, FactWrites):
     """The facts of one store's schema (``db``: its :class:`Database`, migrated).
 
     A new store needs ``model_id`` and ``dim``; an existing one is opened with
@@ -274,22 +271,6 @@ class PgFacts(SnapshotReads):
         for seq, fact_id in w.added:              # committed: ids of these seqs for good
             self.remember(w.ns_id, seq, fact_id)
         return done
-
-    def add_facts(self, ns: str, records: Sequence[Mapping[str, Any]], vectors: np.ndarray, *,
-                  now: float, link: Linker | None = None,
-                  source: Mapping[str, Any] | None = None,
-                  supersede: Sequence[str] = ()) -> Written[list[str]]:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(records), self.dim)
-        return self._write(ns, lambda w: w.add_facts(records, vectors, now=now, link=link,
-                                                     source=source, supersede=supersede))
-
-    def update_fact(self, ns: str, fact_id: str, changes: Mapping[str, Any],
-                    vector: np.ndarray | None = None, *, now: float,
-                    link: Linker | None = None) -> Written[None]:
-        if vector is not None and "content" not in changes:
-            raise InvalidArgumentError("a new vector comes with new content: pass both")
-        return self._write(ns, lambda w: w.update_fact(fact_id, changes, vector, now=now,
-                                                       link=link))
 
     def set_status(self, ns: str, ids: Sequence[str], status: str, *,
                    now: float) -> Written[int]:
