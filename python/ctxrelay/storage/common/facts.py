@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.interfaces.facts import (Fact, FactReader, FactTable, HeadArrays, Linker,
-                                               NamespaceState, SourceRecord, Written, iso_time)
+from ctxrelay.storage.interfaces.facts import (TRANSITIONS, Fact, FactReader, FactTable,
+                                               HeadArrays, Linker, NamespaceState, SourceRecord,
+                                               StatusTransitionError, Written, iso_time)
 from ctxrelay.storage.lmdb import factcodec as codec
 
-__all__ = ["SnapshotReads", "FactWrites", "NamespaceSteps", "still_due", "source_record"]
+__all__ = ["SnapshotReads", "FactWrites", "NamespaceSteps", "check_transition", "still_due", "source_record"]
 
 T = TypeVar("T")
 
@@ -150,6 +151,17 @@ class NamespaceSteps:
         if new is not None:
             d += new
         self.ns_info["digest"] = format(d % codec.DIGEST_MOD, "x")
+
+
+def check_transition(fact_id: str, old: str, status: str) -> None:
+    """Raise :class:`StatusTransitionError` unless a fact may go from ``old`` to
+    ``status`` (SPEC-009 §2.2)."""
+    if status not in TRANSITIONS[old]:
+        raise StatusTransitionError(
+            f"fact {fact_id} is {old}; it cannot become {status} (SPEC-009 §2.2). "
+            + ("A DELETED fact is erased for good; add it again as a new fact"
+               if old == "DELETED" else
+               f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
 
 
 def still_due(now: float) -> Callable[[str, dict[str, Any]], bool]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.storage.common.facts import NamespaceSteps, still_due
-from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, TRANSITIONS, FactKeyExistsError,
+from ctxrelay.storage.common.facts import NamespaceSteps, check_transition, still_due
+from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, FactKeyExistsError,
                                                Linker, NamespaceState, StatusTransitionError)
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb.factcodec import ACCESS, F32, ID_LEN, U32, U64, fact_key, prefix_items
@@ -118,12 +118,7 @@ class FactWriter(NamespaceSteps, FactView):
         fact_id, old, rec = self.record(fkey)
         if old == status or (only_if is not None and not only_if(old, rec)):
             return False
-        if status not in TRANSITIONS[old]:
-            raise StatusTransitionError(
-                f"fact {fact_id} is {old}; it cannot become {status} (SPEC-009 §2.2). "
-                + ("A DELETED fact is erased for good; add it again as a new fact"
-                   if old == "DELETED" else
-                   f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
+        check_transition(fact_id, old, status)
         seq = codec.seq_of(fkey)
         old_c = codec.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
         self.move_due(fkey, fact_id, codec.due_time(old, rec), codec.due_time(status, rec))

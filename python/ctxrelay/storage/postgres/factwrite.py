@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.storage.common.facts import NamespaceSteps, still_due
+from ctxrelay.storage.common.facts import NamespaceSteps, check_transition, still_due
 from ctxrelay.storage.interfaces.facts import (
     RETRIEVABLE,
-    TRANSITIONS,
     FactKeyExistsError,
     Linker,
     NamespaceState,
@@ -177,12 +176,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
         info = self.ns_info
         if old == status or (only_if is not None and not only_if(old, rec)):
             return False
-        if status not in TRANSITIONS[old]:
-            raise StatusTransitionError(
-                f"fact {fact_id} is {old}; it cannot become {status} (SPEC-009 §2.2). "
-                + ("A DELETED fact is erased for good; add it again as a new fact"
-                   if old == "DELETED" else
-                   f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
+        check_transition(fact_id, old, status)
         old_c = codec.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
         rec["status"] = status
         rec["modified_at"] = self.tick(now)
