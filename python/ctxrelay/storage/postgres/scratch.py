@@ -19,11 +19,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
-                                             DEFAULT_TTL, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.checks import check_duration, check_scratch_id, micros, seconds
 from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
+from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+                                                  DEFAULT_TTL, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    ScratchEntry, ScratchStats, copied_record,
                                                    entry_of, plain_entry, unknown)
@@ -221,21 +220,11 @@ class PgScratch(ScratchBase, PgPart):
         session_id = check_session_id(session_id)
         return [entry_of(r) for r in self._ordered(session_id)]
 
-    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
-        session_id = check_session_id(session_id)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+    def _latest(self, session_id: str, n: int) -> list[ScratchEntry]:
         return [entry_of(r) for r in self._ordered(session_id, newest=n)] if n else []
 
-    def most_recent(self, session_id: str, tool_type: str | None = None, *,
-                    kind: str | None = None) -> ScratchEntry | None:
-        session_id = check_session_id(session_id)
-        if tool_type is not None and not isinstance(tool_type, str):
-            raise InvalidArgumentError(
-                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
-        if kind is not None and not isinstance(kind, str):
-            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
-                                       f"not {kind!r}")
+    def _most_recent(self, session_id: str, tool_type: str | None,
+                     kind: str | None) -> ScratchEntry | None:
         found = self._ordered(
             session_id, newest=1,
             where=" AND (%s::text IS NULL OR record::json->>'tool_name' = %s)"

@@ -10,8 +10,8 @@ every back end), the put path up to the write (argument checks, the budget
 check, the summary, the record), the freshness gate and promotion, pinning and
 references on top of each back end's own transaction.  A back end supplies
 :meth:`~ScratchBase._pinned_bytes`, :meth:`~ScratchBase._store_new`,
-:meth:`~ScratchBase._set_pin`, :meth:`~ScratchBase._add_reference` and
-:meth:`get`.
+:meth:`~ScratchBase._set_pin`, :meth:`~ScratchBase._add_reference`,
+:meth:`~ScratchBase._latest`, :meth:`~ScratchBase._most_recent` and :meth:`get`.
 """
 from __future__ import annotations
 
@@ -118,6 +118,40 @@ class ScratchBase:
     def get(self, session_id: str, scratch_id: str, *,
             now: float | datetime | None = None, touch: bool = True) -> ScratchEntry:
         raise NotImplementedError
+
+    def _latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        raise NotImplementedError
+
+    def _most_recent(self, session_id: str, tool_type: str | None,
+                     kind: str | None) -> ScratchEntry | None:
+        raise NotImplementedError
+
+    # -- reads whose arguments every back end checks alike ------------------------------
+
+    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        """The session's ``n`` newest entries, oldest first (bounded work, whatever the
+        number of entries)."""
+        session_id = check_session_id(session_id)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+        return self._latest(session_id, n)
+
+    def most_recent(self, session_id: str, tool_type: str | None = None, *,
+                    kind: str | None = None) -> ScratchEntry | None:
+        """The newest entry of the session whose ``tool_name`` is ``tool_type``
+        and whose summary ``kind`` is ``kind`` (either filter optional), or None.
+
+        Reference resolution (SPEC-029 §7): "the query result" is
+        ``most_recent(s, kind="table")``, "the error" ``kind="error"``.
+        """
+        session_id = check_session_id(session_id)
+        if tool_type is not None and not isinstance(tool_type, str):
+            raise InvalidArgumentError(
+                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
+        if kind is not None and not isinstance(kind, str):
+            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
+                                       f"not {kind!r}")
+        return self._most_recent(session_id, tool_type, kind)
 
     # -- put ------------------------------------------------------------------------------
 

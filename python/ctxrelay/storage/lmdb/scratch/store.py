@@ -13,15 +13,15 @@ from datetime import datetime
 from typing import Any
 
 from ctxrelay.errors import CorruptStoreError, CtxRelayError, InvalidArgumentError
-from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
-                                             DEFAULT_FRESHNESS, DEFAULT_TTL, RAW_TOKEN_LIMIT,
-                                             ScratchBase, tally)
 from ctxrelay.storage.lmdb import base
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.scratch.blobs import BlobDir
 from ctxrelay.storage.lmdb.scratch.checks import (check_duration, check_scratch_id, seconds,
                                                   session_digest)
 from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
+from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+                                                  DEFAULT_FRESHNESS, DEFAULT_TTL,
+                                                  RAW_TOKEN_LIMIT, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.table import EntryTable
 from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    ScratchEntry, ScratchStats, entry_of,
@@ -293,12 +293,8 @@ class ScratchStore(ScratchBase, LmdbStore):
             return out
         return self._read(read)
 
-    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
-        """The session's ``n`` newest entries, oldest first: a backwards read of
-        the order index (bounded work, whatever the number of entries)."""
-        session_id = check_session_id(session_id)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+    def _latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        # a backwards read of the order index: bounded work, whatever the number of entries
         session_key = self._session_key(session_id)
 
         def read(txn: Any) -> list[ScratchEntry]:
@@ -317,21 +313,8 @@ class ScratchStore(ScratchBase, LmdbStore):
             return out
         return self._read(read)
 
-    def most_recent(self, session_id: str, tool_type: str | None = None, *,
-                    kind: str | None = None) -> ScratchEntry | None:
-        """The newest entry of the session whose ``tool_name`` is ``tool_type``
-        and whose summary ``kind`` is ``kind`` (either filter optional), or None.
-
-        Reference resolution (SPEC-029 §7): "the query result" is
-        ``most_recent(s, kind="table")``, "the error" ``kind="error"``.
-        """
-        session_id = check_session_id(session_id)
-        if tool_type is not None and not isinstance(tool_type, str):
-            raise InvalidArgumentError(
-                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
-        if kind is not None and not isinstance(kind, str):
-            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
-                                       f"not {kind!r}")
+    def _most_recent(self, session_id: str, tool_type: str | None,
+                     kind: str | None) -> ScratchEntry | None:
         session_key = self._session_key(session_id)
 
         def read(txn: Any) -> ScratchEntry | None:
