@@ -24,7 +24,6 @@ import hashlib
 import json
 import struct
 import sys
-from collections import OrderedDict
 from typing import Any, Iterable
 
 import numpy as np
@@ -283,33 +282,6 @@ class TurnLog(TurnLogBase, LmdbStore):
             return upto, counts[0], counts[1]
         return self.read(read)
 
-    def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
-        prog = self._progress(session_id) or {}
-        upto = int(prog.get("derived_upto", 0))
-        cache = self.__dict__.setdefault("_dense_cache", OrderedDict())
-        # Keyed by the vector space too: a session re-derived with another embedder
-        # (here or by another process) must never be scored with the old vectors.
-        space = (session_id, prog.get("model_id"))
-        ids, rows, have, room = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0, None))
-        # A process serving many sessions keeps the windows of the latest few
-        # only: each holds up to _DENSE_WINDOW vectors (8 MB at 1,024 dims).
-        for key in [k for k in cache if k[0] == session_id]:
-            del cache[key]
-        cache[space] = (ids, rows, have, room)
-        while len(cache) > _DENSE_SESSIONS:
-            cache.popitem(last=False)
-        if have < upto:
-            lo = max(have + 1, upto - _DENSE_WINDOW + 1)
-            new = self.vectors(session_id, range(lo, upto + 1))
-            if new:
-                new_ids = np.fromiter(new.keys(), dtype=np.int64)
-                new_rows = np.stack(list(new.values()))
-                ids, rows, room = _appended(room, new_ids, new_rows)
-            cache[space] = (ids, rows, upto, room)
-        if rows is None:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
-        return ids, rows
-
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         raw = self.read(lambda txn: self._load_threads(txn, _session_key(session_id)))
         return [thread_info(session_id, info, transcript) for info in
@@ -381,41 +353,6 @@ class TurnLog(TurnLogBase, LmdbStore):
                     references[_U64.unpack(key[32:])[0]] = list(rec["references"])
             return {"thread_states": states, "references": references}
         return self.read(read)
-
-
-def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.ndarray,
-              new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                             tuple[np.ndarray, np.ndarray, int, int]]:
-    """The dense window with ``new_ids``/``new_rows`` after it, the latest
-    ``_DENSE_WINDOW`` kept: ``(ids, rows, room)``, ids and rows views of room's buffers.
-
-    A turn adds a row or two.  They go into the room kept after the window in a buffer
-    twice its size, so a new turn does not copy the whole window (8 MB at 1,024 dims);
-    the window is copied into a new buffer once per ``_DENSE_WINDOW`` new rows.  Rows
-    already handed out are never written: new rows only go past them.
-    """
-    k = len(new_ids)
-    if room is not None and room[1].shape[1] == new_rows.shape[1] \
-            and room[3] + k <= len(room[0]):
-        ids_buf, rows_buf, start, end = room
-    else:
-        keep_ids = np.zeros(0, dtype=np.int64) if room is None else room[0][room[2]:room[3]]
-        keep_rows = None if room is None else room[1][room[2]:room[3]]
-        if keep_rows is not None and keep_rows.shape[1] != new_rows.shape[1]:
-            keep_ids, keep_rows = keep_ids[:0], None
-        kept = max(0, min(len(keep_ids), _DENSE_WINDOW - k))
-        capacity = max(2 * _DENSE_WINDOW, kept + k)
-        ids_buf = np.zeros(capacity, dtype=np.int64)
-        rows_buf = np.zeros((capacity, new_rows.shape[1]), dtype=np.float32)
-        if kept:
-            ids_buf[:kept] = keep_ids[-kept:]
-            rows_buf[:kept] = keep_rows[-kept:]
-        start, end = 0, kept
-    ids_buf[end:end + k] = new_ids
-    rows_buf[end:end + k] = new_rows
-    end += k
-    start = max(start, end - _DENSE_WINDOW)
-    return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)
 
 
 # -- the functions library(ctxrelay) calls (plain values in and out) ----------------------

@@ -18,7 +18,6 @@ is the same as one process deriving alone.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,9 +28,8 @@ from ctxrelay.storage import turnlog_derivation as derivation
 from ctxrelay.storage.lmdb.turnlog import TurnLog
 from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
-from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, DerivedTurn,
-                                                 ThreadInfo, TurnLogBase, thread_info,
-                                                 thread_num)
+from ctxrelay.storage.turnlog_derivation import (DerivedTurn, ThreadInfo, TurnLogBase,
+                                                 thread_info, thread_num)
 from ctxrelay.text.threads import ThreadBook
 from ctxrelay.types import Turn
 
@@ -93,7 +91,6 @@ class PgTurnLog(TurnLogBase, PgPart):
 
     def __init__(self, db: Any) -> None:
         super().__init__(db)
-        self._dense_cache: OrderedDict = OrderedDict()
 
     def _run(self, fn: Any) -> Any:
         self._live()
@@ -241,31 +238,6 @@ class PgTurnLog(TurnLogBase, PgPart):
     # from these tables (the same arithmetic, so the same neighbours).
     nearest = TurnLog.nearest
     dense_window = TurnLog.dense_window
-
-    def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
-        prog = self._progress(session_id) or {}
-        upto = int(prog.get("derived_upto", 0))
-        cache = self._dense_cache
-        space = (session_id, prog.get("model_id"))
-        ids, rows, have = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0))
-        for key in [k for k in cache if k[0] == session_id]:
-            del cache[key]
-        cache[space] = (ids, rows, have)
-        while len(cache) > DENSE_SESSIONS:
-            cache.popitem(last=False)
-        if have < upto:
-            lo = max(have + 1, upto - DENSE_WINDOW + 1)
-            new = self.vectors(session_id, range(lo, upto + 1))
-            if new:
-                new_ids = np.fromiter(sorted(new), dtype=np.int64)
-                new_rows = np.stack([new[t] for t in sorted(new)])
-                ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
-                rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
-                ids, rows = ids[-DENSE_WINDOW:], rows[-DENSE_WINDOW:]
-            cache[space] = (ids, rows, upto)
-        if rows is None:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
-        return ids, rows
 
     def coverage(self, session_id: str) -> tuple[int, int, int]:
         def read(cur: Any) -> tuple[int, int, int]:
