@@ -16,12 +16,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.interfaces.facts import (TRANSITIONS, Fact, FactReader, FactTable,
-                                               HeadArrays, Linker, NamespaceState, SourceRecord,
+from ctxrelay.storage.interfaces.facts import (TRANSITIONS, EmbeddingModelMismatchError, Fact,
+                                               FactReader, FactTable, HeadArrays, Linker,
+                                               NamespaceState, SourceRecord,
                                                StatusTransitionError, Written, iso_time)
 from ctxrelay.storage.lmdb import factcodec as codec
 
-__all__ = ["SnapshotReads", "FactWrites", "NamespaceSteps", "check_transition", "still_due", "source_record"]
+__all__ = ["SnapshotReads", "FactWrites", "NamespaceSteps", "configured", "check_transition",
+           "still_due", "source_record"]
 
 T = TypeVar("T")
 
@@ -151,6 +153,20 @@ class NamespaceSteps:
         if new is not None:
             d += new
         self.ns_info["digest"] = format(d % codec.DIGEST_MOD, "x")
+
+
+def configured(where: str, found: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """The stored configuration ``found`` of the CKF ``where`` ("at <path>"), checked
+    against the one a caller opened it with (``wanted``; ``model_id`` None: any)."""
+    if wanted["model_id"] is None:
+        return found
+    if found["model_id"] != wanted["model_id"] or found["dim"] != wanted["dim"]:
+        raise EmbeddingModelMismatchError(
+            f"the CKF {where} holds vectors of {found['model_id']!r} "
+            f"(dim {found['dim']}), not {wanted['model_id']!r} (dim {wanted['dim']}); "
+            f"open it with embedder={found.get('embedder') or found['model_id']!r}, or "
+            "build a new store and ingest again with the new model (SPEC-009 §3.4)")
+    return found
 
 
 def check_transition(fact_id: str, old: str, status: str) -> None:

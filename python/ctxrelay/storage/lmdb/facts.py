@@ -18,10 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from ctxrelay.errors import StoreError
-from ctxrelay.storage.common.facts import FactWrites, SnapshotReads
-from ctxrelay.storage.interfaces.facts import (Checkpoint, EmbeddingModelMismatchError, Fact,
-                                               FactReader, Saver, UnknownFactError,
-                                               Written)
+from ctxrelay.storage.common.facts import FactWrites, SnapshotReads, configured
+from ctxrelay.storage.interfaces.facts import (Checkpoint, Fact, FactReader, Saver,
+                                               UnknownFactError, Written)
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb import factrepair
 from ctxrelay.storage.lmdb.base import LmdbStore
@@ -93,16 +92,7 @@ class LmdbFacts(SnapshotReads, FactWrites, LmdbStore):
             txn.put(b"next_seq", U64.pack(1), db=meta)
             txn.put(b"next_ns", U64.pack(1), db=meta)
             return config
-        found = json.loads(raw)
-        if config["model_id"] is None:
-            return found
-        if found["model_id"] != config["model_id"] or found["dim"] != config["dim"]:
-            raise EmbeddingModelMismatchError(
-                f"the CKF at {self.path} holds vectors of {found['model_id']!r} "
-                f"(dim {found['dim']}), not {config['model_id']!r} (dim {config['dim']}); "
-                f"open it with embedder={found.get('embedder') or found['model_id']!r}, or "
-                "build a new store and ingest again with the new model (SPEC-009 §3.4)")
-        return found
+        return configured(f"at {self.path}", json.loads(raw), config)
 
     @staticmethod
     def exists(path: str | os.PathLike[str]) -> bool:

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from ctxrelay.errors import StoreError
-from ctxrelay.storage.common.facts import FactWrites, SnapshotReads
+from ctxrelay.storage.common.facts import FactWrites, SnapshotReads, configured
 from ctxrelay.storage.interfaces.facts import (
     Checkpoint,
-    EmbeddingModelMismatchError,
     FactReader,
     NamespaceState,
     Saver,
@@ -130,16 +129,7 @@ class PgFacts(SnapshotReads, FactWrites):
             cur.execute("INSERT INTO ckf_config (config) VALUES (%s) ON CONFLICT DO NOTHING",
                         (json.dumps(config),))
             row = cur.execute("SELECT config FROM ckf_config").fetchone()
-        found = json.loads(row[0])
-        if config["model_id"] is None:
-            return found
-        if found["model_id"] != config["model_id"] or found["dim"] != config["dim"]:
-            raise EmbeddingModelMismatchError(
-                f"the CKF in {self.db.url} holds vectors of {found['model_id']!r} "
-                f"(dim {found['dim']}), not {config['model_id']!r} (dim {config['dim']}); "
-                f"open it with embedder={found.get('embedder') or found['model_id']!r}, or "
-                "build a new store and ingest again with the new model (SPEC-009 §3.4)")
-        return found
+        return configured(f"in {self.db.url}", json.loads(row[0]), config)
 
     @staticmethod
     def exists(db: Any) -> bool:
