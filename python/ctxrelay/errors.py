@@ -16,6 +16,15 @@ class CtxRelayError(Exception):
     kind = "ctxrelay_error"
 
 
+class PlainMessage:
+    """Mixin (listed first) for the errors that are also a :class:`KeyError` or
+    :class:`LookupError`: ``str()`` is the message as given, where KeyError would
+    quote it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # type: ignore[attr-defined]
+
+
 class StoreError(CtxRelayError):
     """The store directory cannot be used (unwritable, not a directory, ...)."""
 
@@ -34,11 +43,8 @@ class StoreFullError(StoreError):
     kind = "store_full"
 
 
-class UnknownSessionError(CtxRelayError, KeyError):
+class UnknownSessionError(PlainMessage, CtxRelayError, KeyError):
     kind = "unknown_session"
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class SessionExistsError(CtxRelayError):
@@ -49,11 +55,8 @@ class InvalidSessionIdError(CtxRelayError, ValueError):
     kind = "invalid_session_id"
 
 
-class UnknownTurnError(CtxRelayError, KeyError):
+class UnknownTurnError(PlainMessage, CtxRelayError, KeyError):
     kind = "unknown_turn"
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class InvalidRoleError(CtxRelayError, ValueError):
@@ -124,13 +127,10 @@ class ContextOverflowError(CtxRelayError):
             setattr(self, name, value)
 
 
-class UnknownProviderError(CtxRelayError, LookupError):
+class UnknownProviderError(PlainMessage, CtxRelayError, LookupError):
     """No completion provider is registered under the requested name."""
 
     kind = "unknown_provider"
-
-    def __str__(self) -> str:  # LookupError subclasses may quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class ProviderError(CtxRelayError):
@@ -186,13 +186,10 @@ class InvalidArtifactError(CtxRelayError, ValueError):
     kind = "invalid_artifact"
 
 
-class UnknownArtifactError(CtxRelayError, KeyError):
+class UnknownArtifactError(PlainMessage, CtxRelayError, KeyError):
     """No warm artifact (or no such version of one) for a session's turn range."""
 
     kind = "unknown_artifact"
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class ArtifactKeyConflictError(KeyConflictError):

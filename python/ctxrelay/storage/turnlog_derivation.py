@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 from ctxrelay.memo import keep
 from ctxrelay.text import threads as thread_numbers
-from ctxrelay.text.bounds import derived_text
+from ctxrelay.text.bounds import derived_text, embedding_texts
 from ctxrelay.text.threads import (STATE_FIELDS, STATE_TURNS, ThreadBook, ThreadEntry,
                                    ThreadState, derive_state, make_label, with_override)
 from ctxrelay.types import Turn
@@ -38,7 +41,8 @@ from ctxrelay.types import Turn
 __all__ = ["SYNC_CHUNK", "KEPT_MEMBERS", "DENSE_WINDOW", "DENSE_SESSIONS", "ThreadInfo",
            "DerivedTurn", "RecordReader", "ChunkWrites", "fresh_progress", "derive_chunk",
            "load_book", "next_label", "thread_info", "with_state_fields", "thread_num",
-           "extract_entities", "tool_call_ids", "progress_bar"]
+           "extract_entities", "tool_call_ids", "progress_bar", "TurnLogBase",
+           "appended_window"]
 
 SYNC_CHUNK = 128            # turns derived (embedded and written) per transaction
 KEPT_MEMBERS = 256          # member turn ids kept in a thread record (the latest)
@@ -301,3 +305,139 @@ def with_state_fields(info: dict[str, Any], fields: dict[str, list[str] | None])
         if value is not None:
             override[name] = [str(v) for v in value]
     return {**info, "override": override}
+
+
+class TurnLogBase:
+    """What every turn log back end inherits: :meth:`sync` and :meth:`recompute` in
+    chunks of :data:`SYNC_CHUNK` turns on top of the back end's ``_progress``
+    (a session's progress record), ``_derive`` (one chunk in one write; how many
+    turns it derived) and ``_drop`` (a session's derived fields, gone)."""
+
+    def _progress(self, session_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _derive(self, session_id: str, turns: list[Turn], vectors: np.ndarray,
+                embedder: Any) -> int:
+        raise NotImplementedError
+
+    def _drop(self, session_id: str) -> None:
+        raise NotImplementedError
+
+    def vectors(self, session_id: str, turn_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        raise NotImplementedError
+
+    def _sync_start(self, transcript: Any, session_id: str
+                    ) -> tuple[bool, dict[str, Any] | None, int]:
+        """Whether the transcript has the session, the session's progress, and its
+        turn count."""
+        if not transcript.has_session(session_id):
+            return False, None, 0
+        return True, self._progress(session_id), transcript.turn_count(session_id)
+
+    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
+             progress: bool = False) -> int:
+        """Derive fields for the turns added since the last sync; returns how many."""
+        known, state, end = self._sync_start(transcript, session_id)
+        if not known:
+            raise UnknownSessionError(
+                f"no session {session_id!r}; create the session before deriving its turn log")
+        if state and state.get("model_id") != embedder.model_id:
+            raise InvalidArgumentError(
+                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
+                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
+                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
+                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
+        start = (state or {}).get("derived_upto", 0) + 1
+        if start > end:
+            return 0
+        bar = progress_bar(end - start + 1, progress, f"deriving {session_id}")
+        done = 0
+        for lo in range(start, end + 1, SYNC_CHUNK):
+            turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
+            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
+            done += self._derive(session_id, turns, vectors, embedder)
+            if bar is not None:
+                bar.update(len(turns))
+        if bar is not None:
+            bar.close()
+        return done
+
+    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
+                  progress: bool = True) -> int:
+        """Drop the session's derived fields and derive them again (e.g. a new embedder)."""
+        self._drop(session_id)
+        return self.sync(transcript, session_id, embedder, progress=progress)
+
+    def model_id(self, session_id: str) -> str | None:
+        """The model id of the embedder the session was derived with, or None."""
+        state = self._progress(session_id)
+        return None if state is None else state.get("model_id")
+
+    def active_thread(self, session_id: str) -> str | None:
+        prog = self._progress(session_id)
+        return None if prog is None else prog.get("active_thread")
+
+    def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(turn ids, vectors)`` of the session's latest :data:`DENSE_WINDOW` derived
+        turns, kept per process and topped up with the turns derived since."""
+        prog = self._progress(session_id) or {}
+        upto = int(prog.get("derived_upto", 0))
+        cache = self.__dict__.setdefault("_dense_cache", OrderedDict())
+        # Keyed by the vector space too: a session re-derived with another embedder
+        # (here or by another process) must never be scored with the old vectors.
+        space = (session_id, prog.get("model_id"))
+        ids, rows, have, room = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0, None))
+        # A process serving many sessions keeps the windows of the latest few
+        # only: each holds up to DENSE_WINDOW vectors (8 MB at 1,024 dims).
+        for key in [k for k in cache if k[0] == session_id]:
+            del cache[key]
+        cache[space] = (ids, rows, have, room)
+        while len(cache) > DENSE_SESSIONS:
+            cache.popitem(last=False)
+        if have < upto:
+            lo = max(have + 1, upto - DENSE_WINDOW + 1)
+            new = self.vectors(session_id, range(lo, upto + 1))
+            if new:
+                order = sorted(new)          # already in turn order from LMDB: linear
+                new_ids = np.fromiter(order, dtype=np.int64, count=len(order))
+                new_rows = np.stack([new[t] for t in order])
+                ids, rows, room = appended_window(room, new_ids, new_rows)
+            cache[space] = (ids, rows, upto, room)
+        if rows is None:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
+        return ids, rows
+
+
+def appended_window(room: tuple[np.ndarray, np.ndarray, int, int] | None,
+                    new_ids: np.ndarray, new_rows: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, int, int]]:
+    """The dense window with ``new_ids``/``new_rows`` after it, the latest
+    ``DENSE_WINDOW`` kept: ``(ids, rows, room)``, ids and rows views of room's buffers.
+
+    A turn adds a row or two.  They go into the room kept after the window in a buffer
+    twice its size, so a new turn does not copy the whole window (8 MB at 1,024 dims);
+    the window is copied into a new buffer once per ``DENSE_WINDOW`` new rows.  Rows
+    already handed out are never written: new rows only go past them.
+    """
+    k = len(new_ids)
+    if room is not None and room[1].shape[1] == new_rows.shape[1] \
+            and room[3] + k <= len(room[0]):
+        ids_buf, rows_buf, start, end = room
+    else:
+        keep_ids = np.zeros(0, dtype=np.int64) if room is None else room[0][room[2]:room[3]]
+        keep_rows = None if room is None else room[1][room[2]:room[3]]
+        if keep_rows is not None and keep_rows.shape[1] != new_rows.shape[1]:
+            keep_ids, keep_rows = keep_ids[:0], None
+        kept = max(0, min(len(keep_ids), DENSE_WINDOW - k))
+        capacity = max(2 * DENSE_WINDOW, kept + k)
+        ids_buf = np.zeros(capacity, dtype=np.int64)
+        rows_buf = np.zeros((capacity, new_rows.shape[1]), dtype=np.float32)
+        if kept:
+            ids_buf[:kept] = keep_ids[-kept:]
+            rows_buf[:kept] = keep_rows[-kept:]
+        start, end = 0, kept
+    ids_buf[end:end + k] = new_ids
+    rows_buf[end:end + k] = new_rows
+    end += k
+    start = max(start, end - DENSE_WINDOW)
+    return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)

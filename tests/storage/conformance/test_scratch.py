@@ -191,3 +191,32 @@ def test_copies_restore_as_they_were(scratch):
         scratch.restore([(kept, b"other bytes")])
     with pytest.raises(UnknownScratchError):
         scratch.get("s", kept.scratch_id, touch=False)
+
+
+def _lmdb_scratch(tmp_path, **options):
+    from ctxrelay.storage.lmdb.scratch import ScratchStore
+    return ScratchStore(tmp_path / "scratch", **options)
+
+
+def _postgres_scratch(tmp_path, **options):
+    from ctxrelay.storage.postgres.scratch import PgScratch
+    return PgScratch(None, **options)         # the options are checked before the database
+
+
+@pytest.mark.parametrize("make", [_lmdb_scratch, _postgres_scratch], ids=["lmdb", "postgres"])
+@pytest.mark.parametrize("options, says", [
+    ({"disk_budget_bytes": 0}, "disk_budget_bytes must be an int >= 1, not 0; pass the number"),
+    ({"summary_max_tokens": 1}, "summary_max_tokens must be an int >="),
+    ({"model": ""}, "model must be a tokenizer name, not ''"),
+    ({"model": None}, "model must be a tokenizer name, not None"),
+    ({"retain": "hoard"}, "(CRP-Safety-Policy tool-output-retain)"),
+    ({"auto_pin_after": 0}, "auto_pin_after must be None or an int >= 1, not 0"),
+    ({"auto_pin_after": True}, "auto_pin_after must be None or an int >= 1, not True"),
+])
+def test_every_back_end_refuses_the_same_options_the_same_way(tmp_path, make, options, says):
+    """The store's options are checked alike on every back end (PostgreSQL once took
+    ``model=''`` and ``auto_pin_after=0``, which the embedded store refuses)."""
+    from ctxrelay.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError) as caught:
+        make(tmp_path, **options)
+    assert says in str(caught.value)

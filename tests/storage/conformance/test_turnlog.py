@@ -252,3 +252,22 @@ def test_inputs_are_the_hand_set_states_and_references(spec_parts, embedder):
         "thread_states": {"T2": {"established": [], "open_questions": ["how long to keep WAL?"]}},
         "references": {5: [1, 2]}}
     assert log.inputs("nobody") == {"thread_states": {}, "references": {}}
+
+
+def test_a_sync_counts_only_the_turns_it_derived(backend, embedder, monkeypatch):
+    """A sync that read the progress before another sync derived the same turns
+    (another thread or process) derives none of them again, and says so: it returns
+    0, not the number of turns it read (the embedded store once returned 6 here)."""
+    stores = backend.open()
+    transcript = stores.transcript
+    transcript.create_session("s")
+    for role, text in CHAT:
+        transcript.append("s", role, text)
+    log = stores.turnlog
+    stale = log._sync_start(transcript, "s")          # what the slower sync had read
+    assert log.sync(transcript, "s", embedder) == len(CHAT)
+    monkeypatch.setattr(log, "_sync_start", lambda *_: stale)
+    assert log.sync(transcript, "s", embedder) == 0
+    monkeypatch.undo()
+    assert log.sync(transcript, "s", embedder) == 0
+    assert log.model_id("s") == embedder.model_id

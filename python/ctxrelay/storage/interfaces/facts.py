@@ -77,7 +77,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkabl
 
 import numpy as np
 
-from ctxrelay.errors import CtxRelayError, InvalidArgumentError
+from ctxrelay.errors import CtxRelayError, InvalidArgumentError, PlainMessage
 from ctxrelay.types import copy_plain
 
 __all__ = [
@@ -109,13 +109,10 @@ _BYTE_STATUS = {v: k for k, v in _STATUS_BYTE.items()}
 
 # -- errors -------------------------------------------------------------------
 
-class UnknownFactError(CtxRelayError, KeyError):
+class UnknownFactError(PlainMessage, CtxRelayError, KeyError):
     """No fact with this id or key in the namespace."""
 
     kind = "unknown_fact"
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class FactKeyExistsError(CtxRelayError):

@@ -6,18 +6,17 @@ write started from).  Layouts are :mod:`ctxrelay.storage.lmdb.factcodec`'s.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ctxrelay.storage.common.facts import source_record
 from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, Change, Fact, FactTable, HeadArrays,
-                                               NamespaceState, SourceRecord, UnknownFactError,
-                                               iso_time)
+                                               NamespaceState, SourceRecord, UnknownFactError)
 from ctxrelay.storage.lmdb import factcodec as codec
-from ctxrelay.storage.lmdb.factcodec import F32, ID_LEN, U32, U64, RecordCache, prefix_items
+from ctxrelay.storage.lmdb.factcodec import F32, U32, U64, RecordCache, prefix_items
 from ctxrelay.storage.lmdb.textindex import TextIndex
 
 __all__ = ["StoreContext", "FactView"]
@@ -371,12 +370,7 @@ class FactView:
                            db=self.ctx.dbs[b"sources"]) if info else None
         if raw is None:
             return None
-        src = json.loads(raw)
-        return SourceRecord(source_id=src["source_id"], namespace=ns, title=src["title"],
-                            uri=src["uri"], document_hash=src["document_hash"],
-                            ingested_at=iso_time(src["ingested_at"]),
-                            fact_count=src["fact_count"], status=src["status"],
-                            fact_ids=tuple(src["fact_ids"]))
+        return source_record(ns, raw)
 
     def communities(self, ns: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
         info = self.info(ns)

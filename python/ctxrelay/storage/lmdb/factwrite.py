@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, TRANSITIONS, FactKeyExistsError,
+from ctxrelay.storage.common.facts import NamespaceSteps, check_transition, still_due
+from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, FactKeyExistsError,
                                                Linker, NamespaceState, StatusTransitionError)
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb.factcodec import ACCESS, F32, ID_LEN, U32, U64, fact_key, prefix_items
@@ -24,7 +25,7 @@ from ctxrelay.storage.lmdb.factview import FactView, StoreContext
 __all__ = ["FactWriter"]
 
 
-class FactWriter(FactView):
+class FactWriter(NamespaceSteps, FactView):
     """One write transaction of one namespace (created on the first write to it)."""
 
     __slots__ = ("ns", "ns_info", "touched", "gen_before", "stamp_before")
@@ -65,21 +66,6 @@ class FactWriter(FactView):
     def put_record(self, fkey: bytes, fact_id: str, rec: dict[str, Any]) -> None:
         self.touched.append(codec.seq_of(fkey))
         self.txn.put(fkey, codec.encode_record(fact_id, rec), db=self.ctx.dbs[b"facts"])
-
-    def tick(self, now: float) -> float:
-        """A modification time strictly after the namespace's last one."""
-        info = self.ns_info
-        t = max(float(now), info["last_mod"] + 1e-6)
-        info["last_mod"] = t
-        return t
-
-    def redigest(self, old: int | None, new: int | None) -> None:
-        d = int(self.ns_info["digest"], 16)
-        if old is not None:
-            d -= old
-        if new is not None:
-            d += new
-        self.ns_info["digest"] = format(d % codec.DIGEST_MOD, "x")
 
     def log(self, op: bytes, seq: int) -> None:
         info = self.ns_info
@@ -132,12 +118,7 @@ class FactWriter(FactView):
         fact_id, old, rec = self.record(fkey)
         if old == status or (only_if is not None and not only_if(old, rec)):
             return False
-        if status not in TRANSITIONS[old]:
-            raise StatusTransitionError(
-                f"fact {fact_id} is {old}; it cannot become {status} (SPEC-009 §2.2). "
-                + ("A DELETED fact is erased for good; add it again as a new fact"
-                   if old == "DELETED" else
-                   f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
+        check_transition(fact_id, old, status)
         seq = codec.seq_of(fkey)
         old_c = codec.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
         self.move_due(fkey, fact_id, codec.due_time(old, rec), codec.due_time(status, rec))
@@ -280,11 +261,8 @@ class FactWriter(FactView):
         return sum(self.status_change(fkey, status, now) for fkey in fkeys)
 
     def expire(self, ids: Sequence[str], *, now: float) -> int:
-        def still_due(status: str, rec: dict[str, Any]) -> bool:   # a write may have come first
-            due = codec.due_time(status, rec)
-            return due is not None and now > due
         fkeys = [self.fkey_of(self.ns_info, fid) for fid in ids]
-        return sum(self.status_change(fkey, "STALE", now, still_due)
+        return sum(self.status_change(fkey, "STALE", now, still_due(now))
                    for fkey in fkeys if fkey is not None)
 
     def record_access(self, ids: Sequence[str], *, now: float) -> None:

@@ -24,12 +24,11 @@ import hashlib
 import json
 import struct
 import sys
-from collections import OrderedDict
 from typing import Any, Iterable
 
 import numpy as np
 
-from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.base import prefixed as base_prefixed
 from ctxrelay.storage import turnlog_derivation as derivation
@@ -37,8 +36,8 @@ from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home
     DENSE_SESSIONS as _DENSE_SESSIONS, DENSE_WINDOW as _DENSE_WINDOW,
     KEPT_MEMBERS as _KEPT_MEMBERS, SYNC_CHUNK as _SYNC_CHUNK, DerivedTurn, ThreadInfo,
     extract_entities, progress_bar as _progress_bar, thread_num, thread_info)
+from ctxrelay.storage.turnlog_derivation import TurnLogBase
 from ctxrelay.text.threads import ThreadBook, ThreadState, derive_state  # noqa: F401
-from ctxrelay.text.bounds import embedding_texts
 from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
@@ -99,7 +98,7 @@ class _Records:
         return self._get(b"labels", label.encode("utf-8")) is not None
 
 
-class TurnLog(LmdbStore):
+class TurnLog(TurnLogBase, LmdbStore):
     """Derived fields of every stored turn (see the module doc)."""
 
     KIND = "turn log"
@@ -110,40 +109,7 @@ class TurnLog(LmdbStore):
     DERIVED_DBS = frozenset({b"derived", b"vectors", b"threads", b"centroids", b"labels"})
 
     # -- sync ------------------------------------------------------------
-    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
-             progress: bool = False) -> int:
-        """Derive fields for the turns added since the last sync; returns how many."""
-        if not transcript.has_session(session_id):
-            raise UnknownSessionError(
-                f"no session {session_id!r}; create the session before deriving its turn log")
-        state = self._progress(session_id)
-        if state and state.get("model_id") != embedder.model_id:
-            raise InvalidArgumentError(
-                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
-                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
-                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
-                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
-        start = (state or {}).get("derived_upto", 0) + 1
-        end = transcript.turn_count(session_id)
-        if start > end:
-            return 0
-        bar = _progress_bar(end - start + 1, progress, f"deriving {session_id}")
-        done = 0
-        for lo in range(start, end + 1, _SYNC_CHUNK):
-            turns = transcript.history(session_id, lo, min(end, lo + _SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
-            self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
-                                                      embedder))
-            done += len(turns)
-            if bar is not None:
-                bar.update(len(turns))
-        if bar is not None:
-            bar.close()
-        return done
-
-    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
-                  progress: bool = True) -> int:
-        """Drop the session's derived fields and derive them again (e.g. a new embedder)."""
+    def _drop(self, session_id: str) -> None:
         skey = _session_key(session_id)
 
         def drop(txn: Any) -> None:
@@ -155,19 +121,18 @@ class TurnLog(LmdbStore):
                             break
             txn.delete(skey, db=self.dbs[b"progress"])
         self.write(drop)
-        return self.sync(transcript, session_id, embedder, progress=progress)
 
-    def model_id(self, session_id: str) -> str | None:
-        """The model id of the embedder the session was derived with, or None."""
-        state = self._progress(session_id)
-        return None if state is None else state.get("model_id")
+    def _derive(self, session_id: str, turns: list[Turn], vectors: np.ndarray,
+                embedder: Any) -> int:
+        return self.write(lambda txn: self._derive_chunk(txn, session_id, turns, vectors,
+                                                         embedder))
 
     def _progress(self, session_id: str) -> dict[str, Any] | None:
         raw = self.read(lambda txn: txn.get(_session_key(session_id), db=self.dbs[b"progress"]))
         return None if raw is None else json.loads(raw)
 
     def _derive_chunk(self, txn: Any, session_id: str, turns: list[Turn],
-                      vectors: np.ndarray, embedder: Any) -> None:
+                      vectors: np.ndarray, embedder: Any) -> int:
         skey = _session_key(session_id)
         raw = txn.get(skey, db=self.dbs[b"progress"])
         prog = json.loads(raw) if raw else derivation.fresh_progress(embedder.model_id)
@@ -182,6 +147,7 @@ class TurnLog(LmdbStore):
         for label, thread_id in out.labels:
             txn.put(skey + label.encode("utf-8"), thread_id.encode(), db=self.dbs[b"labels"])
         txn.put(skey, json.dumps(out.progress).encode(), db=self.dbs[b"progress"])
+        return len(out.turns)               # none when another sync derived them first
 
     def thread_book(self, session_id: str, thresholds: dict[str, float]) -> ThreadBook:
         """The candidate threads for the session's next turn (read only)."""
@@ -316,37 +282,6 @@ class TurnLog(LmdbStore):
             return upto, counts[0], counts[1]
         return self.read(read)
 
-    def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
-        prog = self._progress(session_id) or {}
-        upto = int(prog.get("derived_upto", 0))
-        cache = self.__dict__.setdefault("_dense_cache", OrderedDict())
-        # Keyed by the vector space too: a session re-derived with another embedder
-        # (here or by another process) must never be scored with the old vectors.
-        space = (session_id, prog.get("model_id"))
-        ids, rows, have, room = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0, None))
-        # A process serving many sessions keeps the windows of the latest few
-        # only: each holds up to _DENSE_WINDOW vectors (8 MB at 1,024 dims).
-        for key in [k for k in cache if k[0] == session_id]:
-            del cache[key]
-        cache[space] = (ids, rows, have, room)
-        while len(cache) > _DENSE_SESSIONS:
-            cache.popitem(last=False)
-        if have < upto:
-            lo = max(have + 1, upto - _DENSE_WINDOW + 1)
-            new = self.vectors(session_id, range(lo, upto + 1))
-            if new:
-                new_ids = np.fromiter(new.keys(), dtype=np.int64)
-                new_rows = np.stack(list(new.values()))
-                ids, rows, room = _appended(room, new_ids, new_rows)
-            cache[space] = (ids, rows, upto, room)
-        if rows is None:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
-        return ids, rows
-
-    def active_thread(self, session_id: str) -> str | None:
-        prog = self._progress(session_id)
-        return None if prog is None else prog.get("active_thread")
-
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         raw = self.read(lambda txn: self._load_threads(txn, _session_key(session_id)))
         return [thread_info(session_id, info, transcript) for info in
@@ -418,41 +353,6 @@ class TurnLog(LmdbStore):
                     references[_U64.unpack(key[32:])[0]] = list(rec["references"])
             return {"thread_states": states, "references": references}
         return self.read(read)
-
-
-def _appended(room: tuple[np.ndarray, np.ndarray, int, int] | None, new_ids: np.ndarray,
-              new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                             tuple[np.ndarray, np.ndarray, int, int]]:
-    """The dense window with ``new_ids``/``new_rows`` after it, the latest
-    ``_DENSE_WINDOW`` kept: ``(ids, rows, room)``, ids and rows views of room's buffers.
-
-    A turn adds a row or two.  They go into the room kept after the window in a buffer
-    twice its size, so a new turn does not copy the whole window (8 MB at 1,024 dims);
-    the window is copied into a new buffer once per ``_DENSE_WINDOW`` new rows.  Rows
-    already handed out are never written: new rows only go past them.
-    """
-    k = len(new_ids)
-    if room is not None and room[1].shape[1] == new_rows.shape[1] \
-            and room[3] + k <= len(room[0]):
-        ids_buf, rows_buf, start, end = room
-    else:
-        keep_ids = np.zeros(0, dtype=np.int64) if room is None else room[0][room[2]:room[3]]
-        keep_rows = None if room is None else room[1][room[2]:room[3]]
-        if keep_rows is not None and keep_rows.shape[1] != new_rows.shape[1]:
-            keep_ids, keep_rows = keep_ids[:0], None
-        kept = max(0, min(len(keep_ids), _DENSE_WINDOW - k))
-        capacity = max(2 * _DENSE_WINDOW, kept + k)
-        ids_buf = np.zeros(capacity, dtype=np.int64)
-        rows_buf = np.zeros((capacity, new_rows.shape[1]), dtype=np.float32)
-        if kept:
-            ids_buf[:kept] = keep_ids[-kept:]
-            rows_buf[:kept] = keep_rows[-kept:]
-        start, end = 0, kept
-    ids_buf[end:end + k] = new_ids
-    rows_buf[end:end + k] = new_rows
-    end += k
-    start = max(start, end - _DENSE_WINDOW)
-    return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)
 
 
 # -- the functions library(ctxrelay) calls (plain values in and out) ----------------------

@@ -32,20 +32,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-
-from ctxrelay.errors import InvalidArgumentError, StoreError
+from ctxrelay.errors import StoreError
+from ctxrelay.storage.common.facts import FactWrites, SnapshotReads, configured
 from ctxrelay.storage.interfaces.facts import (
     Checkpoint,
-    EmbeddingModelMismatchError,
-    Fact,
     FactReader,
-    FactTable,
-    HeadArrays,
-    Linker,
     NamespaceState,
     Saver,
-    SourceRecord,
     UnknownFactError,
     Written,
 )
@@ -81,7 +74,7 @@ def _vector_setup() -> Callable[[Any], None]:
     return register_vector
 
 
-class PgFacts:
+class PgFacts(SnapshotReads, FactWrites):
     """The facts of one store's schema (``db``: its :class:`Database`, migrated).
 
     A new store needs ``model_id`` and ``dim``; an existing one is opened with
@@ -136,16 +129,7 @@ class PgFacts:
             cur.execute("INSERT INTO ckf_config (config) VALUES (%s) ON CONFLICT DO NOTHING",
                         (json.dumps(config),))
             row = cur.execute("SELECT config FROM ckf_config").fetchone()
-        found = json.loads(row[0])
-        if config["model_id"] is None:
-            return found
-        if found["model_id"] != config["model_id"] or found["dim"] != config["dim"]:
-            raise EmbeddingModelMismatchError(
-                f"the CKF in {self.db.url} holds vectors of {found['model_id']!r} "
-                f"(dim {found['dim']}), not {config['model_id']!r} (dim {config['dim']}); "
-                f"open it with embedder={found.get('embedder') or found['model_id']!r}, or "
-                "build a new store and ingest again with the new model (SPEC-009 §3.4)")
-        return found
+        return configured(f"in {self.db.url}", json.loads(row[0]), config)
 
     @staticmethod
     def exists(db: Any) -> bool:
@@ -245,72 +229,7 @@ class PgFacts:
                 if not done:
                     _rollback(conn)
 
-    def namespaces(self) -> list[str]:
-        return self.snapshot(lambda v: v.namespaces())
-
-    def namespace(self, ns: str) -> NamespaceState | None:
-        return self.snapshot(lambda v: v.namespace(ns))
-
-    def state_hash(self, ns: str) -> str:
-        return self.snapshot(lambda v: v.state_hash(ns))
-
-    def locate(self, ns: str, ids: Sequence[str]) -> np.ndarray:
-        return self.snapshot(lambda v: v.locate(ns, ids))
-
-    def get(self, ns: str, ids: Sequence[str]) -> list[Fact | None]:
-        return self.snapshot(lambda v: v.get(ns, ids))
-
-    def lookup_key(self, ns: str, key: str, *, any_status: bool = False) -> str | None:
-        return self.snapshot(lambda v: v.lookup_key(ns, key, any_status=any_status))
-
-    def vectors(self, ns: str, ids: Sequence[str]) -> np.ndarray:
-        return self.snapshot(lambda v: v.vectors(ns, ids))
-
-    def heads(self, ns: str, ids: Sequence[str]) -> HeadArrays:
-        return self.snapshot(lambda v: v.heads(ns, ids))
-
-    def scan(self, ns: str) -> list[Fact]:
-        return self.snapshot(lambda v: v.scan(ns))
-
-    def search_terms(self, ns: str, query: str, k: int) -> list[tuple[str, float]]:
-        return self.snapshot(lambda v: v.search_terms(ns, query, k))
-
-    def source(self, ns: str, source_id: str) -> SourceRecord | None:
-        return self.snapshot(lambda v: v.source(ns, source_id))
-
-    def communities(self, ns: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
-        return self.snapshot(lambda v: v.communities(ns))
-
-    def ids_at(self, ns: str, seqs: Sequence[int]) -> list[str | None]:
-        return self.snapshot(lambda v: v.ids_at(ns, seqs))
-
-    def heads_at(self, ns: str, seqs: Sequence[int]) -> HeadArrays:
-        return self.snapshot(lambda v: v.heads_at(ns, seqs))
-
-    def vectors_at(self, ns: str, seqs: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        return self.snapshot(lambda v: v.vectors_at(ns, seqs))
-
-    def fact_table(self, ns: str) -> FactTable:
-        return self.snapshot(lambda v: v.fact_table(ns))
-
-    def iter_vectors(self, ns: str, chunk: int, *, skip: Any = ()
-                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        return iter(self.snapshot(lambda v: list(v.iter_vectors(ns, chunk, skip=skip))))
-
-    def hidden(self, ns: str) -> set[int]:
-        return self.snapshot(lambda v: v.hidden(ns))
-
-    def edges(self, ns: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.snapshot(lambda v: v.edges(ns))
-
-    def edge_rows(self, ns: str, seqs: Any) -> dict[int, tuple[list[int], list[float]]]:
-        return self.snapshot(lambda v: v.edge_rows(ns, list(seqs)))
-
-    def changes(self, ns: str, since: int, upto: int) -> list[Any] | None:
-        return self.snapshot(lambda v: v.changes(ns, since, upto))
-
-    def due(self, ns: str, *, now: float) -> list[str]:
-        return self.snapshot(lambda v: v.due(ns, now))
+    # the reads of the contract: SnapshotReads, one snapshot() each
 
     # -- writes --------------------------------------------------------------------------
 
@@ -342,22 +261,6 @@ class PgFacts:
         for seq, fact_id in w.added:              # committed: ids of these seqs for good
             self.remember(w.ns_id, seq, fact_id)
         return done
-
-    def add_facts(self, ns: str, records: Sequence[Mapping[str, Any]], vectors: np.ndarray, *,
-                  now: float, link: Linker | None = None,
-                  source: Mapping[str, Any] | None = None,
-                  supersede: Sequence[str] = ()) -> Written[list[str]]:
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(records), self.dim)
-        return self._write(ns, lambda w: w.add_facts(records, vectors, now=now, link=link,
-                                                     source=source, supersede=supersede))
-
-    def update_fact(self, ns: str, fact_id: str, changes: Mapping[str, Any],
-                    vector: np.ndarray | None = None, *, now: float,
-                    link: Linker | None = None) -> Written[None]:
-        if vector is not None and "content" not in changes:
-            raise InvalidArgumentError("a new vector comes with new content: pass both")
-        return self._write(ns, lambda w: w.update_fact(fact_id, changes, vector, now=now,
-                                                       link=link))
 
     def set_status(self, ns: str, ids: Sequence[str], status: str, *,
                    now: float) -> Written[int]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrelay.storage.common.facts import source_record
 from ctxrelay.storage.interfaces.facts import (
     RETRIEVABLE,
     Change,
@@ -359,12 +360,7 @@ class PgFactView:
             (nid, source_id)).fetchone()
         if row is None:
             return None
-        src = json.loads(row[0])
-        return SourceRecord(source_id=src["source_id"], namespace=ns, title=src["title"],
-                            uri=src["uri"], document_hash=src["document_hash"],
-                            ingested_at=iso_time(src["ingested_at"]),
-                            fact_count=src["fact_count"], status=src["status"],
-                            fact_ids=tuple(src["fact_ids"]))
+        return source_record(ns, row[0])
 
     def communities(self, ns: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
         found = self._row(ns)

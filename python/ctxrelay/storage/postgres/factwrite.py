@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from ctxrelay.storage.common.facts import NamespaceSteps, check_transition, still_due
 from ctxrelay.storage.interfaces.facts import (
     RETRIEVABLE,
-    TRANSITIONS,
     FactKeyExistsError,
     Linker,
     NamespaceState,
@@ -45,7 +45,7 @@ def _key(key: str | None) -> bytes | None:
     return None if key is None else key.encode("utf-8")
 
 
-class PgFactWriter(PgFactView):
+class PgFactWriter(NamespaceSteps, PgFactView):
     """One write transaction of one namespace (created on the first write to it)."""
 
     committed = False            # its reads may include rows that roll back
@@ -114,21 +114,6 @@ class PgFactWriter(PgFactView):
         self.cur.execute(f"UPDATE ckf_facts SET {sets} WHERE seq = %s",
                          (*values.values(), seq))
 
-    def tick(self, now: float) -> float:
-        """A modification time strictly after the namespace's last one."""
-        info = self.ns_info
-        t = max(float(now), info["last_mod"] + 1e-6)
-        info["last_mod"] = t
-        return t
-
-    def redigest(self, old: int | None, new: int | None) -> None:
-        d = int(self.ns_info["digest"], 16)
-        if old is not None:
-            d -= old
-        if new is not None:
-            d += new
-        self.ns_info["digest"] = format(d % codec.DIGEST_MOD, "x")
-
     def log(self, hide: bool, seqs: Sequence[int]) -> None:
         """Change-feed entries, one per seq, in order."""
         info = self.ns_info
@@ -191,12 +176,7 @@ class PgFactWriter(PgFactView):
         info = self.ns_info
         if old == status or (only_if is not None and not only_if(old, rec)):
             return False
-        if status not in TRANSITIONS[old]:
-            raise StatusTransitionError(
-                f"fact {fact_id} is {old}; it cannot become {status} (SPEC-009 §2.2). "
-                + ("A DELETED fact is erased for good; add it again as a new fact"
-                   if old == "DELETED" else
-                   f"allowed from {old}: {', '.join(sorted(TRANSITIONS[old]))}"))
+        check_transition(fact_id, old, status)
         old_c = codec.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
         rec["status"] = status
         rec["modified_at"] = self.tick(now)
@@ -326,13 +306,10 @@ class PgFactWriter(PgFactView):
                    for seq, fid, old, rec in found)
 
     def expire(self, ids: Sequence[str], *, now: float) -> int:
-        def still_due(status: str, rec: dict[str, Any]) -> bool:   # a write may have come first
-            due = codec.due_time(status, rec)
-            return due is not None and now > due
         ids = list(dict.fromkeys(ids))
         found = self._by_ids(self.ns, ids, "seq, status, record")
         return sum(self.status_change(int(found[fid][0]), fid, CODE_STATUS[found[fid][1]],
-                                      json.loads(found[fid][2]), "STALE", now, still_due)
+                                      json.loads(found[fid][2]), "STALE", now, still_due(now))
                    for fid in ids if fid in found)
 
     def record_access(self, ids: Sequence[str], *, now: float) -> None:

@@ -19,30 +19,19 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError, StoreError
-from ctxrelay.storage.lmdb.scratch.checks import (FRESHNESS_TTL, NEVER_PROMOTED,
-                                                  RETAIN_POLICIES, canonical_args,
-                                                  check_duration, check_freshness,
-                                                  check_policy, check_scratch_id,
-                                                  check_tool_name, micros, new_scratch_id,
-                                                  provenance, raw_bytes, seconds)
-from ctxrelay.storage.lmdb.scratch.errors import (NotPromotableError, ScratchBlobError,
-                                                  ScratchFullError)
-from ctxrelay.storage.lmdb.scratch.freshness import gate, render
+from ctxrelay.storage.lmdb.scratch.checks import check_duration, check_scratch_id, micros, seconds
+from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
+from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+                                                  DEFAULT_TTL, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
-                                                   Promotion, Rendered, ScratchEntry,
-                                                   ScratchStats, copied_record, entry_of,
-                                                   plain_entry, unknown)
-from ctxrelay.storage.lmdb.scratch.store import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
-                                                 DEFAULT_FRESHNESS, DEFAULT_TTL,
-                                                 RAW_TOKEN_LIMIT)
+                                                   ScratchEntry, ScratchStats, copied_record,
+                                                   entry_of, plain_entry, unknown)
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.validation import check_session_id
-from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
-from ctxrelay.text.tokens import count
+from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS
 
 __all__ = ["PgScratch"]
 
-_UNSET: Any = object()
 _LOCK = "ctxrelay-scratch-budget"
 
 
@@ -54,9 +43,11 @@ def _expires(record: dict[str, Any]) -> int | None:
     return None if record["ttl"] is None else micros(record["created"] + record["ttl"])
 
 
-class PgScratch:
+class PgScratch(ScratchBase, PgPart):
     """A :class:`~ctxrelay.storage.interfaces.scratch.ScratchBuffer` in PostgreSQL
     (the options of :class:`ctxrelay.storage.lmdb.scratch.ScratchStore`)."""
+
+    WHAT = "the scratch buffer"
 
     def __init__(self, db: Any, *, disk_budget_bytes: int = DEFAULT_DISK_BUDGET,
                  default_ttl: float | None = DEFAULT_TTL,
@@ -64,59 +55,17 @@ class PgScratch:
                  tool_freshness: Mapping[str, str] | None = None,
                  stale_policy: str | None = None, retain: str = "evaporate",
                  auto_pin_after: int | None = AUTO_PIN_REFERENCES) -> None:
-        if isinstance(disk_budget_bytes, bool) or not isinstance(disk_budget_bytes, int) \
-                or disk_budget_bytes < 1:
-            raise InvalidArgumentError(
-                f"disk_budget_bytes must be an int >= 1, not {disk_budget_bytes!r}")
-        if isinstance(summary_max_tokens, bool) or not isinstance(summary_max_tokens, int) \
-                or summary_max_tokens < MIN_MAX_TOKENS:
-            raise InvalidArgumentError(
-                f"summary_max_tokens must be an int >= {MIN_MAX_TOKENS}, not "
-                f"{summary_max_tokens!r}")
-        if retain not in RETAIN_POLICIES:
-            raise InvalidArgumentError(
-                f"retain {retain!r} is not one of {', '.join(RETAIN_POLICIES)}")
-        self._db = db
-        self._closed = False
-        self._budget = disk_budget_bytes
-        self._default_ttl = check_duration(default_ttl, "default_ttl")
-        self._summary_max_tokens = summary_max_tokens
-        self._model = model
-        self._tool_freshness = {check_tool_name(name): check_freshness(klass)
-                                for name, klass in (tool_freshness or {}).items()}
-        self._stale_policy = check_policy(stale_policy, "stale_policy")
-        self._retain = retain
-        self._auto_pin_after = auto_pin_after
+        self._configure(disk_budget_bytes=disk_budget_bytes, default_ttl=default_ttl,
+                        summary_max_tokens=summary_max_tokens, model=model,
+                        tool_freshness=tool_freshness, stale_policy=stale_policy,
+                        retain=retain, auto_pin_after=auto_pin_after)
+        PgPart.__init__(self, db)
 
     # -- identity -----------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
-
-    @property
-    def disk_budget_bytes(self) -> int:
-        return self._budget
 
     def location(self) -> str:
         """Where the blobs live: the store's PostgreSQL schema."""
         return f"{self._db.url} (table scratch_entries)"
-
-    def _live(self) -> None:
-        if self.closed:
-            raise StoreError(f"the scratch buffer of {self._db.url} is closed; open the "
-                             "store again")
-
-    def _run(self, fn: Any) -> Any:
-        self._live()
-        return self._db.run(fn)
-
-    def _read(self, fn: Any) -> Any:
-        self._live()
-        return self._db.read(fn)
 
     # -- rows ----------------------------------------------------------------------------
 
@@ -150,68 +99,13 @@ class PgScratch:
                           "FROM scratch_entries").fetchone()
         return int(row[0]), int(row[1])
 
-    def _check_room(self, pinned_bytes: int, size: int) -> None:
-        if size + pinned_bytes <= self._budget:
-            return
-        if size > self._budget:
-            raise ScratchFullError(
-                f"the tool output has {size} bytes, more than the whole scratch disk "
-                f"budget of {self._budget} bytes; nothing was stored; raise "
-                "disk_budget_bytes, pin it (pinned=True) to keep it over budget, or "
-                "have the tool return less")
-        raise ScratchFullError(
-            f"the tool output has {size} bytes but only {self._budget - pinned_bytes} "
-            f"of the {self._budget}-byte scratch budget are not pinned "
-            "(CRP-Context-Scratch-Full); nothing was stored; unpin entries or raise "
-            "disk_budget_bytes")
-
     # -- put -------------------------------------------------------------------------------
 
-    def put(self, session_id: str, tool_name: str, args: Mapping[str, Any],
-            raw: str | bytes, *, freshness: str | None = None,
-            freshness_ttl: float | None = _UNSET, ttl: float | None = _UNSET,
-            pinned: bool = False, now: float | datetime | None = None) -> ScratchEntry:
-        session_id = check_session_id(session_id)
-        tool_name = check_tool_name(tool_name)
-        plain_args, args_bytes = canonical_args(args)
-        data, raw_type = raw_bytes(raw)
-        klass = (check_freshness(freshness) if freshness is not None
-                 else self._tool_freshness.get(tool_name, DEFAULT_FRESHNESS))
-        fresh_for = (FRESHNESS_TTL[klass] if freshness_ttl is _UNSET
-                     else check_duration(freshness_ttl, "freshness_ttl"))
-        keep_for = self._default_ttl if ttl is _UNSET else check_duration(ttl, "ttl")
-        if not isinstance(pinned, bool):
-            raise InvalidArgumentError(f"pinned must be True or False, not {pinned!r}")
-        pin_reason = "user" if pinned else ("audit" if self._retain == "audit" else None)
-        moment = seconds(now)
-        if pin_reason is None and self._retain != "all":
-            self._check_room(self._read(self._usage)[1], len(data))
-        scratch_id = new_scratch_id()
-        summary = summarize(raw, tool_name=tool_name, scratch_id=scratch_id,
-                            max_tokens=self._summary_max_tokens, model=self._model)
-        raw_tokens, raw_exact = self._raw_tokens(raw, data, summary.kind)
-        record = {
-            "scratch_id": scratch_id, "session_id": session_id, "tool_name": tool_name,
-            "args": plain_args, "size": len(data),
-            "sha256": provenance(tool_name, args_bytes, data),
-            "content_sha256": hashlib.sha256(data).hexdigest(), "raw_type": raw_type,
-            "created": moment, "freshness": klass, "freshness_ttl": fresh_for,
-            "ttl": keep_for, "pinned": pin_reason is not None, "pin_reason": pin_reason,
-            "summary": summary.text, "summary_tokens": summary.tokens,
-            "summary_exact": summary.exact, "kind": summary.kind,
-            "structured": summary.structured, "raw_tokens": raw_tokens,
-            "raw_tokens_exact": raw_exact, "last_access": moment,
-            "access_us": micros(moment), "referenced_by": [], "seq": 0}
-        return entry_of(self._run(lambda cur: self._insert(cur, record, data)))
+    def _pinned_bytes(self) -> int:
+        return self._read(self._usage)[1]
 
-    def _raw_tokens(self, raw: str | bytes, data: bytes, kind: str) -> tuple[int | None, bool]:
-        if kind == "binary":
-            return None, False
-        if len(data) > RAW_TOKEN_LIMIT:
-            return -(-len(data) // 4), False
-        text = raw if isinstance(raw, str) else data.decode("utf-8")
-        counted = count(text, self._model)
-        return counted.n, counted.exact
+    def _store_new(self, record: dict[str, Any], data: bytes) -> dict[str, Any]:
+        return self._run(lambda cur: self._insert(cur, record, data))
 
     def _insert(self, cur: Any, record: dict[str, Any], data: bytes) -> dict[str, Any]:
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
@@ -326,21 +220,11 @@ class PgScratch:
         session_id = check_session_id(session_id)
         return [entry_of(r) for r in self._ordered(session_id)]
 
-    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
-        session_id = check_session_id(session_id)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+    def _latest(self, session_id: str, n: int) -> list[ScratchEntry]:
         return [entry_of(r) for r in self._ordered(session_id, newest=n)] if n else []
 
-    def most_recent(self, session_id: str, tool_type: str | None = None, *,
-                    kind: str | None = None) -> ScratchEntry | None:
-        session_id = check_session_id(session_id)
-        if tool_type is not None and not isinstance(tool_type, str):
-            raise InvalidArgumentError(
-                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
-        if kind is not None and not isinstance(kind, str):
-            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
-                                       f"not {kind!r}")
+    def _most_recent(self, session_id: str, tool_type: str | None,
+                     kind: str | None) -> ScratchEntry | None:
         found = self._ordered(
             session_id, newest=1,
             where=" AND (%s::text IS NULL OR record::json->>'tool_name' = %s)"
@@ -349,12 +233,6 @@ class PgScratch:
         return entry_of(found[0]) if found else None
 
     # -- pinning, references, deletion ------------------------------------------------------
-
-    def pin(self, session_id: str, scratch_id: str) -> ScratchEntry:
-        return self._set_pin(session_id, scratch_id, "user")
-
-    def unpin(self, session_id: str, scratch_id: str) -> ScratchEntry:
-        return self._set_pin(session_id, scratch_id, None)
 
     def _set_pin(self, session_id: str, scratch_id: str, reason: str | None) -> ScratchEntry:
         session_id = check_session_id(session_id)
@@ -369,24 +247,16 @@ class PgScratch:
         self._save(cur, record)
         return record
 
-    def reference(self, session_id: str, scratch_id: str, turn_id: int, *,
-                  now: float | datetime | None = None) -> ScratchEntry:
-        session_id = check_session_id(session_id)
-        scratch_id = check_scratch_id(scratch_id)
-        if isinstance(turn_id, bool) or not isinstance(turn_id, int) or turn_id < 1:
-            raise InvalidArgumentError(
-                f"turn_id must be an int >= 1 (a transcript turn id), not {turn_id!r}")
-        moment = seconds(now)
-
+    def _add_reference(self, session_id: str, scratch_id: str, turn_id: int,
+                       moment: float) -> ScratchEntry:
         def run(cur: Any) -> dict[str, Any]:
             record = self._touch(cur, self._require(cur, session_id, scratch_id, lock=True),
                                  moment)
-            if turn_id not in record["referenced_by"]:
-                record = {**record,
-                          "referenced_by": sorted([*record["referenced_by"], turn_id])}
+            referenced = self._referenced(record, turn_id)
+            if referenced is not None:
+                record = referenced
                 self._save(cur, record)
-            if (not record["pinned"] and self._auto_pin_after is not None
-                    and len(record["referenced_by"]) >= self._auto_pin_after):
+            if self._auto_pins(record):
                 record = self._pin(cur, record, "auto")
             return record
         return entry_of(self._run(run))
@@ -402,34 +272,6 @@ class PgScratch:
                 raise unknown(session_id, scratch_id)
         self._run(run)
 
-    # -- freshness and promotion --------------------------------------------------------------
-
-    def gate(self, entry: ScratchEntry, now: float | datetime | None = None, *,
-             policy: str | None = None, can_reinvoke: bool = True) -> str:
-        return gate(entry, now, policy=policy or self._stale_policy, can_reinvoke=can_reinvoke)
-
-    def render(self, entry: ScratchEntry, now: float | datetime | None = None, *,
-               policy: str | None = None, can_reinvoke: bool = True) -> Rendered:
-        return render(entry, now, policy=policy or self._stale_policy,
-                      can_reinvoke=can_reinvoke)
-
-    def promote(self, session_id: str, scratch_id: str) -> Promotion:
-        entry = self.get(session_id, scratch_id, touch=False)
-        if not entry.pinned:
-            raise NotPromotableError(
-                f"scratch entry {scratch_id} is not pinned; only results the user "
-                "chose to keep are promoted: pin() it first")
-        if entry.freshness in NEVER_PROMOTED:
-            raise NotPromotableError(
-                f"scratch entry {scratch_id} is a {entry.freshness} reading; volatile "
-                "readings are never promoted to the CKF (CRP-SPEC-029 §5.4); store a "
-                "durable result with freshness='STABLE' or 'STATIC'")
-        return Promotion(scratch_id=entry.scratch_id, session_id=entry.session_id,
-                         tool_name=entry.tool_name, args=entry.args,
-                         provenance_hash=entry.sha256, created=entry.created,
-                         kind=entry.kind, summary=entry.summary,
-                         structured=entry.structured, referenced_by=entry.referenced_by)
-
     # -- stats and consistency -------------------------------------------------------------------
 
     def stats(self, session_id: str | None = None) -> ScratchStats:
@@ -438,26 +280,7 @@ class PgScratch:
         rows = self._read(lambda cur: cur.execute(
             "SELECT session_id, record FROM scratch_entries "
             "WHERE %s::text IS NULL OR session_id = %s", (session_id, session_id)).fetchall())
-        entries = pinned = size = pinned_size = raw_tokens = summary_tokens = 0
-        sessions: set[str] = set()
-        by_kind: dict[str, int] = {}
-        for sid, raw_record in rows:
-            record = json.loads(raw_record)
-            entries += 1
-            size += record["size"]
-            sessions.add(sid)
-            by_kind[record["kind"]] = by_kind.get(record["kind"], 0) + 1
-            if record["pinned"]:
-                pinned += 1
-                pinned_size += record["size"]
-            if record["raw_tokens"] is not None:
-                raw_tokens += record["raw_tokens"]
-                summary_tokens += record["summary_tokens"]
-        return ScratchStats(entries=entries, pinned=pinned, bytes=size,
-                            pinned_bytes=pinned_size, disk_budget_bytes=self._budget,
-                            over_budget=size > self._budget, sessions=len(sessions),
-                            by_kind=dict(sorted(by_kind.items())),
-                            raw_tokens=raw_tokens, summary_tokens=summary_tokens)
+        return tally(((sid, json.loads(raw_record)) for sid, raw_record in rows), self._budget)
 
     def check(self, *, grace_seconds: float = 60.0, verify: bool = False) -> CheckReport:
         """Blobs live in their entries' rows: no orphans, no unfinished writes, no

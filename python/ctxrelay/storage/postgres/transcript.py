@@ -27,26 +27,24 @@ back end's own functions, so both back ends accept and refuse the same input.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 
-from ctxrelay.errors import (ArchivedSessionError, ImportFormatError,
-                             InvalidArgumentError, KeyConflictError, SessionExistsError,
-                             StoreError, TurnTooLargeError, UnknownSessionError,
+from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, KeyConflictError,
+                             SessionExistsError, StoreError, UnknownSessionError,
                              UnknownTurnError)
 from ctxrelay.storage.lmdb.transcript import jsonl
 from ctxrelay.storage.lmdb.transcript.derived import DerivedReport
-from ctxrelay.storage.lmdb.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
-                                                      FORMAT, Counters, Pending, TokenCounter,
-                                                      check_range, check_search,
-                                                      default_token_counter, hit_of,
-                                                      load_encoding, role_list)
+from ctxrelay.storage.lmdb.transcript.records import (Counters, Pending, TokenCounter,
+                                                      check_range, check_search, hit_of,
+                                                      role_list)
+from ctxrelay.storage.lmdb.transcript.shared import TranscriptBase
 from ctxrelay.storage.lmdb.transcript.store import DEFAULT_MAX_TURN_BYTES, SEARCH_MAX_POSTINGS
 from ctxrelay.storage.postgres import textindex
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
-from ctxrelay.storage.validation import (check_content, check_int, check_optional_str,
+from ctxrelay.storage.validation import (check_int, check_optional_str,
                                          check_role, check_session_id, normalise_metadata,
                                          normalise_timestamp)
 from ctxrelay.types import Hit, SessionInfo, SessionStats, Turn
@@ -103,55 +101,22 @@ def _turn(session_id: str, row: tuple) -> Turn:
                 timestamp=ts, key=_s(key), tokens=tokens, tokens_exact=exact)
 
 
-class PgTranscript:
+class PgTranscript(TranscriptBase, PgPart):
     """The :class:`~ctxrelay.storage.interfaces.transcript.Transcript` of a
     PostgreSQL store (see the module doc)."""
 
     def __init__(self, db: Any, *, max_turn_bytes: int | None = None,
                  token_counter: TokenCounter | None = None) -> None:
-        self._db = db
+        PgPart.__init__(self, db)
         self._max_turn_bytes = check_int(max_turn_bytes or DEFAULT_MAX_TURN_BYTES,
                                          "max_turn_bytes", minimum=1)
         self._token_counter = token_counter
-        self._closed = False
 
     # -- identity -------------------------------------------------------------
-
-    @property
-    def path(self) -> str:
-        return self._db.url
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    @property
-    def tokenizer_name(self) -> str:
-        if self._token_counter is not None:
-            return str(getattr(self._token_counter, "name", None)
-                       or getattr(self._token_counter, "__name__", "custom"))
-        return DEFAULT_TOKENIZER if load_encoding() is not None else ESTIMATE_TOKENIZER
-
-    @property
-    def max_turn_bytes(self) -> int:
-        return self._max_turn_bytes
-
-    def close(self) -> None:
-        self._closed = True
+    # (_read serves reads of one statement, and of turns: they never change once written)
 
     def __repr__(self) -> str:
         return f"PgTranscript({self._db.url!r})"
-
-    def _run(self, fn: Any) -> Any:
-        """``fn(cursor)`` in one transaction (writes, and reads that need one snapshot)."""
-        self._live()
-        return self._db.run(fn)
-
-    def _read(self, fn: Any) -> Any:
-        """``fn(cursor)`` outside a transaction: reads of one statement, or of turns
-        (which never change once written)."""
-        self._live()
-        return self._db.read(fn)
 
     def _live(self) -> None:
         if self.closed:
@@ -250,42 +215,6 @@ class PgTranscript:
         return self._run(write)
 
     # -- appending -------------------------------------------------------------------
-
-    def check_size(self, content: str) -> None:
-        if len(content) * 4 <= self.max_turn_bytes:
-            return
-        size = len(content.encode("utf-8", "surrogatepass"))
-        if size > self.max_turn_bytes:
-            raise TurnTooLargeError(
-                f"a turn of {size:,} bytes is over this store's limit of "
-                f"{self.max_turn_bytes:,} bytes (max_turn_bytes); store large outputs "
-                "with record_tool_output (a blob, summarised in context), split the text, "
-                "or open the store with a larger max_turn_bytes")
-
-    def _count_tokens(self, content: str) -> tuple[int, bool]:
-        counter = self._token_counter or default_token_counter
-        result = counter(content)
-        if (not isinstance(result, tuple) or len(result) != 2
-                or isinstance(result[0], bool) or not isinstance(result[0], int)
-                or result[0] < 0):
-            raise InvalidArgumentError(
-                f"token_counter returned {result!r}; it must return "
-                "(count: int >= 0, exact: bool)")
-        return result[0], bool(result[1])
-
-    def _prepare(self, role: Any, content: Any, *, name: Any = None, tool_call_id: Any = None,
-                 metadata: Any = None, timestamp: Any = None, key: Any = None) -> Pending:
-        if isinstance(content, str):
-            self.check_size(content)
-        fields = dict(
-            role=check_role(role), content=check_content(content),
-            name=check_optional_str(name, "name"),
-            tool_call_id=check_optional_str(tool_call_id, "tool_call_id"),
-            metadata=normalise_metadata(metadata),
-            timestamp=normalise_timestamp(timestamp),
-            key=check_optional_str(key, "key", empty_ok=False))
-        tokens, exact = self._count_tokens(fields["content"])
-        return Pending(**fields, tokens=tokens, tokens_exact=exact)
 
     def append(self, session_id: str, role: str, content: str, *,
                name: str | None = None, tool_call_id: str | None = None,
@@ -545,9 +474,6 @@ class PgTranscript:
         return self._run(lambda cur: self._derived(
             cur, self._require(cur, session_id, lock=True), repair=True))
 
-    def rebuild_search_index(self, session_id: str) -> DerivedReport:
-        return self.repair_derived(session_id)
-
     def _derived(self, cur: Any, session: _Session, *, repair: bool) -> DerivedReport:
         turns = self._scan(cur, session, 1, None)
         ids = [t.turn_id for t in turns]
@@ -624,30 +550,6 @@ class PgTranscript:
 
     # -- export / import ----------------------------------------------------------------------
 
-    def export_jsonl(self, session_id: str,
-                     dest: str | os.PathLike[str] | TextIO | None = None) -> str | None:
-        info = self.session(session_id)
-        header = {"type": "session", "format": FORMAT.decode(), **info.to_dict()}
-        lines = [json.dumps(header, ensure_ascii=False)]
-        for turn in self.iter_turns(session_id, 1, info.turn_count):
-            lines.append(json.dumps({"type": "turn", **turn.to_dict()}, ensure_ascii=False))
-        text = "".join(line + "\n" for line in lines)
-        if dest is None:
-            return text
-        jsonl.write_text(dest, text)
-        return None
-
-    def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *,
-                     session_id: str | None = None) -> str:
-        if session_id is not None:
-            session_id = check_session_id(session_id)
-        header, lines = jsonl.parse_jsonl(jsonl.read_source(source))
-        new_id = session_id if session_id is not None else header.session_id
-        if new_id is None:
-            raise ImportFormatError(
-                "line 1: the header has no session_id; pass session_id= to import_jsonl")
-        pending = [jsonl.guard(number, lambda f=fields: self._prepare(**f))
-                   for number, fields in lines]
-        self._append_call(new_id, pending, mode="new", metadata=header.metadata,
+    def _import(self, session_id: str, header: jsonl.Header, pending: list[Pending]) -> None:
+        self._append_call(session_id, pending, mode="new", metadata=header.metadata,
                           created=header.created, archive=bool(header.archived))
-        return new_id

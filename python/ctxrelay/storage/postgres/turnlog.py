@@ -18,20 +18,18 @@ is the same as one process deriving alone.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage import turnlog_derivation as derivation
 from ctxrelay.storage.lmdb.turnlog import TurnLog
+from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
-from ctxrelay.storage.turnlog_derivation import (DENSE_SESSIONS, DENSE_WINDOW, SYNC_CHUNK,
-                                                 DerivedTurn, ThreadInfo, progress_bar,
+from ctxrelay.storage.turnlog_derivation import (DerivedTurn, ThreadInfo, TurnLogBase,
                                                  thread_info, thread_num)
-from ctxrelay.text.bounds import embedding_texts
 from ctxrelay.text.threads import ThreadBook
 from ctxrelay.types import Turn
 
@@ -86,28 +84,13 @@ class _Records:
                                 "AND label = %s", (self.session_id, label)).fetchone() is not None
 
 
-class PgTurnLog:
+class PgTurnLog(TurnLogBase, PgPart):
     """A :class:`~ctxrelay.storage.interfaces.turnlog.TurnLogStore` in PostgreSQL."""
 
+    WHAT = "the turn log"
+
     def __init__(self, db: Any) -> None:
-        self._db = db
-        self._closed = False
-        self._dense_cache: OrderedDict = OrderedDict()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
-
-    @property
-    def path(self) -> str:
-        return self._db.url
-
-    def _live(self) -> None:
-        if self.closed:
-            raise StoreError(f"the turn log of {self._db.url} is closed; open the store again")
+        super().__init__(db)
 
     def _run(self, fn: Any) -> Any:
         self._live()
@@ -139,39 +122,12 @@ class PgTurnLog:
             return None
         return self._read(read_generation)
 
-    def _read(self, fn: Any) -> Any:
-        self._live()
-        return self._db.read(fn)
-
     # -- sync ------------------------------------------------------------------------
 
-    def sync(self, transcript: Any, session_id: str, embedder: Any, *,
-             progress: bool = False) -> int:
-        known, state, end = self._sync_start(transcript, session_id)
-        if not known:
-            raise UnknownSessionError(
-                f"no session {session_id!r}; create the session before deriving its turn log")
-        if state and state.get("model_id") != embedder.model_id:
-            raise InvalidArgumentError(
-                f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
-                f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
-                "re-derive the session with the new one (Runtime.derive(session, embedder=..., "
-                "recompute=True); Prolog: turnlog_derive/3 with recompute(true))")
-        start = (state or {}).get("derived_upto", 0) + 1
-        if start > end:
-            return 0
-        bar = progress_bar(end - start + 1, progress, f"deriving {session_id}")
-        done = 0
-        for lo in range(start, end + 1, SYNC_CHUNK):
-            turns = transcript.history(session_id, lo, min(end, lo + SYNC_CHUNK - 1))
-            vectors = embedder.embed_batch(embedding_texts(turns, embedder.model_id))
-            done += self._pipelined(lambda cur: self._derive_chunk(cur, session_id, turns,
-                                                                   vectors, embedder))
-            if bar is not None:
-                bar.update(len(turns))
-        if bar is not None:
-            bar.close()
-        return done
+    def _derive(self, session_id: str, turns: list[Turn], vectors: np.ndarray,
+                embedder: Any) -> int:
+        return self._pipelined(lambda cur: self._derive_chunk(cur, session_id, turns,
+                                                              vectors, embedder))
 
     def _sync_start(self, transcript: Any, session_id: str
                     ) -> tuple[bool, dict[str, Any] | None, int]:
@@ -179,9 +135,7 @@ class PgTurnLog:
         turn count: one statement when the transcript is this store's own (the
         usual case: a sync that finds nothing new costs one round trip, not three)."""
         if getattr(transcript, "_db", None) is not self._db:
-            if not transcript.has_session(session_id):
-                return False, None, 0
-            return True, self._progress(session_id), transcript.turn_count(session_id)
+            return super()._sync_start(transcript, session_id)
         row = self._read(lambda cur: cur.execute(
             "SELECT s.counters, p.state FROM (SELECT %s::text AS id) q "
             "LEFT JOIN sessions s ON s.session_id = q.id "
@@ -192,18 +146,12 @@ class PgTurnLog:
         return True, None if state is None else json.loads(state), \
             int(json.loads(counters)["turns"])
 
-    def recompute(self, transcript: Any, session_id: str, embedder: Any, *,
-                  progress: bool = True) -> int:
+    def _drop(self, session_id: str) -> None:
         def drop(cur: Any) -> None:
             for table in ("turnlog_turns", "turnlog_threads", "turnlog_labels",
                           "turnlog_progress"):
                 cur.execute(f"DELETE FROM {table} WHERE session_id = %s", (session_id,))
         self._run(drop)
-        return self.sync(transcript, session_id, embedder, progress=progress)
-
-    def model_id(self, session_id: str) -> str | None:
-        state = self._progress(session_id)
-        return None if state is None else state.get("model_id")
 
     def _progress(self, session_id: str) -> dict[str, Any] | None:
         row = self._read(lambda cur: cur.execute(
@@ -291,31 +239,6 @@ class PgTurnLog:
     nearest = TurnLog.nearest
     dense_window = TurnLog.dense_window
 
-    def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
-        prog = self._progress(session_id) or {}
-        upto = int(prog.get("derived_upto", 0))
-        cache = self._dense_cache
-        space = (session_id, prog.get("model_id"))
-        ids, rows, have = cache.get(space, (np.zeros(0, dtype=np.int64), None, 0))
-        for key in [k for k in cache if k[0] == session_id]:
-            del cache[key]
-        cache[space] = (ids, rows, have)
-        while len(cache) > DENSE_SESSIONS:
-            cache.popitem(last=False)
-        if have < upto:
-            lo = max(have + 1, upto - DENSE_WINDOW + 1)
-            new = self.vectors(session_id, range(lo, upto + 1))
-            if new:
-                new_ids = np.fromiter(sorted(new), dtype=np.int64)
-                new_rows = np.stack([new[t] for t in sorted(new)])
-                ids = np.concatenate([ids, new_ids]) if rows is not None else new_ids
-                rows = np.concatenate([rows, new_rows]) if rows is not None else new_rows
-                ids, rows = ids[-DENSE_WINDOW:], rows[-DENSE_WINDOW:]
-            cache[space] = (ids, rows, upto)
-        if rows is None:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32)
-        return ids, rows
-
     def coverage(self, session_id: str) -> tuple[int, int, int]:
         def read(cur: Any) -> tuple[int, int, int]:
             row = cur.execute(
@@ -342,10 +265,6 @@ class PgTurnLog:
         self._pipelined(write)
 
     # -- topic threads -------------------------------------------------------------------
-
-    def active_thread(self, session_id: str) -> str | None:
-        prog = self._progress(session_id)
-        return None if prog is None else prog.get("active_thread")
 
     def threads(self, session_id: str, transcript: Any = None) -> list[ThreadInfo]:
         rows = self._read(lambda cur: cur.execute(

@@ -13,80 +13,30 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ctxrelay.errors import (ArtifactKeyConflictError, SessionExistsError, StoreError,
-                             UnknownArtifactError)
-from ctxrelay.storage.lmdb.warm import (WarmArtifact, _check_int, _check_items,
-                                        _check_optional_str, _check_producer, _check_range,
-                                        _check_session_id, _check_text, _check_transcript,
-                                        _normalise_metadata, _normalise_timestamp, _Pending,
-                                        _parse_artifact, _require_transcript_like,
-                                        pending_of, variants)
+from ctxrelay.errors import SessionExistsError
+from ctxrelay.storage.postgres.part import PgPart
+from ctxrelay.storage.common.warm import (WarmArtifact, WarmBase, _check_int, _check_range,
+                                          _check_session_id, _Pending, _parse_artifact,
+                                          no_artifact, no_version, pending_of)
 
 __all__ = ["PgWarm"]
 
 
-class PgWarm:
+class PgWarm(WarmBase, PgPart):
     """A :class:`~ctxrelay.storage.interfaces.warm.WarmArtifacts` in PostgreSQL."""
 
+    WHAT = "the warm store"
+
     def __init__(self, db: Any, transcript: Any = None) -> None:
-        self._db = db
+        super().__init__(db)
         self._transcript = transcript
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._db.closed
-
-    def close(self) -> None:
-        self._closed = True
-
-    @property
-    def path(self) -> str:
-        return self._db.url
-
-    @property
-    def transcript(self) -> Any:
-        return self._transcript
-
-    def _live(self) -> None:
-        if self.closed:
-            raise StoreError(f"the warm store of {self._db.url} is closed; open the store again")
-
-    def _run(self, fn: Any) -> Any:
-        self._live()
-        return self._db.run(fn)
-
-    def _read(self, fn: Any) -> Any:
-        self._live()
-        return self._db.read(fn)
 
     # -- publishing ------------------------------------------------------------------
 
-    def publish(self, session_id: str, start: int, end: int, summary: str, *,
-                decisions: Iterable[str] = (), facts: Iterable[str] = (),
-                unresolved: Iterable[str] = (), entities: Iterable[str] = (),
-                producer: str = "api", metadata: dict[str, Any] | str | None = None,
-                key: str | None = None, transcript: Any = None) -> WarmArtifact:
-        session_id = _check_session_id(session_id)
-        start, end = _check_range(start, end)
-        pending = _Pending(
-            session_id=session_id, start=start, end=end,
-            summary=_check_text(summary, "summary"),
-            lists={"decisions": _check_items(decisions, "decisions"),
-                   "facts": _check_items(facts, "facts"),
-                   "unresolved": _check_items(unresolved, "unresolved"),
-                   "entities": _check_items(entities, "entities")},
-            producer=_check_producer(producer),
-            metadata=_normalise_metadata(metadata),
-            key=_check_optional_str(key, "key", empty_ok=False))
-        source = transcript if transcript is not None else self._transcript
-        if source is not None:
-            _require_transcript_like(source)
-            _check_transcript(source, session_id, end)
-        created = _normalise_timestamp(None)
-        return self._run(lambda cur: self._publish(cur, pending, created))
+    def _publish(self, pending: _Pending, created: str) -> WarmArtifact:
+        return self._run(lambda cur: self._publish_cur(cur, pending, created))
 
-    def _publish(self, cur: Any, pending: _Pending, created: str) -> WarmArtifact:
+    def _publish_cur(self, cur: Any, pending: _Pending, created: str) -> WarmArtifact:
         # Publishes of one session take turns (versions and keys are per session).
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                     (f"ctxrelay-warm:{pending.session_id}",))
@@ -96,7 +46,7 @@ class PgWarm:
                               "WHERE session_id = %s AND key = %s",
                               (pending.session_id, key)).fetchone()
             if row is not None:
-                return self._replayed(pending, _parse_artifact(row[0]), bytes(row[1]))
+                return self._check_replay(pending, _parse_artifact(row[0]), bytes(row[1]))
         version = cur.execute(
             "SELECT coalesce(max(version), 0) + 1 FROM warm_artifacts "
             "WHERE session_id = %s AND start_turn = %s AND end_turn = %s",
@@ -107,21 +57,6 @@ class PgWarm:
                     (pending.session_id, pending.start, pending.end, version, record, key,
                      None if key is None else pending.digest))
         return _parse_artifact(record)
-
-    @staticmethod
-    def _replayed(pending: _Pending, stored: WarmArtifact, digest: bytes) -> WarmArtifact:
-        if digest != pending.digest:
-            differs = [name for name, ours, theirs in (
-                ("range", (pending.start, pending.end), (stored.start, stored.end)),
-                ("content", pending.content_hash, stored.content_hash),
-                ("producer", pending.producer, stored.producer),
-                ("metadata", pending.metadata, stored.metadata)) if ours != theirs]
-            raise ArtifactKeyConflictError(
-                f"key {pending.key!r} was already used in session "
-                f"{pending.session_id!r} for turns {stored.start}\u2013{stored.end} "
-                f"v {stored.version} with a different {', '.join(differs) or 'identity'}; "
-                "use a new key for a new artifact (or no key to add a version)")
-        return stored
 
     # -- reading -----------------------------------------------------------------------
 
@@ -138,18 +73,12 @@ class PgWarm:
                         "ORDER BY version DESC", (session_id, start, end))
             rows = cur.fetchall()
             if not rows:
-                raise UnknownArtifactError(
-                    f"session {session_id!r} has no warm artifact for turns "
-                    f"{start}\u2013{end}; publish one first, or pick a range from "
-                    "latest(session_id)")
+                raise no_artifact(session_id, start, end)
             newest = rows[0][0]
             wanted = newest if version is None else version
             found = [record for _, v, record in rows if v == wanted]
             if not found:
-                raise UnknownArtifactError(
-                    f"the warm artifact of turns {start}\u2013{end} of session "
-                    f"{session_id!r} has versions 1..{newest}; version {wanted} does "
-                    "not exist, ask for one in that range (or version=None for the latest)")
+                raise no_version(session_id, start, end, newest, wanted)
             return _parse_artifact(found[0])
         return self._read(read)
 
@@ -178,9 +107,6 @@ class PgWarm:
             "ORDER BY start_turn, end_turn, version DESC",
             (session_id, turn_id, turn_id, turn_id)).fetchall())
         return [_parse_artifact(r[0]) for r in rows]
-
-    def variants(self, artifact: WarmArtifact) -> list[dict[str, str]]:
-        return variants(artifact)
 
     # -- copying (ctxrelay migrate) ------------------------------------------------------
 

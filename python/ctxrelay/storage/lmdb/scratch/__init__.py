@@ -9,7 +9,8 @@ context; :meth:`ScratchStore.raw` reads the blob when the full output is
 really needed.
 
 Modules: ``store`` (:class:`ScratchStore`), ``records`` (entries and reports),
-``checks`` (ids, argument checks, the provenance hash), ``freshness`` (the
+``checks`` (ids, argument checks, the provenance hash), ``shared`` (what every
+back end's store inherits: options, put, pins, promotion), ``freshness`` (the
 gate), ``blobs`` (the blob files), ``errors``.
 
 Public API

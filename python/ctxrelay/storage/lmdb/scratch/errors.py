@@ -1,7 +1,8 @@
 """The scratch buffer's errors (subclasses of ctxrelay.errors; see docs/scratch.md)."""
 from __future__ import annotations
 
-from ctxrelay.errors import CorruptStoreError, CtxRelayError, InvalidArgumentError, StoreFullError
+from ctxrelay.errors import (CorruptStoreError, CtxRelayError, InvalidArgumentError, PlainMessage,
+                             StoreFullError)
 
 __all__ = ["InvalidScratchIdError", "UnsafeScratchIdError", "UnknownScratchError",
            "ScratchFullError", "ScratchBlobError", "UnknownFreshnessError", "NotPromotableError"]
@@ -19,13 +20,10 @@ class UnsafeScratchIdError(InvalidScratchIdError):
     kind = "unsafe_scratch_id"
 
 
-class UnknownScratchError(CtxRelayError, KeyError):
+class UnknownScratchError(PlainMessage, CtxRelayError, KeyError):
     """No such entry in this session (never stored, evicted, or another session's)."""
 
     kind = "unknown_scratch"
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class ScratchFullError(StoreFullError):

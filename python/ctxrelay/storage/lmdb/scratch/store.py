@@ -8,7 +8,7 @@ import marshal
 import os
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,23 +16,18 @@ from ctxrelay.errors import CorruptStoreError, CtxRelayError, InvalidArgumentErr
 from ctxrelay.storage.lmdb import base
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.scratch.blobs import BlobDir
-from ctxrelay.storage.lmdb.scratch.checks import (FRESHNESS_TTL, NEVER_PROMOTED, RETAIN_POLICIES,
-                                                  canonical_args, check_duration,
-                                                  check_freshness, check_policy,
-                                                  check_scratch_id, check_tool_name, micros,
-                                                  new_scratch_id, provenance, raw_bytes,
-                                                  seconds, session_digest)
-from ctxrelay.storage.lmdb.scratch.errors import (NotPromotableError, ScratchBlobError,
-                                                  ScratchFullError)
-from ctxrelay.storage.lmdb.scratch.freshness import gate, render
+from ctxrelay.storage.lmdb.scratch.checks import (check_duration, check_scratch_id, seconds,
+                                                  session_digest)
+from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
+from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+                                                  DEFAULT_FRESHNESS, DEFAULT_TTL,
+                                                  RAW_TOKEN_LIMIT, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.table import EntryTable
 from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
-                                                   Promotion, Rendered, ScratchEntry,
-                                                   ScratchStats, entry_of, plain_entry,
-                                                   unknown)
+                                                   ScratchEntry, ScratchStats, entry_of,
+                                                   plain_entry, unknown)
 from ctxrelay.storage.validation import check_session_id
-from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, summarize
-from ctxrelay.text.tokens import count
+from ctxrelay.text.summarize import DEFAULT_MAX_TOKENS
 
 __all__ = ["ScratchStore", "open_scratch_store", "close_all", "FORMAT", "ENV_DIRNAME",
            "BLOB_DIRNAME", "DEFAULT_DISK_BUDGET", "DEFAULT_TTL", "DEFAULT_FRESHNESS",
@@ -41,13 +36,7 @@ __all__ = ["ScratchStore", "open_scratch_store", "close_all", "FORMAT", "ENV_DIR
 FORMAT = b"ctxrelay.storage.lmdb.scratch/1"
 ENV_DIRNAME = "scratch.lmdb"
 BLOB_DIRNAME = "blobs"
-DEFAULT_DISK_BUDGET = 256 << 20
-DEFAULT_TTL = 3600.0
-DEFAULT_FRESHNESS = "VOLATILE"
-AUTO_PIN_REFERENCES = 2
-RAW_TOKEN_LIMIT = 4 << 20        # larger text outputs get an estimated raw_tokens
 _DB_NAMES = (b"meta", b"entries", b"order", b"lru", b"expiry")
-_UNSET: Any = object()
 _DICT_CACHE_ENTRIES = 512          # entries whose read dict is kept (a few kB each)
 
 
@@ -69,7 +58,7 @@ def close_all() -> None:
 
 # -- the store -----------------------------------------------------------------
 
-class ScratchStore(LmdbStore):
+class ScratchStore(ScratchBase, LmdbStore):
     """The scratch buffer of every session, in one directory (see the module doc).
 
     Options: ``disk_budget_bytes`` (blob bytes kept, default 256 MiB),
@@ -102,39 +91,12 @@ class ScratchStore(LmdbStore):
                  retain: str = "evaporate",
                  auto_pin_after: int | None = AUTO_PIN_REFERENCES,
                  map_size: int = 1 << 28) -> None:
-        if isinstance(disk_budget_bytes, bool) or not isinstance(disk_budget_bytes, int) \
-                or disk_budget_bytes < 1:
-            raise InvalidArgumentError(
-                f"disk_budget_bytes must be an int >= 1, not {disk_budget_bytes!r}; "
-                "pass the number of blob bytes the store may keep")
-        if isinstance(summary_max_tokens, bool) or not isinstance(summary_max_tokens, int) \
-                or summary_max_tokens < MIN_MAX_TOKENS:
-            raise InvalidArgumentError(
-                f"summary_max_tokens must be an int >= {MIN_MAX_TOKENS}, not "
-                f"{summary_max_tokens!r}")
-        if not isinstance(model, str) or not model.strip():
-            raise InvalidArgumentError(f"model must be a tokenizer name, not {model!r}")
-        if retain not in RETAIN_POLICIES:
-            raise InvalidArgumentError(
-                f"retain {retain!r} is not one of {', '.join(RETAIN_POLICIES)} "
-                "(CRP-Safety-Policy tool-output-retain)")
-        if auto_pin_after is not None and (isinstance(auto_pin_after, bool) or not
-                                           isinstance(auto_pin_after, int)
-                                           or auto_pin_after < 1):
-            raise InvalidArgumentError(
-                f"auto_pin_after must be None or an int >= 1, not {auto_pin_after!r}")
+        self._configure(disk_budget_bytes=disk_budget_bytes, default_ttl=default_ttl,
+                        summary_max_tokens=summary_max_tokens, model=model,
+                        tool_freshness=tool_freshness, stale_policy=stale_policy,
+                        retain=retain, auto_pin_after=auto_pin_after)
         if isinstance(map_size, bool) or not isinstance(map_size, int) or map_size < 1 << 16:
             raise InvalidArgumentError(f"map_size must be an int >= 65536, not {map_size!r}")
-        self._budget = disk_budget_bytes
-        self._default_ttl = check_duration(default_ttl, "default_ttl")
-        self._summary_max_tokens = summary_max_tokens
-        self._model = model
-        self._tool_freshness = {
-            check_tool_name(name): check_freshness(klass)
-            for name, klass in (tool_freshness or {}).items()}
-        self._stale_policy = check_policy(stale_policy, "stale_policy")
-        self._retain = retain
-        self._auto_pin_after = auto_pin_after
         # LMDB key -> (stored record bytes, marshal bytes of its entry_dict()).
         self._dicts: dict[bytes, tuple[bytes, bytes]] = {}
         self._dicts_lock = threading.Lock()
@@ -153,10 +115,6 @@ class ScratchStore(LmdbStore):
 
     def _on_close(self) -> None:
         self._dicts.clear()
-
-    @property
-    def disk_budget_bytes(self) -> int:
-        return self._budget
 
     def location(self) -> str:
         """Where the blobs live (SPEC-038 §4 ``scratch.location()``)."""
@@ -190,93 +148,26 @@ class ScratchStore(LmdbStore):
 
     # -- put ------------------------------------------------------------------
 
-    def put(self, session_id: str, tool_name: str, args: Mapping[str, Any],
-            raw: str | bytes, *, freshness: str | None = None,
-            freshness_ttl: float | None = _UNSET, ttl: float | None = _UNSET,
-            pinned: bool = False, now: float | datetime | None = None) -> ScratchEntry:
-        """Store one tool output; return its entry (summary included).
+    def _pinned_bytes(self) -> int:
+        return self._read(lambda txn: self._table.usage(txn)[3])
 
-        ``freshness`` is the volatility class (default: the store's
-        ``tool_freshness`` for the tool, else VOLATILE); ``freshness_ttl`` and
-        ``ttl`` override the class's freshness and the store's retention.  The
-        blob is durable before the entry becomes visible.  Eviction runs in
-        the same transaction, so when ``put`` returns the blob bytes are
-        within the budget (or only pinned bytes exceed it).
-        @raises ScratchFullError if an unpinned output cannot fit the budget.
-        """
-        session_id = check_session_id(session_id)
-        tool_name = check_tool_name(tool_name)
-        plain_args, args_bytes = canonical_args(args)
-        data, raw_type = raw_bytes(raw)
-        klass = (check_freshness(freshness) if freshness is not None
-                 else self._tool_freshness.get(tool_name, DEFAULT_FRESHNESS))
-        fresh_for = (FRESHNESS_TTL[klass] if freshness_ttl is _UNSET
-                     else check_duration(freshness_ttl, "freshness_ttl"))
-        keep_for = self._default_ttl if ttl is _UNSET else check_duration(ttl, "ttl")
-        if not isinstance(pinned, bool):
-            raise InvalidArgumentError(f"pinned must be True or False, not {pinned!r}")
-        pin_reason = "user" if pinned else ("audit" if self._retain == "audit" else None)
-        moment = seconds(now)
-        if pin_reason is None and self._retain != "all":
-            self._read(lambda txn: self._check_room(self._table.usage(txn), len(data)))
-
-        scratch_id = new_scratch_id()
-        summary = summarize(raw, tool_name=tool_name, scratch_id=scratch_id,
-                            max_tokens=self._summary_max_tokens, model=self._model)
-        raw_tokens, raw_exact = self._raw_tokens(raw, data, summary.kind)
-        session_key = self._session_key(session_id)
-        record = {
-            "scratch_id": scratch_id, "session_id": session_id, "tool_name": tool_name,
-            "args": plain_args, "size": len(data),
-            "sha256": provenance(tool_name, args_bytes, data),
-            "content_sha256": hashlib.sha256(data).hexdigest(), "raw_type": raw_type,
-            "created": moment, "freshness": klass, "freshness_ttl": fresh_for,
-            "ttl": keep_for, "pinned": pin_reason is not None, "pin_reason": pin_reason,
-            "summary": summary.text, "summary_tokens": summary.tokens,
-            "summary_exact": summary.exact, "kind": summary.kind,
-            "structured": summary.structured, "raw_tokens": raw_tokens,
-            "raw_tokens_exact": raw_exact, "last_access": moment,
-            "access_us": micros(moment), "referenced_by": [], "seq": 0}
-        self._blobs.write(session_key, scratch_id, data)
+    def _store_new(self, record: dict[str, Any], data: bytes) -> dict[str, Any]:
+        session_key = self._session_key(record["session_id"])
+        self._blobs.write(session_key, record["scratch_id"], data)
         try:
             record, victims = self._write(
                 lambda txn: self._insert_txn(txn, session_key, record))
         except BaseException:
-            self._blobs.remove(session_key, scratch_id)
+            self._blobs.remove(session_key, record["scratch_id"])
             raise
         self._remove_blobs(victims)
-        return entry_of(record)
-
-    def _check_room(self, usage: list[int], size: int) -> None:
-        pinned_bytes = usage[3]
-        if size + pinned_bytes <= self._budget:
-            return
-        if size > self._budget:
-            raise ScratchFullError(
-                f"the tool output has {size} bytes, more than the whole scratch disk "
-                f"budget of {self._budget} bytes; nothing was stored; raise "
-                "disk_budget_bytes, pin it (pinned=True) to keep it over budget, or "
-                "have the tool return less")
-        raise ScratchFullError(
-            f"the tool output has {size} bytes but only {self._budget - pinned_bytes} "
-            f"of the {self._budget}-byte scratch budget are not pinned "
-            "(CRP-Context-Scratch-Full); nothing was stored; unpin entries or raise "
-            "disk_budget_bytes")
-
-    def _raw_tokens(self, raw: str | bytes, data: bytes, kind: str) -> tuple[int | None, bool]:
-        if kind == "binary":
-            return None, False
-        if len(data) > RAW_TOKEN_LIMIT:
-            return -(-len(data) // 4), False
-        text = raw if isinstance(raw, str) else data.decode("utf-8")
-        counted = count(text, self._model)
-        return counted.n, counted.exact
+        return record
 
     def _insert_txn(self, txn: Any, session_key: bytes, record: dict[str, Any]
                     ) -> tuple[dict[str, Any], list[Evicted]]:
         usage = self._table.usage(txn)
         if not record["pinned"] and self._retain != "all":
-            self._check_room(usage, record["size"])
+            self._check_room(usage[3], record["size"])
         key, record = self._table.insert(txn, session_key, record, usage)
         victims = ([] if self._retain == "all"
                    else self._table.evict(txn, record["created"], self._budget, protect=key))
@@ -402,12 +293,8 @@ class ScratchStore(LmdbStore):
             return out
         return self._read(read)
 
-    def latest(self, session_id: str, n: int) -> list[ScratchEntry]:
-        """The session's ``n`` newest entries, oldest first: a backwards read of
-        the order index (bounded work, whatever the number of entries)."""
-        session_id = check_session_id(session_id)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgumentError(f"n must be an int >= 0, not {n!r}")
+    def _latest(self, session_id: str, n: int) -> list[ScratchEntry]:
+        # a backwards read of the order index: bounded work, whatever the number of entries
         session_key = self._session_key(session_id)
 
         def read(txn: Any) -> list[ScratchEntry]:
@@ -426,21 +313,8 @@ class ScratchStore(LmdbStore):
             return out
         return self._read(read)
 
-    def most_recent(self, session_id: str, tool_type: str | None = None, *,
-                    kind: str | None = None) -> ScratchEntry | None:
-        """The newest entry of the session whose ``tool_name`` is ``tool_type``
-        and whose summary ``kind`` is ``kind`` (either filter optional), or None.
-
-        Reference resolution (SPEC-029 §7): "the query result" is
-        ``most_recent(s, kind="table")``, "the error" ``kind="error"``.
-        """
-        session_id = check_session_id(session_id)
-        if tool_type is not None and not isinstance(tool_type, str):
-            raise InvalidArgumentError(
-                f"tool_type must be a tool name (str) or None, not {tool_type!r}")
-        if kind is not None and not isinstance(kind, str):
-            raise InvalidArgumentError(f"kind must be a summary kind (str) or None, "
-                                       f"not {kind!r}")
+    def _most_recent(self, session_id: str, tool_type: str | None,
+                     kind: str | None) -> ScratchEntry | None:
         session_key = self._session_key(session_id)
 
         def read(txn: Any) -> ScratchEntry | None:
@@ -461,14 +335,6 @@ class ScratchStore(LmdbStore):
 
     # -- pinning, references, deletion -----------------------------------------
 
-    def pin(self, session_id: str, scratch_id: str) -> ScratchEntry:
-        """Keep the entry regardless of TTL and budget (SPEC-029 §5.2)."""
-        return self._set_pin(session_id, scratch_id, "user")
-
-    def unpin(self, session_id: str, scratch_id: str) -> ScratchEntry:
-        """Make the entry evictable again (by the next put or evict())."""
-        return self._set_pin(session_id, scratch_id, None)
-
     def _set_pin(self, session_id: str, scratch_id: str, reason: str | None) -> ScratchEntry:
         session_id = check_session_id(session_id)
         scratch_id = check_scratch_id(scratch_id)
@@ -478,27 +344,16 @@ class ScratchStore(LmdbStore):
             return entry_of(self._table.pin(txn, key, record, reason))
         return self._write(run)
 
-    def reference(self, session_id: str, scratch_id: str, turn_id: int, *,
-                  now: float | datetime | None = None) -> ScratchEntry:
-        """Record that turn ``turn_id`` used the entry (a use for LRU too); the
-        entry is pinned (reason ``auto``) once ``auto_pin_after`` distinct
-        turns referenced it (SPEC-029 §5.3)."""
-        session_id = check_session_id(session_id)
-        scratch_id = check_scratch_id(scratch_id)
-        if isinstance(turn_id, bool) or not isinstance(turn_id, int) or turn_id < 1:
-            raise InvalidArgumentError(
-                f"turn_id must be an int >= 1 (a transcript turn id), not {turn_id!r}")
-        moment = seconds(now)
-
+    def _add_reference(self, session_id: str, scratch_id: str, turn_id: int,
+                       moment: float) -> ScratchEntry:
         def run(txn: Any) -> ScratchEntry:
             key, record = self._require(txn, session_id, scratch_id)
             record = self._table.touch(txn, key, record, moment)
-            if turn_id not in record["referenced_by"]:
-                record = {**record,
-                          "referenced_by": sorted([*record["referenced_by"], turn_id])}
+            referenced = self._referenced(record, turn_id)
+            if referenced is not None:
+                record = referenced
                 self._table.save(txn, key, record)
-            if (not record["pinned"] and self._auto_pin_after is not None
-                    and len(record["referenced_by"]) >= self._auto_pin_after):
+            if self._auto_pins(record):
                 record = self._table.pin(txn, key, record, "auto")
             return entry_of(record)
         return self._write(run)
@@ -513,44 +368,6 @@ class ScratchStore(LmdbStore):
             return self._table.delete(txn, key, "deleted")
         self._remove_blobs([self._write(run)])
 
-    # -- freshness and promotion -------------------------------------------------
-
-    def gate(self, entry: ScratchEntry, now: float | datetime | None = None, *,
-             policy: str | None = None, can_reinvoke: bool = True) -> str:
-        """:func:`gate` with the store's ``stale_policy`` as the default policy."""
-        return gate(entry, now, policy=policy or self._stale_policy,
-                    can_reinvoke=can_reinvoke)
-
-    def render(self, entry: ScratchEntry, now: float | datetime | None = None, *,
-               policy: str | None = None, can_reinvoke: bool = True) -> Rendered:
-        """:func:`render` with the store's ``stale_policy`` as the default policy."""
-        return render(entry, now, policy=policy or self._stale_policy,
-                      can_reinvoke=can_reinvoke)
-
-    def promote(self, session_id: str, scratch_id: str) -> Promotion:
-        """The entry as a tool-derived fact for the CKF (SPEC-029 §5.4).
-
-        Only pinned entries of class STABLE or STATIC qualify: volatile
-        readings have no durable truth value.  Nothing is written here; the
-        caller hands the result to the CKF with its provenance hash.
-        @raises NotPromotableError otherwise.
-        """
-        entry = self.get(session_id, scratch_id, touch=False)
-        if not entry.pinned:
-            raise NotPromotableError(
-                f"scratch entry {scratch_id} is not pinned; only results the user "
-                "chose to keep are promoted: pin() it first")
-        if entry.freshness in NEVER_PROMOTED:
-            raise NotPromotableError(
-                f"scratch entry {scratch_id} is a {entry.freshness} reading; volatile "
-                "readings are never promoted to the CKF (CRP-SPEC-029 §5.4); store a "
-                "durable result with freshness='STABLE' or 'STATIC'")
-        return Promotion(scratch_id=entry.scratch_id, session_id=entry.session_id,
-                         tool_name=entry.tool_name, args=entry.args,
-                         provenance_hash=entry.sha256, created=entry.created,
-                         kind=entry.kind, summary=entry.summary,
-                         structured=entry.structured, referenced_by=entry.referenced_by)
-
     # -- stats and check ---------------------------------------------------------
 
     def stats(self, session_id: str | None = None) -> ScratchStats:
@@ -558,34 +375,16 @@ class ScratchStore(LmdbStore):
         prefix = None if session_id is None else self._session_key(
             check_session_id(session_id))
 
-        def read(txn: Any) -> ScratchStats:
-            entries = pinned = size = pinned_size = raw_tokens = summary_tokens = 0
-            sessions: set[bytes] = set()
-            by_kind: dict[str, int] = {}
+        def records(txn: Any) -> Iterator[tuple[bytes, dict[str, Any]]]:
             cursor = txn.cursor(db=self._table.entries)
             found = cursor.set_range(prefix) if prefix is not None else cursor.first()
             while found:
                 key = cursor.key()
                 if prefix is not None and not key.startswith(prefix):
                     break
-                record = json.loads(cursor.value())
-                entries += 1
-                size += record["size"]
-                sessions.add(key[:32])
-                by_kind[record["kind"]] = by_kind.get(record["kind"], 0) + 1
-                if record["pinned"]:
-                    pinned += 1
-                    pinned_size += record["size"]
-                if record["raw_tokens"] is not None:
-                    raw_tokens += record["raw_tokens"]
-                    summary_tokens += record["summary_tokens"]
+                yield key[:32], json.loads(cursor.value())
                 found = cursor.next()
-            return ScratchStats(entries=entries, pinned=pinned, bytes=size,
-                                pinned_bytes=pinned_size, disk_budget_bytes=self._budget,
-                                over_budget=size > self._budget, sessions=len(sessions),
-                                by_kind=dict(sorted(by_kind.items())),
-                                raw_tokens=raw_tokens, summary_tokens=summary_tokens)
-        return self._read(read)
+        return self._read(lambda txn: tally(records(txn), self._budget))
 
     def check(self, *, grace_seconds: float = 60.0, verify: bool = False) -> CheckReport:
         """Reconcile blobs and metadata after a crash.

@@ -6,16 +6,14 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 
 from ctxrelay.errors import (
     ArchivedSessionError,
     CorruptStoreError,
-    ImportFormatError,
     InvalidArgumentError,
     KeyConflictError,
     SessionExistsError,
-    TurnTooLargeError,
     UnknownSessionError,
     UnknownTurnError,
 )
@@ -26,14 +24,12 @@ from ctxrelay.storage.lmdb.textindex import TextIndex
 from ctxrelay.storage.lmdb.transcript import jsonl
 from ctxrelay.storage.lmdb.transcript.derived import (Derived, DerivedReport, derived_problems,
                                                       expected_derived)
-from ctxrelay.storage.lmdb.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
-                                                      FORMAT, U64, Counters, Pending,
-                                                      SessionRecord, TokenCounter,
-                                                      check_range, check_search,
-                                                      default_token_counter, hit_of,
-                                                      load_encoding, parse_session, parse_turn,
-                                                      role_list, session_info)
-from ctxrelay.storage.validation import (check_content, check_int, check_optional_str,
+from ctxrelay.storage.lmdb.transcript.records import (FORMAT, U64, Counters, Pending,
+                                                      SessionRecord, TokenCounter, check_range,
+                                                      check_search, hit_of, parse_session,
+                                                      parse_turn, role_list, session_info)
+from ctxrelay.storage.lmdb.transcript.shared import TranscriptBase
+from ctxrelay.storage.validation import (check_int, check_optional_str,
                                          check_role, check_session_id, dumps,
                                          normalise_metadata, normalise_timestamp, sha256)
 from ctxrelay.types import Hit, SessionInfo, SessionStats, Turn
@@ -70,7 +66,7 @@ def close_all() -> None:
 
 # -- the store -----------------------------------------------------------------
 
-class TranscriptStore(LmdbStore):
+class TranscriptStore(TranscriptBase, LmdbStore):
     """Append-only store of sessions and their turns (see the module doc).
 
     Use :func:`open_store` to share one instance per path in a process; a
@@ -119,30 +115,12 @@ class TranscriptStore(LmdbStore):
     def _initialise(self, txn: Any, dbs: dict[bytes, Any]) -> None:
         txn.put(b"next_session", U64.pack(1), db=dbs[b"meta"])
 
-    @property
-    def tokenizer_name(self) -> str:
-        if self._token_counter is not None:
-            return str(getattr(self._token_counter, "name", None)
-                       or getattr(self._token_counter, "__name__", "custom"))
-        return DEFAULT_TOKENIZER if load_encoding() is not None else ESTIMATE_TOKENIZER
-
     # The transactions of the base class, under the names this module uses
     # (aliases, not wrappers: a summary read is a few microseconds).
     _read = LmdbStore.read
     _write = LmdbStore.write
 
     # -- token counting ------------------------------------------------
-
-    def _count_tokens(self, content: str) -> tuple[int, bool]:
-        counter = self._token_counter or default_token_counter
-        result = counter(content)
-        if (not isinstance(result, tuple) or len(result) != 2
-                or isinstance(result[0], bool) or not isinstance(result[0], int)
-                or result[0] < 0):
-            raise InvalidArgumentError(
-                f"token_counter returned {result!r}; it must return "
-                "(count: int >= 0, exact: bool)")
-        return result[0], bool(result[1])
 
     # -- sessions --------------------------------------------------------
 
@@ -276,41 +254,6 @@ class TranscriptStore(LmdbStore):
                     session = self._create_txn(txn, session_id, created, meta or {})
             return [self._append_txn(txn, session, p, tokenizer) for p in pendings]
         return self._write(write)
-
-    @property
-    def max_turn_bytes(self) -> int:
-        """The largest turn content this store accepts, in UTF-8 bytes."""
-        return self._max_turn_bytes
-
-    def check_size(self, content: str) -> None:
-        """Refuse content over ``max_turn_bytes`` (UTF-8) before any other work.
-
-        @raises TurnTooLargeError naming the size and the limit."""
-        # Characters bound the bytes from below and 4x above: most texts need no encoding.
-        if len(content) * 4 <= self.max_turn_bytes:
-            return
-        size = len(content.encode("utf-8", "surrogatepass"))
-        if size > self.max_turn_bytes:
-            raise TurnTooLargeError(
-                f"a turn of {size:,} bytes is over this store's limit of "
-                f"{self.max_turn_bytes:,} bytes (max_turn_bytes); store large outputs "
-                "with record_tool_output (a blob, summarised in context), split the text, "
-                "or open the store with a larger max_turn_bytes")
-
-    def _prepare(self, role: Any, content: Any, *, name: Any, tool_call_id: Any,
-                 metadata: Any, timestamp: Any, key: Any) -> Pending:
-        if isinstance(content, str):
-            self.check_size(content)
-        fields = dict(
-            role=check_role(role), content=check_content(content),
-            name=check_optional_str(name, "name"),
-            tool_call_id=check_optional_str(tool_call_id, "tool_call_id"),
-            metadata=normalise_metadata(metadata),
-            timestamp=normalise_timestamp(timestamp),
-            key=check_optional_str(key, "key", empty_ok=False))
-        # Count last: a turn that fails validation costs no tokenizer call.
-        tokens, exact = self._count_tokens(fields["content"])
-        return Pending(**fields, tokens=tokens, tokens_exact=exact)
 
     def _append_txn(self, txn: Any, session: SessionRecord, pending: Pending,
                     tokenizer: str) -> int:
@@ -597,10 +540,6 @@ class TranscriptStore(LmdbStore):
         return self._write(lambda txn: self._derived_txn(
             txn, self._require_session(txn, session_id), repair=True))
 
-    def rebuild_search_index(self, session_id: str) -> "DerivedReport":
-        """:meth:`repair_derived` under the name the consistency command uses."""
-        return self.repair_derived(session_id)
-
     def _derived_txn(self, txn: Any, session: SessionRecord, *, repair: bool) -> "DerivedReport":
         try:
             turns = list(self._scan(txn, session, 1, None))
@@ -644,52 +583,14 @@ class TranscriptStore(LmdbStore):
 
     # -- export / import -------------------------------------------------
 
-    def export_jsonl(self, session_id: str,
-                     dest: str | os.PathLike[str] | TextIO | None = None) -> str | None:
-        """One JSON object per line: the session header, then every turn.
-
-        Returns the text when ``dest`` is None; otherwise writes it to the path
-        (atomically: temp file + rename) or file object and returns None.
-        """
-        info = self.session(session_id)
-        header = {"type": "session", "format": FORMAT.decode(), **info.to_dict()}
-        lines = [json.dumps(header, ensure_ascii=False)]
-        for turn in self.iter_turns(session_id, 1, info.turn_count):
-            lines.append(json.dumps({"type": "turn", **turn.to_dict()}, ensure_ascii=False))
-        text = "".join(line + "\n" for line in lines)
-        if dest is None:
-            return text
-        jsonl.write_text(dest, text)
-        return None
-
-    def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *,
-                     session_id: str | None = None) -> str:
-        """Create a session from :meth:`export_jsonl` output; returns its id.
-
-        ``source`` is a path, a file object, or the JSONL text itself (a str
-        whose first non-blank character is ``{``, or an empty str).  The whole
-        file is checked first and written in one transaction: a bad file
-        leaves the store unchanged.  Token counts are recomputed with this
-        store's tokenizer.
-        """
-        if session_id is not None:
-            session_id = check_session_id(session_id)
-        header, lines = jsonl.parse_jsonl(jsonl.read_source(source))
-        new_id = session_id if session_id is not None else header.session_id
-        if new_id is None:
-            raise ImportFormatError(
-                "line 1: the header has no session_id; pass session_id= to "
-                "import_jsonl")
-        pending = [jsonl.guard(number, lambda f=fields: self._prepare(**f))
-                   for number, fields in lines]
+    def _import(self, session_id: str, header: jsonl.Header, pending: list[Pending]) -> None:
         tokenizer = self.tokenizer_name
 
         def write(txn: Any) -> None:
-            session = self._create_txn(txn, new_id, header.created, header.metadata)
+            session = self._create_txn(txn, session_id, header.created, header.metadata)
             for item in pending:
                 self._append_txn(txn, session, item, tokenizer)
             if header.archived:
                 session = replace(session, archived=True)
                 txn.put(U64.pack(session.num), session.record(), db=self._sessions)
         self._write(write)
-        return new_id
