@@ -45,7 +45,7 @@ def test_record_tool_output_keeps_the_blob_and_packs_only_the_summary(rt):
 
 def test_stale_volatile_output_is_not_presented_as_current(rt, monkeypatch):
     sid = rt.record_tool_output("s", "metrics", {"q": "cpu"}, '{"cpu": 0.93}', freshness="REALTIME")
-    import ctxrelay.storage.lmdb.scratch.checks as scratch_clock   # where "now" is read
+    import ctxrelay.storage.common.scratch.checks as scratch_clock   # where "now" is read
     real_time = scratch_clock.time.time
     monkeypatch.setattr(scratch_clock.time, "time", lambda: real_time() + 3600)
     r = rt.assemble("s", "what was the cpu reading?", max_context_tokens=2000,

@@ -317,7 +317,7 @@ class _Run:
             return self._entries[scratch_id]
         if self.scratch is None:
             return None
-        from ctxrelay.storage.lmdb.scratch import UnknownScratchError
+        from ctxrelay.storage.common.scratch.errors import UnknownScratchError
         try:
             found = self.scratch.get(self.session_id, scratch_id, touch=False)
         except UnknownScratchError:
@@ -571,7 +571,7 @@ def entry_evidence(store: Any, session_id: str, scratch_id: str,
 
     @raises InvalidScratchIdError for a malformed id.
     """
-    from ctxrelay.storage.lmdb.scratch import check_scratch_id
+    from ctxrelay.storage.common.scratch.checks import check_scratch_id
     check_scratch_id(scratch_id)
     facts, scratch, _, _ = _open_stores(store, dict(options.get("stores") or {}),
                                         use_turnlog=False)
@@ -600,7 +600,7 @@ def apply(run: _Run, actions: Sequence[dict[str, Any]], plain: bool = False
     """Carry out what the rules decided, in order; returns one dict per fact
     added (or renamed value updated).  ``plain`` keeps scalar fields only
     (for Prolog's result dicts)."""
-    from ctxrelay.storage.lmdb.scratch import UnknownScratchError
+    from ctxrelay.storage.common.scratch.errors import UnknownScratchError
     for action in actions:
         kind = str(action["do"])
         if kind == "reference":

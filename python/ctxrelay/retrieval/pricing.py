@@ -215,7 +215,7 @@ def _turn_unit(turn: Turn, kind: str, scratch: Any = None, **features: Any) -> U
 def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]:
     """A tool output's summary through the freshness gate: a stale reading is
     never shown as current (warned, or replaced by a note to re-run the tool)."""
-    from ctxrelay.storage.lmdb.scratch import UnknownScratchError
+    from ctxrelay.storage.common.scratch.errors import UnknownScratchError
     try:
         entry = scratch.get(turn.session_id, scratch_id, touch=False)
     except UnknownScratchError:

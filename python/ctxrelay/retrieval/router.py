@@ -741,7 +741,7 @@ def _op_pointer_entry(router: Router, step: dict[str, Any], plan: dict[str, Any]
 
 
 def _op_pointer_recent(router: Router, step: dict[str, Any], plan: dict[str, Any]) -> list:
-    from ctxrelay.storage.lmdb.scratch import UnknownScratchError        # loaded already: router.scratch() opened it
+    from ctxrelay.storage.common.scratch.errors import UnknownScratchError        # loaded already: router.scratch() opened it
     session, n = _session(step, plan), step["n"]
     scratch = router.scratch()
     if scratch is None or n == 0:

@@ -56,8 +56,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ctxrelay.storage.lmdb.scratch import (CheckReport, EvictionReport, Promotion,
-                                               Rendered, ScratchEntry, ScratchStats)
+    from ctxrelay.storage.common.scratch.records import (CheckReport, EvictionReport, Promotion,
+                                                         Rendered, ScratchEntry, ScratchStats)
 
 __all__ = ["ScratchBuffer"]
 

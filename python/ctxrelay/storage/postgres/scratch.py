@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ctxrelay.storage.lmdb.scratch.checks import check_duration, check_scratch_id, micros, seconds
-from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
-from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+from ctxrelay.storage.common.scratch.checks import check_duration, check_scratch_id, micros, seconds
+from ctxrelay.storage.common.scratch.errors import ScratchBlobError
+from ctxrelay.storage.common.scratch.base import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
                                                   DEFAULT_TTL, ScratchBase, tally)
-from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
+from ctxrelay.storage.common.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    ScratchEntry, ScratchStats, copied_record,
                                                    entry_of, plain_entry, unknown)
 from ctxrelay.storage.postgres.part import PgPart

@@ -8,10 +8,11 @@ metadata, including a deterministic summary of at most 256 tokens
 context; :meth:`ScratchStore.raw` reads the blob when the full output is
 really needed.
 
-Modules: ``store`` (:class:`ScratchStore`), ``records`` (entries and reports),
-``checks`` (ids, argument checks, the provenance hash), ``shared`` (what every
-back end's store inherits: options, put, pins, promotion), ``freshness`` (the
-gate), ``blobs`` (the blob files), ``errors``.
+Modules: ``store`` (:class:`ScratchStore`), ``table`` (its LMDB records),
+``blobs`` (the blob files); the back-end-neutral parts every back end shares are
+in :mod:`ctxrelay.storage.common.scratch` (``records``: entries and reports,
+``checks``: ids, argument checks, the provenance hash, ``base``: options, put,
+pins, promotion, ``freshness``: the gate, ``errors``), re-exported here.
 
 Public API
 ----------
@@ -69,17 +70,17 @@ blob bytes (the raw output sizes), not the LMDB metadata.
 """
 from __future__ import annotations
 
-from ctxrelay.storage.lmdb.scratch.checks import (FRESHNESS_CLASSES, FRESHNESS_TTL, GATE_ACTIONS,
+from ctxrelay.storage.common.scratch.checks import (FRESHNESS_CLASSES, FRESHNESS_TTL, GATE_ACTIONS,
                                                   MAX_TOOL_NAME_CHARS, NEVER_PROMOTED,
                                                   RETAIN_POLICIES, STALE_POLICIES,
                                                   check_scratch_id, new_scratch_id,
                                                   provenance_hash)
-from ctxrelay.storage.lmdb.scratch.errors import (InvalidScratchIdError, NotPromotableError,
+from ctxrelay.storage.common.scratch.errors import (InvalidScratchIdError, NotPromotableError,
                                                   ScratchBlobError, ScratchFullError,
                                                   UnknownFreshnessError, UnknownScratchError,
                                                   UnsafeScratchIdError)
-from ctxrelay.storage.lmdb.scratch.freshness import freshness_header, gate, render
-from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
+from ctxrelay.storage.common.scratch.freshness import freshness_header, gate, render
+from ctxrelay.storage.common.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    Promotion, Rendered, ScratchEntry,
                                                    ScratchStats)
 from ctxrelay.storage.lmdb.scratch.store import (AUTO_PIN_REFERENCES, BLOB_DIRNAME,

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 
 from ctxrelay.errors import StoreError, StoreFullError
 from ctxrelay.storage.lmdb.base import disk_nearly_full
-from ctxrelay.storage.lmdb.scratch.checks import ID_RE
-from ctxrelay.storage.lmdb.scratch.errors import UnsafeScratchIdError
+from ctxrelay.storage.common.scratch.checks import ID_RE
+from ctxrelay.storage.common.scratch.errors import UnsafeScratchIdError
 
 __all__ = ["BlobDir", "SweepReport"]
 

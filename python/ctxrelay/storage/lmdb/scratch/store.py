@@ -16,14 +16,14 @@ from ctxrelay.errors import CorruptStoreError, CtxRelayError, InvalidArgumentErr
 from ctxrelay.storage.lmdb import base
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.scratch.blobs import BlobDir
-from ctxrelay.storage.lmdb.scratch.checks import (check_duration, check_scratch_id, seconds,
+from ctxrelay.storage.common.scratch.checks import (check_duration, check_scratch_id, seconds,
                                                   session_digest)
-from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
-from ctxrelay.storage.lmdb.scratch.shared import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
+from ctxrelay.storage.common.scratch.errors import ScratchBlobError
+from ctxrelay.storage.common.scratch.base import (AUTO_PIN_REFERENCES, DEFAULT_DISK_BUDGET,
                                                   DEFAULT_FRESHNESS, DEFAULT_TTL,
                                                   RAW_TOKEN_LIMIT, ScratchBase, tally)
 from ctxrelay.storage.lmdb.scratch.table import EntryTable
-from ctxrelay.storage.lmdb.scratch.records import (CheckReport, Evicted, EvictionReport,
+from ctxrelay.storage.common.scratch.records import (CheckReport, Evicted, EvictionReport,
                                                    ScratchEntry, ScratchStats, entry_of,
                                                    plain_entry, unknown)
 from ctxrelay.storage.validation import check_session_id
@@ -487,7 +487,7 @@ class ScratchStore(ScratchBase, LmdbStore):
         @raises SessionExistsError if an id is held already (nothing written).
         """
         from ctxrelay.errors import SessionExistsError
-        from ctxrelay.storage.lmdb.scratch.records import copied_record
+        from ctxrelay.storage.common.scratch.records import copied_record
         copies = [(copied_record(entry, data), data) for entry, data in entries]
         keys = [self._session_key(r["session_id"]) + r["scratch_id"].encode("ascii")
                 for r, _ in copies]

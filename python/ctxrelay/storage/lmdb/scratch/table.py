@@ -15,8 +15,8 @@ import struct
 from typing import Any
 
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.lmdb.scratch.checks import micros
-from ctxrelay.storage.lmdb.scratch.records import Evicted
+from ctxrelay.storage.common.scratch.checks import micros
+from ctxrelay.storage.common.scratch.records import Evicted
 
 __all__ = ["EntryTable"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ctxrelay.storage.lmdb.scratch.checks import iso, seconds
-from ctxrelay.storage.lmdb.scratch.errors import UnknownScratchError
+from ctxrelay.storage.common.scratch.checks import iso, seconds
+from ctxrelay.storage.common.scratch.errors import UnknownScratchError
 from ctxrelay.types import copy_plain
 
 __all__ = ["ScratchEntry", "ScratchStats", "Evicted", "EvictionReport", "CheckReport",
@@ -193,8 +193,8 @@ def copied_record(entry: Any, data: Any) -> dict[str, Any]:
     """The stored record of an entry copied from another store (``restore``), its
     blob checked against it; the fields in the order ``put`` writes them."""
     from ctxrelay.errors import InvalidArgumentError
-    from ctxrelay.storage.lmdb.scratch.checks import check_scratch_id, micros
-    from ctxrelay.storage.lmdb.scratch.errors import ScratchBlobError
+    from ctxrelay.storage.common.scratch.checks import check_scratch_id, micros
+    from ctxrelay.storage.common.scratch.errors import ScratchBlobError
     from ctxrelay.storage.validation import check_session_id
     if not isinstance(entry, ScratchEntry) or not isinstance(data, bytes):
         raise InvalidArgumentError(

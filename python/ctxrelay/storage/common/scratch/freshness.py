@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.lmdb.scratch.checks import check_policy, seconds
-from ctxrelay.storage.lmdb.scratch.records import Rendered, ScratchEntry
+from ctxrelay.storage.common.scratch.checks import check_policy, seconds
+from ctxrelay.storage.common.scratch.records import Rendered, ScratchEntry
 
 __all__ = ["gate", "freshness_header", "render"]
 

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError, InvalidContentError
-from ctxrelay.storage.lmdb.scratch.errors import (InvalidScratchIdError, UnknownFreshnessError,
+from ctxrelay.storage.common.scratch.errors import (InvalidScratchIdError, UnknownFreshnessError,
                                                   UnsafeScratchIdError)
 from ctxrelay.storage.validation import MAX_ARGS_BYTES, check_json, check_session_id
 

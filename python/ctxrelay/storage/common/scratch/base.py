@@ -1,9 +1,7 @@
 """The parts of a scratch buffer that do not depend on where its entries live.
 
 It sits beside the scratch buffer's other back-end-neutral modules (``records``,
-``checks``, ``errors``, ``freshness``), which every back end imports from this
-package; ``storage/common/`` cannot hold it while they live here (an import
-cycle through this package's ``__init__``).
+``checks``, ``errors``, ``freshness``), which every back end imports from here.
 
 :class:`ScratchBase` holds the store's options (checked once, the same way on
 every back end), the put path up to the write (argument checks, the budget
@@ -21,15 +19,15 @@ from datetime import datetime
 from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.lmdb.scratch.checks import (FRESHNESS_TTL, NEVER_PROMOTED, RETAIN_POLICIES,
+from ctxrelay.storage.common.scratch.checks import (FRESHNESS_TTL, NEVER_PROMOTED, RETAIN_POLICIES,
                                                   canonical_args, check_duration,
                                                   check_freshness, check_policy,
                                                   check_scratch_id, check_tool_name, micros,
                                                   new_scratch_id, provenance, raw_bytes,
                                                   seconds)
-from ctxrelay.storage.lmdb.scratch.errors import NotPromotableError, ScratchFullError
-from ctxrelay.storage.lmdb.scratch.freshness import gate, render
-from ctxrelay.storage.lmdb.scratch.records import (Promotion, Rendered, ScratchEntry,
+from ctxrelay.storage.common.scratch.errors import NotPromotableError, ScratchFullError
+from ctxrelay.storage.common.scratch.freshness import gate, render
+from ctxrelay.storage.common.scratch.records import (Promotion, Rendered, ScratchEntry,
                                                    ScratchStats, entry_of)
 from ctxrelay.storage.validation import check_session_id
 from ctxrelay.text.summarize import MIN_MAX_TOKENS, summarize
