@@ -44,7 +44,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "server"))
+sys.path.insert(0, str(ROOT / "tests" / "apps" / "server"))
 from _common import git_rev, percentiles, write
 
 from outage_load import Load, Scripted, check_store, packs, recovery, reply_to

@@ -77,7 +77,7 @@ ELSEWHERE = {
         "tests/apps/cli/test_cli_docs.py",
     "docs/cli.md: $ ctxrelay turn ops 'what was the quota again?' --max-context-tokens 4096 "
     "--output-reserve 512 --explain": "tests/apps/cli/test_cli_docs.py",
-    "docs/embedders.md: from ctxrelay.text import embed": "tests/test_embed.py",
+    "docs/embedders.md: from ctxrelay.text import embed": "tests/text/test_embed.py",
     "docs/storage.md: import tempfile": "tests/storage/test_storage_doc.py",
     # the PostgreSQL section: needs the servers of `make services` (and a schema per run)
     "docs/storage.md: bash scripts/services.sh status && cat .services.env":
@@ -86,16 +86,16 @@ ELSEWHERE = {
     "docs/storage.md: ctxrelay init": "tests/storage/test_storage_doc_postgres.py",
     "docs/cli.md: ctxrelay init #2": "tests/apps/cli/test_cli_docs.py",
     "docs/packer.md: ?- use_module(library(ctxrelay)), use_module(library(clpfd)).":
-        "tests/test_packer_docs.py",
-    "docs/packer.md: import ctxrelay": "tests/test_packer_docs.py",
+        "tests/docs/test_packer_docs.py",
+    "docs/packer.md: import ctxrelay": "tests/docs/test_packer_docs.py",
     "docs/packer.md: import ctxrelay                      # loads library(ctxrelay) into the "
-    "embedded Prolog": "tests/test_packer_docs.py",
+    "embedded Prolog": "tests/docs/test_packer_docs.py",
     "README.md: ?- use_module(library(ctxrelay)), use_module(library(clpfd)).":
-        "tests/test_packer_docs.py",
-    "README.md: import ctxrelay": "tests/test_packer_docs.py",
-    "docs/prolog_pack.md: mkdir -p ~/packsrc/ctxrelay": "tests/test_examples.py",
+        "tests/docs/test_packer_docs.py",
+    "README.md: import ctxrelay": "tests/docs/test_packer_docs.py",
+    "docs/prolog_pack.md: mkdir -p ~/packsrc/ctxrelay": "tests/docs/test_examples.py",
     "docs/prolog_pack.md: ?- pack_install('file:///home/me/packsrc/ctxrelay',":
-        "tests/test_examples.py",
+        "tests/docs/test_examples.py",
     "README.md: make demo    # set up (SWI-Prolog 9.2 + janus, .venv), replay a 75-turn ops "
     "chat, run managed turns": "tests/docs/test_doc_examples.py",
     "docs/server.md: pip install -e '.[server]'": "tests/docs/test_doc_examples.py",
@@ -103,14 +103,14 @@ ELSEWHERE = {
     # The relay as a service: one script runs these blocks in order (the serve line in
     # the background, until its /readyz answers), then stops the relay.
     "docs/deploy.md: ctxrelay keys create acme --keys relay-keys.json --name ci "
-    "--requests-per-minute 600 | head -1 > acme.key": "tests/server/test_relay_docs.py",
+    "--requests-per-minute 600 | head -1 > acme.key": "tests/apps/server/test_relay_docs.py",
     "docs/deploy.md: ctxrelay serve --store store --host 0.0.0.0 --port 8000 --upstream echo "
-    "--workers 2 --keys relay-keys.json": "tests/server/test_relay_docs.py",
-    "docs/deploy.md: curl -fsS http://127.0.0.1:8000/readyz": "tests/server/test_relay_docs.py",
+    "--workers 2 --keys relay-keys.json": "tests/apps/server/test_relay_docs.py",
+    "docs/deploy.md: curl -fsS http://127.0.0.1:8000/readyz": "tests/apps/server/test_relay_docs.py",
     # relays on PostgreSQL: needs the servers of `make services` (and a schema per run)
     "docs/deploy.md: ctxrelay serve --store \"$CTXRELAY_STORE_URL\" --cache "
     "\"$CTXRELAY_CACHE_URL\" --port 8000 --upstream echo --workers 2":
-        "tests/server/test_relay_docs.py",
+        "tests/apps/server/test_relay_docs.py",
 }
 
 #: the allow-list: blocks no test runs, and why
@@ -120,13 +120,13 @@ NOT_RUN = {
         "installs packages into the environment; a test never changes the venv",
     "docs/prolog_pack.md: git clone <the ctxrelay repository> ~/src/ctxrelay":
         "fetches the repository and builds the environment (network, minutes); the pack "
-        "install that follows is run by tests/test_examples.py",
+        "install that follows is run by tests/docs/test_examples.py",
     "docs/prolog_pack.md: ?- pack_install('file:///home/me/src/ctxrelay',":
         "installs the checkout itself, which runs its Makefile (`make` is `make setup`); "
-        "tests/test_examples.py installs the linked directory of the next blocks instead",
+        "tests/docs/test_examples.py installs the linked directory of the next blocks instead",
     "docs/providers.md: from ctxrelay import providers":
         "calls a real OpenAI-compatible endpoint and OpenAI itself (network); "
-        "tests/test_providers.py makes the same calls against a local upstream",
+        "tests/runtime/test_providers.py makes the same calls against a local upstream",
     "docs/providers.md: {\"content\": str, \"role\": \"assistant\", \"model\": str, "
     "\"provider\": str,": "the shape of a reply dict, not code",
     "docs/packer.md: pack_constraints(+Units, +Constraints, +Budget, -Vars, -Cost, -Utility)"
@@ -335,7 +335,7 @@ def test_the_block_runs_as_written(block: Block, tmp_path: Path) -> None:
 def test_readme_opens_with_make_demo_and_make_test():
     # The first block a newcomer sees: the two commands, each doing its own set-up.
     # `make test` is this suite; `make demo` runs examples/demo.py after the set-up, and
-    # tests/test_examples.py::test_demo runs that script.
+    # tests/docs/test_examples.py::test_demo runs that script.
     first = BLOCKS[0]
     assert first.page == "README.md" and first.lang == "sh"
     commands = [ln.split("#")[0].strip() for ln in first.body.splitlines() if ln.strip()]
@@ -348,7 +348,7 @@ def test_readme_opens_with_make_demo_and_make_test():
         assert "setup" in deps.split(), f"`make {target}` must set itself up"
         assert runs in recipe, f"`make {target}` should run {runs}: {recipe!r}"
     assert "scripts/setup.sh" in rules["setup"][1]
-    assert "def test_demo" in (ROOT / "tests" / "test_examples.py").read_text()
+    assert "def test_demo" in (ROOT / "tests" / "docs" / "test_examples.py").read_text()
 
 
 def test_the_readme_names_every_cli_command():

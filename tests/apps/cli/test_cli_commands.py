@@ -542,3 +542,10 @@ def test_derive_brings_the_turn_log_up_to_date(ops):
     assert as_json(out)["derived"] == 0                    # nothing new to derive
     rc, out, _ = ops("derive", "ops", "--embedder", "hashing", "--recompute")
     assert rc == 0 and out.startswith("ops: 3 turn(s) derived with hashing")
+
+
+def test_the_cli_roles_are_the_library_roles() -> None:
+    # The parser keeps its own copy so that `ctxrelay --help` imports no library module.
+    from ctxrelay.apps.cli.common import ROLES as CLI_ROLES
+    from ctxrelay.types import ROLES
+    assert CLI_ROLES == ROLES

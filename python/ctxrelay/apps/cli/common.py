@@ -17,7 +17,7 @@ EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 DEFAULT_STORE = ".ctxrelay"
 STORE_ENV = "CTXRELAY_STORE"
 # ctxrelay.types.ROLES, repeated so that building the parser needs no library
-# module (tests/test_cli.py checks the two agree).
+# module (tests/apps/cli/test_cli_commands.py checks the two agree).
 ROLES = ("system", "user", "assistant", "tool")
 
 

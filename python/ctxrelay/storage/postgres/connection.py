@@ -205,7 +205,7 @@ class Database:
         """After a failure: once the server answers again, test the idle connections and
         replace the broken ones (``pool.check()``), so that a connection a restart broke
         fails no request.  Without it each idle connection failed one request after the
-        server was back (up to ``pool_max`` 503s per relay; tests/server/
+        server was back (up to ``pool_max`` 503s per relay; tests/apps/server/
         test_relay_outages.py).  One sweeper at a time, in the background: no request
         waits for it, and no request pays a check when nothing failed."""
         with self._lock:

@@ -29,7 +29,7 @@ from ctxrelay.text.embed import (CallableEmbedder, EmbedderOutputError, Embedder
                                  UnknownEmbedderError)
 from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TEXTS = [
     "How do I back up the etcd database?",

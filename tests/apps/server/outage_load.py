@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: 503 codes of an outage: nothing stored; or lost while committing (stored or not)
 UNAVAILABLE_CODES = ("store_unavailable", "store_outcome_unknown")
 

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 janus = pytest.importorskip("janus_swi")
 
-PACKER = Path(__file__).resolve().parents[1] / "prolog" / "ctxrelay" / "packer.pl"
+PACKER = Path(__file__).resolve().parents[2] / "prolog" / "ctxrelay" / "packer.pl"
 KINDS = ("ka", "kb", "kc")
 Selection = tuple[int, ...]
 

@@ -1,6 +1,6 @@
 """kill -9 at known and random places, repair of derived records, full disks and maps.
 
-Each crash test runs tests/_crash_worker.py in a real process, reads its
+Each crash test runs tests/runtime/_crash_worker.py in a real process, reads its
 acknowledgement lines (printed after a call returned) and kills it with
 SIGKILL; the parent then reopens the store and checks that every acknowledged
 write is there, that nothing half-written is visible and that the derived
@@ -55,7 +55,7 @@ def _close_stores():
 
 def spawn(*args, crash_at: str = "") -> subprocess.Popen:
     env = {**os.environ, "CRASH_AT": crash_at, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(HERE.parent / "python"), os.environ.get("PYTHONPATH")]))}
+        filter(None, [str(HERE.parents[1] / "python"), os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, str(WORKER), *map(str, args)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

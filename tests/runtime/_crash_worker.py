@@ -1,4 +1,4 @@
-"""Child process for tests/test_crash_safety.py: work until killed with SIGKILL.
+"""Child process for tests/runtime/test_crash_safety.py: work until killed with SIGKILL.
 
     python _crash_worker.py managed STORE N
         N keyed managed turns (echo provider), each acknowledged as

@@ -1,6 +1,6 @@
 """examples/packer_constraints.pl runs as written and its packs keep the agent's rules.
 
-(In the style of tests/test_examples.py: the example runs in its own swipl with a
+(In the style of tests/docs/test_examples.py: the example runs in its own swipl with a
 fresh store under tmp_path; the test checks its exit status and its output.)
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ import uvicorn
 
 from ctxrelay.apps.server import Relay, ServerConfig, create_app
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: uvicorn re-raises SIGTERM after its graceful shutdown, so a drained relay ends by it
 #: (systemd counts that as a clean stop); 0 when it stops on its own.
 CLEAN_EXIT = (0, -15)
