@@ -105,6 +105,7 @@ class StageClock:
 
     def install(self) -> None:
         from ctxrelay.bridge import stores
+        from ctxrelay.bridge import threads as bridge_threads
         from ctxrelay.knowledge import promotion
         from ctxrelay.storage.lmdb import turnlog
         from ctxrelay.text import embed_hashing, embed_onnx
@@ -112,7 +113,7 @@ class StageClock:
         self.wrap(embed_onnx.OnnxMiniLMEmbedder, "_embed", "embedding")
         self.wrap(stores, "commit_turns", "transcript")
         self.wrap(turnlog.TurnLog, "sync", "turnlog")
-        self.wrap(turnlog, "api_set_references", "references")
+        self.wrap(bridge_threads, "api_set_references", "references")
         for name in ("evidence", "antecedents", "similarities", "apply"):
             self.wrap(promotion, name, "promotion")
 

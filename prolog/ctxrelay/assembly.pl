@@ -94,7 +94,7 @@ optimality(Other, Name, 0) :- term_string(Other, Name).
 request_policy(Store, Session, Policy0, Policy) :-
     (   Policy0.embedder == ""
     ->  text_to_string(Session, S),
-        py_api(py_call('ctxrelay.storage.lmdb.turnlog':api_session_embedder(Store, S), Name,
+        py_api(py_call('ctxrelay.bridge.threads':api_session_embedder(Store, S), Name,
                        [py_string_as(string)])),
         (   Name == "" -> Policy = Policy0 ; Policy = Policy0.put(embedder, Name) )
     ;   Policy = Policy0
@@ -339,7 +339,7 @@ knowledge_novelty(Analysis, Novelty) :-
 %   artifacts, the boundary, the turns the references resolved to, and
 %   (side by side with recall, in Python) Tier P's facts by KnowledgePlan.
 gather(Request, Plan, Cands0, Cands, Analysis0, Analysis) :-
-    py_api(py_call_plain('ctxrelay.retrieval.candidates':gather(
+    py_api(py_call_plain('ctxrelay.bridge.assembly':gather(
                              Cands0.handle, Request.store,
                              _{referenced:Cands0.referenced, knowledge:Plan}), Out),
            session(Request.session)),
@@ -375,7 +375,7 @@ document_units(Request, Analysis0, Cands0, Cands, Analysis) :-
     document_plan(Request.text, Analysis0.mode, Cands0, K, Plan),
     Options = _{queries:Plan.queries, per_query:Plan.per_query, k:K,
                 namespace:Policy.namespace, session:Request.session},
-    py_api(py_call_plain('ctxrelay.retrieval.document':add_document_units(
+    py_api(py_call_plain('ctxrelay.bridge.assembly':add_document_units(
                              Cands0.handle, Request.store, Options), Out)),
     append(Cands0.units, Out.units, Units),
     Cands = Cands0.put(units, Units),
@@ -498,7 +498,7 @@ candidates(Request, Cands) :-
                   known_recent:KnownKey},
     text_to_string(Request.session, Session),
     kept_recent(Session, KnownKey, KnownTurns, KnownMentions),
-    py_api(py_call_plain('ctxrelay.retrieval.candidates':window_candidates(
+    py_api(py_call_plain('ctxrelay.bridge.assembly':window_candidates(
                              Store, Request.session, Request.text, PyOptions), Cands0),
            session(Request.session)),
     Info0 = Cands0.info,
@@ -587,7 +587,7 @@ instruction_turns(3).
 
 %   render(+Cands, +Plan, -Rendered)
 render(Cands, Plan, Rendered) :-
-    py_api(py_call_plain('ctxrelay.retrieval.candidates':render(Cands.handle, Plan), Rendered)).
+    py_api(py_call_plain('ctxrelay.bridge.assembly':render(Cands.handle, Plan), Rendered)).
 
 %   drop_idle_boundary(+Cands, +ById, +Selected0, +Cost0, +Units, -Selected, -Cost)
 %
@@ -616,7 +616,7 @@ shape_request(Policy, Cands, Rendered0, Rendered) :-
     ->  Messages = Rendered0.messages,
         maplist(message_shape_role, Messages, Roles),
         shape_plan(Roles, ShapePlan),
-        py_api(py_call_plain('ctxrelay.retrieval.shape':shape_rendered(Cands.handle, Messages,
+        py_api(py_call_plain('ctxrelay.bridge.assembly':shape_rendered(Cands.handle, Messages,
                                                                       ShapePlan), Shaped)),
         length(Messages, Before),
         length(Shaped.messages, After),

@@ -165,7 +165,7 @@ subqueries(Task, Seeds, Queries) :-
     (   Body \== "", NParts =\= 1 -> Ordered0 = [Body|Parts] ; Ordered0 = Parts ),
     append(Ordered0, SeedTexts, Ordered),
     max_subqueries(Max),
-    py_call('ctxrelay.retrieval.document':term_overlaps(Ordered), Overlaps),
+    py_call('ctxrelay.bridge.assembly':term_overlaps(Ordered), Overlaps),
     get_dict(has_terms, Overlaps, HasTerms),
     get_dict(jaccard, Overlaps, Jaccard),
     numlist_from(0, Ordered, Indexes),
@@ -174,7 +174,7 @@ subqueries(Task, Seeds, Queries) :-
     reverse(ChosenRev, Chosen),
     maplist(nth_of(Ordered), Chosen, Queries0),
     (   Queries0 == [],
-        py_call('ctxrelay.retrieval.document':term_overlaps([TaskS]), O1),
+        py_call('ctxrelay.bridge.assembly':term_overlaps([TaskS]), O1),
         get_dict(has_terms, O1, [@(true)])
     ->  Queries = [TaskS]
     ;   Queries = Queries0

@@ -164,7 +164,7 @@ promote_turns(Store0, Session, Turns, Promoted, Options) :-
     PyOptions = _{first:First, last:Last, references:Refs, embedder:Embedder,
                   namespace:NS, stores:Stores, naming_roles:Roles,
                   cross_thread:CrossThread, nearest:Settings.nearest},
-    py_api(py_call_plain('ctxrelay.knowledge.promotion':evidence(Store, Session, PyOptions), Ev),
+    py_api(py_call_plain('ctxrelay.bridge.knowledge':evidence(Store, Session, PyOptions), Ev),
            session(Session)),
     decide_and_apply(Ev, Settings, Promoted, Options).
 
@@ -181,7 +181,7 @@ promote_scratch_entry(Store0, Session, Id, Promoted, Options) :-
     settings([rules([tool_result])|Options], Settings),
     option(namespace(NS), Options, ""),
     option(stores(Stores), Options, _{}),
-    py_api(py_call_plain('ctxrelay.knowledge.promotion':entry_evidence(
+    py_api(py_call_plain('ctxrelay.bridge.knowledge':entry_evidence(
                              Store, Session, Id, _{namespace:NS, stores:Stores}), Ev),
            session(Session)),
     entries_assoc(Ev.entries, Entries),
@@ -205,9 +205,9 @@ apply_actions(Ev, Actions, Promoted, Options) :-
     (   Actions == []
     ->  (   As == python -> py_call(builtins:list(), Promoted, [py_object(true)]) ; Promoted = [] )
     ;   As == python
-    ->  py_api(py_call('ctxrelay.knowledge.promotion':apply(Ev.handle, Actions, @false),
+    ->  py_api(py_call('ctxrelay.bridge.knowledge':apply(Ev.handle, Actions, @false),
                        Promoted, [py_object(true)]))
-    ;   py_api(py_call_plain('ctxrelay.knowledge.promotion':apply(Ev.handle, Actions, @true),
+    ;   py_api(py_call_plain('ctxrelay.bridge.knowledge':apply(Ev.handle, Actions, @true),
                              Promoted))
     ).
 
@@ -302,7 +302,7 @@ turn_namings(Ev, S, Turns, Entries) :-
             Wanted),
     (   Wanted \== [],
         get_dict(handle, Ev, H)
-    ->  py_api(py_call_plain('ctxrelay.knowledge.promotion':antecedents(H, Wanted), Found)),
+    ->  py_api(py_call_plain('ctxrelay.bridge.knowledge':antecedents(H, Wanted), Found)),
         Entries = Found.entries,
         maplist(add_antecedent(Found.antecedents), Turns0, Turns)
     ;   Entries = [],
@@ -561,7 +561,7 @@ similarity_context(Ev, S, sim{floor:Floor, cosines:Cosines}) :-
         findall(Id, open_statement(Ev, S, Id), Ids),
         Ids \== [],
         get_dict(handle, Ev, H)
-    ->  py_api(py_call('ctxrelay.knowledge.promotion':similarities(H, Ids), Pairs)),
+    ->  py_api(py_call('ctxrelay.bridge.knowledge':similarities(H, Ids), Pairs)),
         findall(Id-Cos, member([Id, Cos], Pairs), KVs),
         list_to_assoc(KVs, Cosines)
     ;   empty_assoc(Cosines)

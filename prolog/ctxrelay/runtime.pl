@@ -66,7 +66,7 @@ completion(Messages, Reply, Info, Options) :-
     must_be(dict, PO0),
     atom_string(Provider0, Provider),
     PO = PO0.put(provider, Provider),
-    once(py_api(py_call_plain('ctxrelay.providers':complete(Messages, PO), Info0))),
+    once(py_api(py_call_plain('ctxrelay.bridge.providers':complete(Messages, PO), Info0))),
     Reply = Info0.content,
     Info = Info0.
 
@@ -377,7 +377,7 @@ truthy(V, B) :-
 record_references(Store, C, UserTurn) :-
     (   C.referenced_turns == []
     ->  true
-    ;   py_api(py_call('ctxrelay.storage.lmdb.turnlog':api_set_references(
+    ;   py_api(py_call('ctxrelay.bridge.threads':api_set_references(
                            Store, C.session, UserTurn, C.referenced_turns, C.embedder), _))
     ).
 

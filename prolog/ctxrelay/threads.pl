@@ -55,7 +55,7 @@ turnlog_derive(Store0, Session, Options) :-
     ;   P = @none
     ),
     py_bool(R0, R),
-    py_api(py_call_plain('ctxrelay.storage.lmdb.turnlog':api_derive(Store, Session, E, R, P), Result),
+    py_api(py_call_plain('ctxrelay.bridge.threads':api_derive(Store, Session, E, R, P), Result),
            session(Session)),
     ignore(option(result(Result), Options)).
 
@@ -66,7 +66,7 @@ turn_derived(Store0, Session, TurnId, Derived) :-
     store_ref(Store0, Store),
     must_be(text, Session),
     must_be(positive_integer, TurnId),
-    py_api(py_call_plain('ctxrelay.storage.lmdb.turnlog':api_derived(Store, Session, TurnId), D0),
+    py_api(py_call_plain('ctxrelay.bridge.threads':api_derived(Store, Session, TurnId), D0),
            session(Session)),
     D0 \== @none,
     Derived = D0.
@@ -75,7 +75,7 @@ turn_derived(Store0, Session, TurnId, Derived) :-
 topic_threads(Store0, Session, Threads) :-
     store_ref(Store0, Store),
     must_be(text, Session),
-    py_api(py_call_plain('ctxrelay.storage.lmdb.turnlog':api_threads(Store, Session), Threads),
+    py_api(py_call_plain('ctxrelay.bridge.threads':api_threads(Store, Session), Threads),
            session(Session)).
 
 %!  topic_thread(+Store, +Session, +ThreadId, -Thread:dict) is det.
@@ -83,7 +83,7 @@ topic_thread(Store0, Session, ThreadId, Thread) :-
     store_ref(Store0, Store),
     must_be(text, Session),
     must_be(text, ThreadId),
-    py_api(py_call_plain('ctxrelay.storage.lmdb.turnlog':api_thread(Store, Session, ThreadId), Thread),
+    py_api(py_call_plain('ctxrelay.bridge.threads':api_thread(Store, Session, ThreadId), Thread),
            session(Session)).
 
 %!  thread_state_set(+Store, +Session, +ThreadId, +State:dict) is det.
@@ -96,7 +96,7 @@ thread_state_set(Store0, Session, ThreadId, State) :-
     must_be(text, Session),
     must_be(text, ThreadId),
     must_be(dict, State),
-    py_api(py_call_plain('ctxrelay.storage.lmdb.turnlog':api_set_thread_state(Store, Session, ThreadId,
+    py_api(py_call_plain('ctxrelay.bridge.threads':api_set_thread_state(Store, Session, ThreadId,
                                                                  State), _),
            session(Session)).
 

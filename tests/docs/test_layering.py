@@ -191,25 +191,13 @@ def test_no_module_is_over_the_size_limit():
     assert not over, f"modules over {SIZE_LIMIT} lines (split them by concern): {over}"
 
 
-#: Python modules Prolog calls into besides ctxrelay.bridge (the target keeps every
-#: function Prolog calls in bridge/; docs/architecture.md lists these as a gap).  A new
-#: one goes in bridge/ instead; one that moves there comes off this list.
-PROLOG_CALLS_OUTSIDE_BRIDGE = {
-    "ctxrelay.storage.lmdb.turnlog", "ctxrelay.knowledge.promotion",
-    "ctxrelay.retrieval.candidates", "ctxrelay.retrieval.document", "ctxrelay.retrieval.shape",
-    "ctxrelay.providers",
-}
-
-
 def test_prolog_calls_python_through_the_bridge():
+    # Every Python function Prolog calls is in bridge/ (directly or re-exported there),
+    # so the surface the Prolog side depends on is one package.
     called = set()
     for path in (ROOT / "prolog").rglob("*.pl"):
         called.update(re.findall(r"py_call(?:_plain)?\(\s*'(ctxrelay[\w.]*)':",
                                  path.read_text(encoding="utf-8")))
     assert "ctxrelay.bridge.stores" in called
-    outside = {m for m in called if not m.startswith("ctxrelay.bridge.")}
-    assert outside <= PROLOG_CALLS_OUTSIDE_BRIDGE, \
-        f"Prolog calls Python outside bridge/: {sorted(outside - PROLOG_CALLS_OUTSIDE_BRIDGE)}"
-    if PROLOG_CALLS_OUTSIDE_BRIDGE - outside:       # a warning: parallel work may move one
-        gone = sorted(PROLOG_CALLS_OUTSIDE_BRIDGE - outside)
-        warnings.warn(f"no longer called from Prolog, remove from the list: {gone}")
+    outside = sorted(m for m in called if not m.startswith("ctxrelay.bridge."))
+    assert not outside, f"Prolog calls Python outside bridge/: {outside}"

@@ -168,14 +168,14 @@ class TurnLogCopy:
     """Derive the turn log again at the target and copy the inputs onto it."""
 
     def __init__(self, src: Any, dst: Any, target: str, session_ids: list[str]) -> None:
-        from ctxrelay.storage.lmdb.turnlog import api_session_embedder
+        from ctxrelay.storage.turnlog_derivation import session_embedder
         from ctxrelay.text.embed import get_embedder
         self.src, self.dst = src, dst
         self.plan: list[tuple[str, Any, int]] = []
         for sid in session_ids:
             if src.turnlog.model_id(sid) is None:
                 continue
-            name = api_session_embedder(src, sid)
+            name = session_embedder(src.turnlog, sid)
             if not name:
                 raise InvalidArgumentError(
                     f"session {sid!r} of the source's turn log was derived with the model "

@@ -441,3 +441,27 @@ def appended_window(room: tuple[np.ndarray, np.ndarray, int, int] | None,
     end += k
     start = max(start, end - DENSE_WINDOW)
     return ids_buf[start:end], rows_buf[start:end], (ids_buf, rows_buf, start, end)
+
+
+def session_embedder(turnlog: Any, session_id: str) -> str:
+    """The registered name of the embedder ``session_id``'s turn log was derived with,
+    or "" (not derived yet, or derived with an embedder no longer registered).
+
+    A session's embedder is its own: Prolog uses it whenever a policy names none
+    (ctxrelay_assembly:request_policy/4), so a process whose default embedder
+    differs never fails the session's turns; a store copy re-derives with it."""
+    from ctxrelay.text import embed            # loads the embedder registry on first use
+    model_id = turnlog.model_id(session_id)
+    if model_id is None:
+        return ""
+    for name in embed.registered():
+        if name == "minilm":                  # its id is known without loading torch
+            if embed.MiniLMEmbedder.model_id == model_id and embed.minilm_available():
+                return name
+            continue
+        try:
+            if embed.get_embedder(name).model_id == model_id:
+                return name
+        except Exception:                     # a registered factory that cannot build here
+            continue
+    return ""

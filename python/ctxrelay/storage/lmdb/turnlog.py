@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-import sys
 from typing import Any, Iterable
 
 import numpy as np
@@ -353,96 +352,3 @@ class TurnLog(TurnLogBase, LmdbStore):
                     references[_U64.unpack(key[32:])[0]] = list(rec["references"])
             return {"thread_states": states, "references": references}
         return self.read(read)
-
-
-# -- the functions library(ctxrelay) calls (plain values in and out) ----------------------
-# Each takes the store's Stores (ctxrelay.storage.stores) and reaches the turn log as
-# ``stores.turnlog`` and the transcript as ``stores.transcript``.
-
-def _embedder(name: Any) -> Any:
-    from ctxrelay.text.embed import get_embedder
-    return get_embedder(name or None)
-
-
-def api_derive(stores: Any, session_id: str, embedder: str = "", recompute: bool = False,
-               progress: Any = None) -> dict[str, Any]:
-    """Bring the session's derived fields up to date (or drop and re-derive them all)."""
-    emb = _embedder(embedder)
-    show = sys.stderr.isatty() if progress is None else bool(progress)
-    log, store = stores.turnlog, stores.transcript
-    n = log.recompute(store, session_id, emb, progress=show) if recompute else \
-        log.sync(store, session_id, emb, progress=show)
-    return {"derived": n, "embedder": emb.model_id}
-
-
-def api_derived(stores: Any, session_id: str, turn_id: int) -> Any:
-    d = stores.turnlog.derived(session_id, int(turn_id))
-    if d is None:
-        return None
-    return {"turn_id": d.turn_id, "thread_id": d.thread_id, "entities": list(d.entities),
-            "references": list(d.references), "tool_calls": list(d.tool_calls),
-            "model_id": d.model_id}
-
-
-def api_threads(stores: Any, session_id: str) -> list[dict[str, Any]]:
-    stores.transcript.session(session_id)     # an unknown session is an error, not []
-    return [t.to_dict() for t in stores.turnlog.threads(session_id, stores.transcript)]
-
-
-def api_thread(stores: Any, session_id: str, thread_id: str) -> dict[str, Any]:
-    stores.transcript.session(session_id)
-    return stores.turnlog.thread(session_id, thread_id, stores.transcript).to_dict()
-
-
-def api_set_thread_state(stores: Any, session_id: str, thread_id: str,
-                         state: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(state) - {"established", "open_questions", "user_constraints"})
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown thread state field(s) {', '.join(unknown)}; use established, "
-            "open_questions and user_constraints (lists of strings)")
-    for name, value in state.items():
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InvalidArgumentError(f"{name} must be a list of strings, not {value!r}")
-    stores.transcript.session(session_id)
-    log = stores.turnlog
-    log.set_thread_state(session_id, thread_id, **state)
-    return log.thread(session_id, thread_id, stores.transcript).to_dict()
-
-
-def api_session_embedder(stores: Any, session_id: str) -> str:
-    """The registered name of the embedder the session's turn log was derived with,
-    or "" (not derived yet, or derived with an embedder no longer registered).
-
-    A session's embedder is its own: Prolog uses it whenever a policy names none
-    (ctxrelay_assembly:request_policy/4), so a process whose default embedder
-    differs never fails the session's turns."""
-    from ctxrelay.text import embed
-    model_id = stores.turnlog.model_id(session_id)
-    if model_id is None:
-        return ""
-    for name in embed.registered():
-        if name == "minilm":                  # its id is known without loading torch
-            if embed.MiniLMEmbedder.model_id == model_id and embed.minilm_available():
-                return name
-            continue
-        try:
-            if embed.get_embedder(name).model_id == model_id:
-                return name
-        except Exception:                     # a registered factory that cannot build here
-            continue
-    return ""
-
-
-def api_set_references(stores: Any, session_id: str, turn_id: int, references: list,
-                       embedder: str = "") -> bool:
-    """Record the turns a message resolved its references to, deriving the turn log
-    up to it first (a managed turn stores its message at commit, after assembly)."""
-    log = stores.turnlog
-    if log.derived(session_id, int(turn_id)) is None:
-        log.sync(stores.transcript, session_id, _embedder(embedder))
-    try:
-        log.set_references(session_id, int(turn_id), [int(r) for r in references])
-    except InvalidArgumentError:          # still not derived (e.g. a turn of another log)
-        return False
-    return True
