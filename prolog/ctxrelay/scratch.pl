@@ -99,3 +99,42 @@ tool_args(Args) :-
     ;   ( string(Args) ; atom(Args) ) -> true
     ;   must_be(dict, Args)
     ).
+
+%!  freshness_gate(+Age:number, +TTL, +Class:atom, +Policy, +CanReinvoke:bool,
+%!                 -Action:atom) is det.
+%
+%   The freshness gate (CRP-SPEC-029 §4, §8): what to do with a tool output
+%   Age seconds old whose class (REALTIME, VOLATILE, STABLE, STATIC) gives
+%   it TTL seconds of freshness (`none`: never stale).  Action is `fresh`
+%   while Age =< TTL.  A stale output is never shown as current: it gets
+%   Policy (the Safety Policy's `tool-output-stale`: `reinvoke`, `warn` or
+%   `exclude`; `none` for the class default), else `reinvoke` for REALTIME
+%   and `warn` for the others; `reinvoke` becomes `warn` when the dispatch
+%   cannot repeat the call (CanReinvoke `false`).  Python computes Age from
+%   the entry's creation time and the clock, and renders what this decides;
+%   text arguments may be atoms or strings, CanReinvoke also @(Bool).
+freshness_gate(Age, TTL0, Class0, Policy0, CanReinvoke0, Action) :-
+    maplist(gate_atom, [TTL0, Class0, Policy0, CanReinvoke0],
+            [TTL, Class, Policy, CanReinvoke]),
+    must_be(number, Age),
+    gate_action(Age, TTL, Class, Policy, CanReinvoke, Action).
+
+gate_atom(@(Value), Value) :- !.
+gate_atom(Text, Atom) :- string(Text), !, atom_string(Atom, Text).
+gate_atom(Value, Value).
+
+gate_action(Age, TTL, _Class, _Policy, _CanReinvoke, fresh) :-
+    ( TTL == none ; Age =< TTL ),
+    !.
+gate_action(_Age, _TTL, Class, Policy, CanReinvoke, Action) :-
+    stale_action(Class, Policy, Action0),
+    (   Action0 == reinvoke, CanReinvoke == false
+    ->  Action = warn
+    ;   Action = Action0
+    ).
+
+stale_action(_Class, Policy, Policy) :-
+    Policy \== none,
+    !.
+stale_action('REALTIME', _, reinvoke) :- !.
+stale_action(_, _, warn).

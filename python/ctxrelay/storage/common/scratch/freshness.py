@@ -1,9 +1,12 @@
 """The freshness gate (SPEC-029 §4, §8): a stale reading is never shown as current.
 
-Back-end neutral: it looks at an entry and a time, nothing stored.
+The rule is Prolog's (``ctxrelay_scratch:freshness_gate/6``, where users can read
+and change it); this module computes the entry's age for it and renders its
+answer.  Back-end neutral: it looks at an entry and a time, nothing stored.
 """
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 
 from ctxrelay.errors import InvalidArgumentError
@@ -17,23 +20,27 @@ def gate(entry: ScratchEntry, now: float | datetime | None = None, *,
          policy: str | None = None, can_reinvoke: bool = True) -> str:
     """``fresh``, or what to do with a stale entry: never inject it as current.
 
-    Fresh while ``age <= freshness_ttl`` (STATIC never goes stale).  A stale
-    entry gets ``policy`` (the Safety Policy's ``tool-output-stale``) if given,
-    else the class default: ``reinvoke`` for REALTIME, ``warn`` otherwise.
-    ``reinvoke`` becomes ``warn`` when the dispatch strategy cannot repeat the
-    call (``can_reinvoke=False``).  A pinned entry is gated like any other.
+    Prolog's ``ctxrelay_scratch:freshness_gate/6`` decides: fresh while
+    ``age <= freshness_ttl`` (STATIC never goes stale); a stale entry gets
+    ``policy`` (the Safety Policy's ``tool-output-stale``) if given, else the
+    class default: ``reinvoke`` for REALTIME, ``warn`` otherwise; ``reinvoke``
+    becomes ``warn`` when the dispatch strategy cannot repeat the call
+    (``can_reinvoke=False``).  A pinned entry is gated like any other.
     """
     if not isinstance(entry, ScratchEntry):
         raise InvalidArgumentError(
             f"gate() takes a ScratchEntry, not {type(entry).__name__}")
     policy = check_policy(policy)
     age = seconds(now) - entry.created
-    if entry.freshness_ttl is None or age <= entry.freshness_ttl:
-        return "fresh"
-    action = policy or ("reinvoke" if entry.freshness == "REALTIME" else "warn")
-    if action == "reinvoke" and not can_reinvoke:
-        action = "warn"
-    return action
+    # The embedded Prolog is loaded with the package (ctxrelay/__init__ imports the
+    # bridge); reached through sys.modules so that storage imports no upper layer.
+    engine = sys.modules["ctxrelay.bridge.engine"]
+    answer = engine.once(
+        "ctxrelay_scratch:freshness_gate(Age, TTL, Class, Policy, Can, Action)",
+        {"Age": float(age), "TTL": "none" if entry.freshness_ttl is None
+         else float(entry.freshness_ttl), "Class": entry.freshness,
+         "Policy": policy or "none", "Can": bool(can_reinvoke)})
+    return str(answer["Action"])
 
 
 def freshness_header(entry: ScratchEntry, now: float | datetime | None = None) -> str:
