@@ -35,7 +35,7 @@ def first_module(*names: str):
 
 FactStore = first_module("ctxrelay.knowledge.fabric", "ctxrelay.ckf").FactStore
 embed = first_module("ctxrelay.text.embed", "ctxrelay.embed")
-STAGE_MODULES = ("ctxrelay.bridge.assembly", "ctxrelay.retrieval.candidates", "ctxrelay.retrieval.window",
+STAGE_MODULES = ("ctxrelay.retrieval.candidates", "ctxrelay.retrieval.window",
                  "ctxrelay.retrieval.units", "ctxrelay.assembly", "ctxrelay.retrieval.recall",
                  "ctxrelay.recall")
 STAGES = ("candidates", "window_candidates", "gather", "_read_window", "_thread_context", "_retrieve", "recall",
