@@ -135,6 +135,36 @@ def test_a_write_from_another_process_shows_in_the_next_read(tmp_path):
         assert s.fact(fid).importance == 0.25
 
 
+def test_records_kept_under_a_write_generation_follow_the_next_write(tmp_path):
+    """Reads of one write generation (LMDB's transaction id) take kept facts,
+    namespace records and "this namespace has no access/member records" without
+    reading; an access count or a community written behind the store's back (as
+    another process would) moves the generation, and the next read shows it."""
+    from ctxrelay.storage.lmdb.factcodec import ACCESS, U32
+    with FactStore(tmp_path / "ckf", embedder="hashing", recluster_every=None) as s:
+        fid = s.add_fact("A fact nobody has counted or clustered yet.")
+        storage = s.storage
+        first = s.fact(fid)
+        assert (first.access_count, first.community) == (0, None)
+        gen = storage.version()
+        nid = storage.snapshot(lambda v: v.info("default"))["id"]
+        assert storage.cache.holds_at(b"access", nid, gen) is False
+        assert storage.cache.fact_at(storage.context.cache.fkeys[fid], gen) is not None
+        assert s.fact(fid) == first and storage.version() == gen
+
+        def put(db, value):
+            def run(txn):
+                w = FactWriter(storage.context, txn, "default")
+                txn.put(w.require(w.ns_info, fid), value, db=storage.dbs[db])
+            storage.write(run)
+        put(b"access", ACCESS.pack(3, 1.5e9))
+        assert storage.version() != gen
+        assert s.fact(fid).access_count == 3
+        put(b"members", U32.pack(7))
+        assert s.fact(fid).community == 7
+        assert s.storage.get("default", [fid])[0].community == 7
+
+
 def test_a_search_run_ahead_answers_the_plan_and_follows_every_write(tmp_path):
     """search_ahead() repeats the last search's namespace and k for a new query; the
     search that follows is answered from it (no second hnswlib search) with what a
