@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ctxrelay.knowledge import cdr
 from ctxrelay.knowledge.fabric import FactIds, FactStore
 from ctxrelay.storage.lmdb.factwrite import FactWriter
-from ctxrelay.knowledge.graph import argsort_keys
+from ctxrelay.knowledge.graph import Adjacency, _reach_by_layers, anchor_reach, argsort_keys
 from ctxrelay.knowledge.labels import LabelPositions
 
 TOPICS = {
@@ -65,6 +65,33 @@ def test_label_positions_keep_a_table_only_for_dense_labels():
 def test_argsort_keys_is_numpys_stable_argsort(keys, modulus):
     k = np.array(keys, dtype=np.int64) % modulus            # duplicates: stability matters
     assert argsort_keys(k).tolist() == np.argsort(k, kind="stable").tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 60), st.integers(1, 8), st.booleans(),
+       st.sampled_from([0, 1, 2, 3]))
+def test_anchor_reach_sorted_once_equals_the_walk_layer_by_layer(seed, n, n_a, overlay, hops):
+    """Up to two hops anchor_reach sorts every path once; the layer-by-layer walk
+    (any hops) gives the same rows, hops and products bit for bit, with repeated
+    weights (ties between paths), rows replaced in the overlay and anchors
+    without edges."""
+    rng = np.random.default_rng(seed)
+    weights = np.float32(rng.choice([0.3, 0.5, 0.7, 0.9], size=4 * n))   # ties
+    src, dst, w = [], [], []
+    for i, (a, b) in enumerate(rng.integers(0, n, size=(2 * n, 2)).tolist()):
+        if a != b and (a, b) not in zip(src, dst):
+            src += [a, b]
+            dst += [b, a]
+            w += [weights[i], weights[i]]
+    adj = Adjacency.from_edges(src, dst, w) if src else Adjacency(
+        np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    if overlay:
+        adj.set_rows({int(x): (rng.integers(0, n, size=3).tolist(), [0.5, 0.25, 0.5])
+                      for x in rng.integers(0, n, size=3)})
+    anchors = rng.choice(n + 5, size=min(n_a, n), replace=False).tolist()
+    got, want = anchor_reach(adj, anchors, hops), _reach_by_layers(adj, anchors, hops)
+    for g, x in zip(got, want):
+        assert g.dtype == x.dtype and g.shape == x.shape and (g == x).all()
 
 
 # -- recency on arrays -----------------------------------------------------------------------
@@ -133,6 +160,36 @@ def test_a_write_from_another_process_shows_in_the_next_read(tmp_path):
             w.put_record(fkey, fact_id, rec)
         storage.write(behind_its_back)
         assert s.fact(fid).importance == 0.25
+
+
+def test_records_kept_under_a_write_generation_follow_the_next_write(tmp_path):
+    """Reads of one write generation (LMDB's transaction id) take kept facts,
+    namespace records and "this namespace has no access/member records" without
+    reading; an access count or a community written behind the store's back (as
+    another process would) moves the generation, and the next read shows it."""
+    from ctxrelay.storage.lmdb.factcodec import ACCESS, U32
+    with FactStore(tmp_path / "ckf", embedder="hashing", recluster_every=None) as s:
+        fid = s.add_fact("A fact nobody has counted or clustered yet.")
+        storage = s.storage
+        first = s.fact(fid)
+        assert (first.access_count, first.community) == (0, None)
+        gen = storage.version()
+        nid = storage.snapshot(lambda v: v.info("default"))["id"]
+        assert storage.cache.holds_at(b"access", nid, gen) is False
+        assert storage.cache.fact_at(storage.context.cache.fkeys[fid], gen) is not None
+        assert s.fact(fid) == first and storage.version() == gen
+
+        def put(db, value):
+            def run(txn):
+                w = FactWriter(storage.context, txn, "default")
+                txn.put(w.require(w.ns_info, fid), value, db=storage.dbs[db])
+            storage.write(run)
+        put(b"access", ACCESS.pack(3, 1.5e9))
+        assert storage.version() != gen
+        assert s.fact(fid).access_count == 3
+        put(b"members", U32.pack(7))
+        assert s.fact(fid).community == 7
+        assert s.storage.get("default", [fid])[0].community == 7
 
 
 def test_a_search_run_ahead_answers_the_plan_and_follows_every_write(tmp_path):

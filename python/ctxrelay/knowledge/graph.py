@@ -549,8 +549,49 @@ def anchor_reach(adj: Adjacency, anchors: Sequence[int],
     ``product[i, j]`` the largest product of edge weights over the shortest
     paths.  The values of :func:`ctxrelay.knowledge.cdr.reach_layers` (breadth first,
     products multiplied in float64 in path order), computed for all anchors
-    at once, layer by layer, in numpy; ``labels`` ascend.
+    at once in numpy; ``labels`` ascend.
+
+    Up to two hops (CDGR's default) every path is expanded first and sorted once
+    by (node, anchor, hops): a pair's first entries are its shortest paths, whose
+    best product is kept (the maximum of the same products in any order, so the
+    same floats as :func:`_reach_by_layers`, which sorts each layer and then the
+    union; three hops need the second layer's pairs before the third).
     """
+    hops = int(hops)
+    n_a = len(anchors)
+    if hops > 2 or hops < 1 or not n_a:
+        return _reach_by_layers(adj, anchors, hops)
+    start = np.asarray(anchors, dtype=np.int64)
+    src, nbrs, w = adj.gather(start)
+    fresh = nbrs != start[src]          # a row lists a neighbour once: pairs are distinct
+    key1, p1 = nbrs[fresh] * n_a + src[fresh], w[fresh]          # (products 1.0 * w)
+    if hops == 1:
+        order = argsort_keys(key1)
+        return _rows(key1[order], np.ones(len(key1), dtype=np.int64), p1[order], start)
+    src2, nbrs2, w2 = adj.gather(key1 // n_a)
+    key2 = nbrs2 * n_a + (key1 % n_a)[src2]
+    # hop 0 entries: the anchors' own pairs, which no later path may reach
+    tagged = np.concatenate([(start * n_a + np.arange(n_a, dtype=np.int64)) * 4,
+                             key1 * 4 + 1, key2 * 4 + 2])
+    prod = np.concatenate([np.ones(n_a), p1, p1[src2] * w2])
+    order = argsort_keys(tagged)
+    tagged, prod = tagged[order], prod[order]
+    first = np.ones(len(tagged), dtype=bool)
+    first[1:] = tagged[1:] != tagged[:-1]
+    starts = np.flatnonzero(first)
+    prod = np.maximum.reduceat(prod, starts)            # best product per (pair, hops)
+    tagged = tagged[starts]
+    pair, hop = tagged >> 2, tagged & 3
+    shortest = np.ones(len(pair), dtype=bool)
+    shortest[1:] = pair[1:] != pair[:-1]
+    keep = shortest & (hop > 0)
+    return _rows(pair[keep], hop[keep], prod[keep], start)
+
+
+def _reach_by_layers(adj: Adjacency, anchors: Sequence[int],
+                     hops: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`anchor_reach` layer by layer: each layer's pairs are sorted to keep
+    the best product of each and drop those reached before (any number of hops)."""
     n_a = len(anchors)
     start = np.asarray(anchors, dtype=np.int64)
     col = np.arange(n_a, dtype=np.int64)
@@ -588,11 +629,19 @@ def anchor_reach(adj: Adjacency, anchors: Sequence[int],
         frontier, f_col, prod = key // n_a, key % n_a, p
     if not out_k:
         return _EMPTY_I, np.zeros((0, n_a), dtype=np.int64), np.zeros((0, n_a))
-    # Each (node, anchor) pair occurs once over all layers: sorting the pairs groups
-    # a node's anchors together, and a group of two or more is a result row.
     key = np.concatenate(out_k)
     order = argsort_keys(key)
-    key = key[order]
+    return _rows(key[order], np.concatenate(out_h)[order], np.concatenate(out_p)[order],
+                 start)
+
+
+def _rows(key: np.ndarray, hop: np.ndarray, prod: np.ndarray, start: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`anchor_reach`'s result from every (node, anchor) pair reached, once each,
+    sorted by ``key = node * len(start) + anchor``, with its hops and product."""
+    n_a = len(start)
+    # Each (node, anchor) pair occurs once over all layers: sorting the pairs groups
+    # a node's anchors together, and a group of two or more is a result row.
     labels, cols = key // n_a, key % n_a
     first = np.ones(len(key), dtype=bool)
     first[1:] = labels[1:] != labels[:-1]
@@ -608,8 +657,8 @@ def anchor_reach(adj: Adjacency, anchors: Sequence[int],
     cell = rows[take] * n_a + cols[take]
     hop_m = np.zeros(n * n_a, dtype=np.int64)
     prod_m = np.zeros(n * n_a)
-    hop_m[cell] = np.concatenate(out_h)[order[take]]
-    prod_m[cell] = np.concatenate(out_p)[order[take]]
+    hop_m[cell] = hop[take]
+    prod_m[cell] = prod[take]
     return uniq[sel], hop_m.reshape(n, n_a), prod_m.reshape(n, n_a)
 
 

@@ -111,7 +111,8 @@ class LmdbFacts(SnapshotReads, FactWrites, LmdbStore):
 
     def snapshot(self, fn: Callable[[FactReader], T]) -> T:
         ctx = self.context
-        return self.read(lambda txn: fn(FactView(ctx, txn)))
+        # a read transaction's id names the committed state it sees (see RecordCache)
+        return self.read(lambda txn: fn(FactView(ctx, txn, gen=txn.id())))
 
     def due(self, ns: str, *, now: float) -> list[str]:
         self._index_expiry(ns)      # an old store builds its expiry index on first use

@@ -37,13 +37,17 @@ class StoreContext:
 class FactView:
     """The fact store as one transaction sees it."""
 
-    __slots__ = ("ctx", "txn", "model_id", "dim", "_seen")
+    __slots__ = ("ctx", "txn", "model_id", "dim", "_seen", "gen")
 
-    def __init__(self, ctx: StoreContext, txn: Any) -> None:
+    def __init__(self, ctx: StoreContext, txn: Any, *, gen: int | None = None) -> None:
         self.ctx = ctx
         self.txn = txn
         self.model_id = ctx.model_id
         self.dim = ctx.dim
+        #: the write generation a read transaction sees (LMDB's transaction id; None in
+        #: a write): what the store's cache holds under it is served without reading
+        #: the bytes again (see RecordCache)
+        self.gen = gen
         # the last namespace record read: a record is tens of kB at 100k facts (its
         # community labels), and one read asks for it several times
         self._seen: tuple[str, dict[str, Any], NamespaceState] | None = None
@@ -54,10 +58,14 @@ class FactView:
         seen = self._seen
         if seen is not None and seen[0] == ns:
             return seen
+        kept = self.ctx.cache.info_at(ns, self.gen)
+        if kept is not None:
+            self._seen = (ns, *kept)
+            return self._seen
         raw = self.txn.get(ns.encode(), db=self.ctx.dbs[b"ns"])
         if raw is None:
             return None
-        info, state = self.ctx.cache.info(ns, raw)
+        info, state = self.ctx.cache.info(ns, raw, self.gen)
         if self.txn_is_read:
             self._seen = (ns, info, state)
         return ns, info, state
@@ -136,20 +144,43 @@ class FactView:
     # -- facts ------------------------------------------------------------------------
 
     def fact(self, info: dict[str, Any], fkey: bytes, namespace: str) -> Fact:
-        """The fact under ``fkey``, decoded once and validated by its bytes on each read."""
+        """The fact under ``fkey``, decoded once and validated by its bytes on each read
+        of a new write generation."""
+        cache, gen = self.ctx.cache, self.gen
+        fact = cache.fact_at(fkey, gen)
+        if fact is not None:
+            return codec.fresh_copy(fact)
         dbs = self.ctx.dbs
         get = self.txn.get
         record = get(fkey, db=dbs[b"facts"])
-        access = get(fkey, db=dbs[b"access"])
-        member = get(fkey, db=dbs[b"members"])
+        access = get(fkey, db=dbs[b"access"]) if self._holds(b"access", info) else None
+        member = get(fkey, db=dbs[b"members"]) if self._holds(b"members", info) else None
         community = U32.unpack(member)[0] if member else None
         kws = None if community is None else info["labels"].get(str(community))
-        cache = self.ctx.cache
-        fact = cache.fact(fkey, record, access, member, kws)
+        fact = cache.fact(fkey, record, access, member, kws, gen)
         if fact is None:
             fact = codec.decode_fact(record, access, community, kws, namespace, self.model_id)
-            cache.keep(fkey, record, access, member, kws, fact)
+            cache.keep(fkey, record, access, member, kws, fact, gen)
         return codec.fresh_copy(fact)
+
+    def _holds(self, db: bytes, info: dict[str, Any]) -> bool:
+        """Whether ``db`` (``access``, ``members``: keyed like the facts) may hold a
+        record of the namespace of ``info``.  Most namespaces have none of one or both
+        (no access counted, never reclustered), and a point read that finds nothing
+        checks the records around the gap it lands in; when the namespace has no
+        record at all, every such read lands in the same gap, which the one range
+        read here checks.  Known per write generation; a write always reads."""
+        gen = self.gen
+        if gen is None:
+            return True
+        cache, nid = self.ctx.cache, info["id"]
+        held = cache.holds_at(db, nid, gen)
+        if held is None:
+            nsb = U64.pack(nid)
+            cursor = self.txn.cursor(db=self.ctx.dbs[db])
+            held = bool(cursor.set_range(nsb)) and cursor.key()[:8] == nsb
+            cache.note_holds(db, nid, gen, held)
+        return held
 
     def get(self, ns: str, ids: Sequence[str]) -> list[Fact | None]:
         info = self.info(ns)
