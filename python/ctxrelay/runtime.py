@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
-from ctxrelay.errors import (ImportFormatError, InvalidArgumentError, InvalidConstraintError,
-                             InvalidContentError, InvalidSessionIdError)
-from ctxrelay.storage.lmdb.transcript.jsonl import write_text
-from ctxrelay.storage.spec import parse_cache_spec, parse_store_spec
-from ctxrelay.storage.validation import (MAX_ARGS_BYTES, MAX_JSON_DEPTH, check_content, check_json,
-                                        check_utf8, normalise_metadata)
+from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, RetrievalResult, SessionInfo,
                             SessionStats,
                             Turn, TurnResult)
@@ -58,6 +52,7 @@ def _constraints(constraints: Any) -> list[Any]:
     their shape is checked here; Prolog checks what they say (the packer's
     vocabulary, docs/packer.md) and raises InvalidConstraintError naming the
     bad one."""
+    from ctxrelay.errors import InvalidConstraintError
     if isinstance(constraints, (str, bytes)) or not isinstance(constraints, (list, tuple)):
         raise InvalidConstraintError(
             f"constraints must be a list of constraints, not {type(constraints).__name__}; "
@@ -124,6 +119,8 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
     deeper value would raise RecursionError (or worse) on the way in or out."""
     if where == "argument" and _all_text_encodable(value):
         return                      # the common case, in C: no walk needed
+    from ctxrelay.errors import InvalidArgumentError, InvalidContentError
+    from ctxrelay.storage.validation import MAX_JSON_DEPTH, check_utf8
     stack = [(value, where, 0)]
     while stack:
         item, place, depth = stack.pop()
@@ -163,6 +160,7 @@ def _all_text_encodable(value: Any) -> bool:
     a key is not JSON-able (the walk then finds what is wrong, if anything).  A
     prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
     strings: walking them in Python cost more than storing the turn."""
+    import json
     try:
         text = json.dumps(value, ensure_ascii=False, default=_opaque)
         text.encode("utf-8")
@@ -178,6 +176,8 @@ def _json_metadata(metadata: Any) -> Any:
     Prolog atoms, which cut a NUL and mangle Latin-1 characters."""
     if metadata is None or isinstance(metadata, str):
         return metadata               # JSON text: the store parses and checks it
+    import json
+    from ctxrelay.storage.validation import normalise_metadata
     return json.dumps(normalise_metadata(metadata), ensure_ascii=False)
 
 
@@ -235,6 +235,7 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
     """``value`` as a JSON object that crosses to Prolog unchanged."""
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"{name} must be a dict, not {type(value).__name__}")
+    import json
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError) as exc:
@@ -251,6 +252,7 @@ def _check_session_id(session_id: Any) -> None:
     """A session id is a str: anything else (a list of characters, bytes) would be
     read as text by Prolog and name another session."""
     if not isinstance(session_id, str):
+        from ctxrelay.errors import InvalidSessionIdError
         raise InvalidSessionIdError(
             f"session_id must be a str, not {type(session_id).__name__}; pass the "
             "session's id as text")
@@ -282,6 +284,7 @@ class Runtime:
             raise InvalidArgumentError(
                 f"store_dir must be a path, not {type(store_dir).__name__}; "
                 "pass the directory that holds (or will hold) the store")
+        from ctxrelay.storage.spec import parse_cache_spec, parse_store_spec
         spec = parse_store_spec(store_dir)        # a bad spec fails here, before Prolog
         parse_cache_spec(cache)
         # A plain directory stays as given (relative paths too); a URL gives its location.
@@ -358,6 +361,7 @@ class Runtime:
         if not isinstance(role, str):
             raise InvalidArgumentError(f"role must be a str such as 'user', not {type(role).__name__}")
         if not isinstance(content, str):
+            from ctxrelay.errors import InvalidContentError
             raise InvalidContentError(
                 f"content must be str, not {type(content).__name__}; "
                 "serialise structured content (e.g. json.dumps) before appending")
@@ -404,6 +408,7 @@ class Runtime:
         text = self._call("ctxrelay:transcript_export(St, S, X)", S=session_id)["X"]
         if dest is None:
             return text
+        from ctxrelay.storage.lmdb.transcript.jsonl import write_text
         write_text(dest, text)      # atomic; a bad dest is InvalidPathError, no .tmp left
         return None
 
@@ -419,6 +424,7 @@ class Runtime:
             lines = list(source) if isinstance(source, Iterable) \
                 and not isinstance(source, (bytes, bytearray)) else None
             if lines is None or not all(isinstance(line, str) for line in lines):
+                from ctxrelay.errors import ImportFormatError
                 raise ImportFormatError(
                     f"source must be a path, JSON Lines text or an iterable of str lines, "
                     f"not {type(source).__name__}; decode bytes first (data.decode('utf-8'))")
@@ -631,6 +637,7 @@ class Runtime:
         if args is not None and not isinstance(args, dict):
             raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
                                        f"{type(args).__name__}")
+        from ctxrelay.storage.validation import MAX_ARGS_BYTES, check_json
         _, args_json = check_json(args or {}, "args", InvalidArgumentError,
                                   max_bytes=MAX_ARGS_BYTES)
         return self._call("ctxrelay:tool_output_record(St, S, T, A, R, X, _Opts)", opts=opts,
@@ -658,6 +665,7 @@ class Runtime:
                  namespace: str | None = None, metadata: dict[str, Any] | None = None) -> str:
         """Store a fact in the knowledge fabric; returns its id."""
         if not isinstance(content, str):    # janus would turn bytes into text
+            from ctxrelay.storage.validation import check_content
             check_content(content)
         opts = [(k, v) for k, v in (("key", key), ("source", source), ("importance", importance),
                                     ("ttl", ttl), ("namespace", namespace),
