@@ -28,6 +28,7 @@ from typing import Any
 import xxhash
 
 from ctxrelay.errors import CorruptStoreError
+from ctxrelay.storage.lmdb.bounds import dup_values as _dup_values
 
 __all__ = ["file_digest", "CHECKSUM_BYTES", "FRAMED_SUFFIX", "seal", "intact", "FramedTxn",
            "FramedCursor", "Namer"]
@@ -228,6 +229,24 @@ class FramedCursor:
             append: bool = False) -> bool:
         return self.raw.put(key, seal(key, value), dupdata=dupdata, overwrite=overwrite,
                             append=append)
+
+    def dup_values(self, *, newest: int | None = None) -> list[bytes]:
+        """The duplicates of the key the cursor is on, each verified against its
+        checksum: all of them in order, or with ``newest`` the last ``newest``, last
+        first.  One call for a whole list (a term's postings) instead of a generator
+        step, a bounds check and a checksum call per duplicate through two wrappers.
+        """
+        key = self.raw.key()
+        if not key:
+            return []
+        key = bytes(key)
+        digest, opened = _digest, self._txn._open
+        out = []
+        for stored in _dup_values(self.raw, newest=newest):
+            body = stored[:-CHECKSUM_BYTES]
+            out.append(body if digest(key + body) == stored[-CHECKSUM_BYTES:]
+                       and len(stored) >= CHECKSUM_BYTES else opened(key, stored, self._db))
+        return out
 
     def _each(self, iterator: Iterator[tuple[bytes, bytes]], keys: bool,
               values: bool) -> Iterator[Any]:

@@ -36,7 +36,6 @@ Ties are broken by the higher doc_id (for transcripts: the more recent turn).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import re
 import struct
@@ -53,6 +52,7 @@ if TYPE_CHECKING:     # numpy loads on the first ranked query: listing or readin
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.base import prefixed
+from ctxrelay.storage.lmdb.bounds import dup_values
 
 K1 = 1.2
 B = 0.75
@@ -343,13 +343,9 @@ class TextIndex:
                     found = (b"", 0)
                 else:
                     df = cursor.count()
-                    if max_postings is not None and df > max_postings:
-                        cursor.last_dup()
-                        values = list(itertools.islice(
-                            cursor.iterprev_dup(keys=False, values=True), max_postings))
-                    else:
-                        values = list(cursor.iternext_dup(keys=False, values=True))
-                    found = (b"".join(values), df)
+                    newest = max_postings if max_postings is not None and df > max_postings \
+                        else None
+                    found = (b"".join(dup_values(cursor, newest=newest)), df)
                 if snapshot is not None:
                     with self._kept_lock:
                         keep(self._kept, key, found, _KEPT_TERMS)

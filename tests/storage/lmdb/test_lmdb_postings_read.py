@@ -1,0 +1,104 @@
+"""A term's postings are read in one call per term (``dup_values``), their node bounds
+checked once and every posting's checksum verified; the postings kept between searches
+(by read snapshot) are never served after a write.
+
+These pin what the bulk read must keep from the per-posting one: the same postings in
+the same order, a damaged posting still a CorruptStoreError naming ``ix.post``, and a
+new turn found by the next search.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from ctxrelay.errors import CorruptStoreError
+from ctxrelay.storage.lmdb.bounds import dup_values
+from ctxrelay.storage.lmdb.transcript import TranscriptStore
+
+TURNS = 30
+
+
+def _filled(path: Path) -> None:
+    with TranscriptStore(path) as store:
+        store.create_session("ops")
+        for i in range(1, TURNS + 1):
+            store.append("ops", "user", f"etcd defrag step {i}" + " freed" * (i % 3))
+
+
+def _damage_posting(path: Path, term: bytes, doc_id: int) -> None:
+    """Flip the checksum of ``term``'s posting of ``doc_id`` (found without the code
+    under test: a posting is doc id (u64), tf (u32), length (u32), then 8 checksum bytes)."""
+    env = lmdb.open(str(path / "transcript.lmdb"), max_dbs=32)
+    try:
+        db = env.open_db(b"ix.post", dupsort=True, dupfixed=True, create=False)
+        with env.begin(write=True) as txn:
+            cursor = txn.cursor(db=db)
+            keys = [k for k in cursor.iternext_nodup(keys=True, values=False)
+                    if k.endswith(term)]
+            assert len(keys) == 1, keys
+            cursor.set_key(keys[0])
+            stored = next(v for v in cursor.iternext_dup(keys=False, values=True)
+                          if int.from_bytes(v[:8], "big") == doc_id)
+            damaged = stored[:-1] + bytes([stored[-1] ^ 0x01])
+            assert txn.delete(keys[0], stored, db=db)
+            assert txn.put(keys[0], damaged, db=db, dupdata=True)
+    finally:
+        env.close()
+
+
+def test_bulk_read_gives_the_postings_the_cursor_walk_gives(tmp_path):
+    path = tmp_path / "store"
+    _filled(path)
+    with TranscriptStore(path) as store:
+        def read(txn):
+            cursor = txn.cursor(db=store._index._post)
+            cursor.first()
+            key = next(k for k in cursor.iternext_nodup(keys=True, values=False)
+                       if k.endswith(b"etcd"))
+            assert cursor.set_key(key)
+            walked = list(cursor.iternext_dup(keys=False, values=True))
+            assert cursor.set_key(key)
+            every = dup_values(cursor)
+            assert cursor.set_key(key)
+            return walked, (every, dup_values(cursor, newest=7))
+        walked, (every, newest) = store._read(read)
+    assert len(walked) == TURNS
+    assert every == walked
+    assert newest == walked[::-1][:7]
+
+
+@pytest.mark.parametrize("max_postings", [None, 5])
+def test_a_damaged_newest_posting_is_corrupt_store_error(tmp_path, max_postings):
+    path = tmp_path / "store"
+    _filled(path)
+    _damage_posting(path, b"etcd", TURNS)
+    with TranscriptStore(path) as store:
+        with pytest.raises(CorruptStoreError, match=r"ix\.post/.*fails its checksum"):
+            store.rank("ops", "etcd", k=5, max_postings=max_postings)
+        with pytest.raises(CorruptStoreError, match=r"ix\.post/.*fails its checksum"):
+            store.search("ops", "etcd", k=5, max_postings=max_postings)
+        assert store.rank("ops", "defrag", k=1)[0][0] == TURNS      # other terms read
+
+
+def test_a_damaged_old_posting_is_read_only_by_an_exhaustive_search(tmp_path):
+    path = tmp_path / "store"
+    _filled(path)
+    _damage_posting(path, b"etcd", 1)
+    with TranscriptStore(path) as store:
+        # The newest five postings are intact: a bounded read never reaches the damage.
+        assert len(store.rank("ops", "etcd", k=5, max_postings=5)) == 5
+        with pytest.raises(CorruptStoreError, match=r"ix\.post/.*fails its checksum"):
+            store.rank("ops", "etcd", k=5, max_postings=None)
+
+
+def test_kept_postings_are_not_served_after_a_write(tmp_path):
+    path = tmp_path / "store"
+    _filled(path)
+    with TranscriptStore(path) as store:
+        before = store.rank("ops", "etcd", k=3)
+        assert before == store.rank("ops", "etcd", k=3)          # served from what was kept
+        new = store.append("ops", "assistant", "etcd etcd etcd")
+        after = store.rank("ops", "etcd", k=3)
+        assert after[0][0] == new and new not in {t for t, _ in before}
