@@ -1,4 +1,4 @@
-"""A term's postings are read in one call per term (``dup_values``), their node bounds
+"""A term's postings are read in one call per term (``dup_block``), their node bounds
 checked once and every posting's checksum verified; the postings kept between searches
 (by read snapshot) are never served after a write.
 
@@ -14,7 +14,7 @@ import lmdb
 import pytest
 
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.lmdb.bounds import dup_values
+from ctxrelay.storage.lmdb.bounds import dup_block
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 
 TURNS = 30
@@ -60,16 +60,19 @@ def test_bulk_read_gives_the_postings_the_cursor_walk_gives(tmp_path):
             assert cursor.set_key(key)
             walked = list(cursor.iternext_dup(keys=False, values=True))
             assert cursor.set_key(key)
-            every = dup_values(cursor)
-            assert cursor.set_key(key)
-            return walked, (every, dup_values(cursor, newest=7))
+            every = dup_block(cursor, 16)
+            newest = {}
+            for n in (7, 20, TURNS + 5):     # stepped back (30 > 4 x 7), read whole, more than held
+                assert cursor.set_key(key)
+                newest[n] = dup_block(cursor, 16, newest=n)
+            return walked, (every, newest)
         walked, (every, newest) = store._read(read)
     assert len(walked) == TURNS
-    assert every == walked
-    assert newest == walked[::-1][:7]
+    assert every == b"".join(walked)
+    assert newest == {n: b"".join(walked[-n:]) for n in newest}
 
 
-@pytest.mark.parametrize("max_postings", [None, 5])
+@pytest.mark.parametrize("max_postings", [None, 5, 10])
 def test_a_damaged_newest_posting_is_corrupt_store_error(tmp_path, max_postings):
     path = tmp_path / "store"
     _filled(path)
@@ -102,3 +105,20 @@ def test_kept_postings_are_not_served_after_a_write(tmp_path):
         new = store.append("ops", "assistant", "etcd etcd etcd")
         after = store.rank("ops", "etcd", k=3)
         assert after[0][0] == new and new not in {t for t, _ in before}
+
+
+def test_the_vectorised_check_gives_xxhash_answers_at_every_length():
+    import os
+
+    import xxhash
+
+    from ctxrelay.storage.lmdb import checkblock
+    assert checkblock.available()
+    for length in range(checkblock.MIN_INPUT, checkblock.MAX_INPUT + 1):
+        key = os.urandom(length - 16)
+        values = [os.urandom(16) for _ in range(40)]
+        block = bytearray(b"".join(v + xxhash.xxh3_64_digest(key + v) for v in values))
+        block[24 * 7 + length % 16] ^= 0x10                 # row 7's value
+        block[24 * 30 + 16 + length % 8] ^= 0x01            # row 30's checksum
+        intact = checkblock.intact_rows(key, bytes(block), 24)
+        assert intact.tolist() == [i not in (7, 30) for i in range(40)], length

@@ -45,7 +45,7 @@ from typing import Any
 
 from ctxrelay.errors import CorruptStoreError
 
-__all__ = ["address_of", "MapBounds", "BoundedTxn", "BoundedCursor", "dup_values"]
+__all__ = ["address_of", "MapBounds", "BoundedTxn", "BoundedCursor", "dup_block"]
 
 
 # -- the address of a memoryview's bytes ---------------------------------------------------
@@ -342,20 +342,20 @@ class BoundedCursor:
             value = bytes(raw.value())
             yield (bytes(key_view), value) if keys else value
 
-    def dup_values(self, *, newest: int | None = None) -> list[bytes]:
-        """The duplicates of the key the cursor is on, as bytes: all of them in order,
-        or with ``newest`` the last ``newest`` of them, last first.
+    def dup_block(self, size: int, *, newest: int | None = None) -> bytes:
+        """The duplicates (``size`` bytes each, a dupfixed database) of the key the
+        cursor is on, joined in their order; with ``newest`` only the last ``newest``.
 
         Every duplicate is reached through the one node that holds them (its key is
-        the key every step returns), so the node is checked once, not once per
-        duplicate as :meth:`iternext_dup` would (the same check, repeated): a
-        frequent term's postings are a thousand duplicates of one key.
+        the key each step returns), so the node is checked once, not once per
+        duplicate as :meth:`iternext_dup` would repeat the same check: a frequent
+        term's postings are a thousand duplicates of one key.
         """
         view = self.raw.key()
         if not len(view):
-            return []
+            return b""
         self._bounds.check_node(view, self._namer, self._db, write=self._write)
-        return _dup_values(self.raw, newest)
+        return _dup_block(self.raw, bytes(view), size, newest)
 
     def iternext(self, keys: bool = True, values: bool = True) -> Iterator[Any]:
         return self._each(self.raw.iternext(keys=True, values=False), keys, values)
@@ -412,20 +412,41 @@ class BoundedCursor:
         return getattr(self.raw, name)
 
 
-def dup_values(cursor: Any, *, newest: int | None = None) -> list[bytes]:
-    """``cursor.dup_values(newest=)`` for a checked cursor (bounded or framed), or the
-    same read from a plain py-lmdb cursor (a caller's own transaction)."""
-    checked = getattr(type(cursor), "dup_values", None)   # the class's: no __getattr__ relay
+def dup_block(cursor: Any, size: int, *, newest: int | None = None) -> bytes:
+    """``cursor.dup_block(size, newest=)`` for a checked cursor (bounded or framed), or
+    the same read step by step from a plain py-lmdb cursor (a caller's own transaction)."""
+    checked = getattr(type(cursor), "dup_block", None)   # the class's: no __getattr__ relay
     if checked is not None:
-        return checked(cursor, newest=newest)
-    return _dup_values(cursor, newest)
-
-
-def _dup_values(raw: Any, newest: int | None) -> list[bytes]:
-    """The duplicates of ``raw``'s current key (see :meth:`BoundedCursor.dup_values`),
-    copied as they are read (a buffers=True view lives only as long as its step)."""
+        return checked(cursor, size, newest=newest)
     if newest is None:
-        return [bytes(v) for v in raw.iternext_dup(keys=False, values=True)]
+        return b"".join([bytes(v) for v in cursor.iternext_dup(keys=False, values=True)])
+    cursor.last_dup()
+    return b"".join([bytes(v) for v in itertools.islice(
+        cursor.iterprev_dup(keys=False, values=True), newest)][::-1])
+
+
+#: A bounded read takes every duplicate in one call (LMDB's GET_MULTIPLE, in C) while
+#: they are at most this many times the ``newest`` asked for; past that it steps back
+#: through the newest only (a term in every turn of a long session).
+_BULK_OVERREAD = 4
+
+
+def _dup_block(raw: Any, key: bytes, size: int, newest: int | None) -> bytes:
+    """The duplicates of ``key``, on which ``raw`` stands (see BoundedCursor.dup_block)."""
+    count = raw.count()
+    if newest is None or count <= newest * _BULK_OVERREAD:
+        import numpy as np
+        # keyfixed: one packed buffer of (key, value) rows, copied out of the map by LMDB
+        packed = raw.getmulti([key], dupdata=True, dupfixed_bytes=size, keyfixed=True)
+        stride = len(key) + size
+        if len(packed) == count * stride:
+            take = count if newest is None else min(newest, count)
+            rows = np.frombuffer(packed, dtype=np.uint8).reshape(count, stride)
+            return rows[count - take:, len(key):].tobytes()
+        raw.set_key(key)          # not the rows counted: step through them as below
+        if newest is None:
+            return b"".join([bytes(v) for v in raw.iternext_dup(keys=False, values=True)])
     raw.last_dup()
-    return [bytes(v) for v in itertools.islice(raw.iterprev_dup(keys=False, values=True),
-                                               newest)]
+    # A buffers=True view lives only as long as its step: each is copied as read.
+    return b"".join([bytes(v) for v in itertools.islice(
+        raw.iterprev_dup(keys=False, values=True), newest)][::-1])

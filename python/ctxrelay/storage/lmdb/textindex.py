@@ -52,7 +52,7 @@ if TYPE_CHECKING:     # numpy loads on the first ranked query: listing or readin
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.base import prefixed
-from ctxrelay.storage.lmdb.bounds import dup_values
+from ctxrelay.storage.lmdb.bounds import dup_block
 
 K1 = 1.2
 B = 0.75
@@ -345,7 +345,7 @@ class TextIndex:
                     df = cursor.count()
                     newest = max_postings if max_postings is not None and df > max_postings \
                         else None
-                    found = (b"".join(dup_values(cursor, newest=newest)), df)
+                    found = (dup_block(cursor, _POSTING.size, newest=newest), df)
                 if snapshot is not None:
                     with self._kept_lock:
                         keep(self._kept, key, found, _KEPT_TERMS)
