@@ -21,6 +21,8 @@ from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 from ctxrelay.types import Turn
 
+
+_RANKING_READ = 16
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 
 def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
@@ -79,7 +81,7 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
             priced = _priced_memo(stores)
             tkey = _TOKENIZER_KEY.get()
             ahead = itertools.islice((t for t in itertools.islice(ids, at + 1, None)
-                                      if t < window_start), _READ_CHUNK - 1)
+                                      if t < window_start), _RANKING_READ - 1)
             batch = [turn_id] + [t for t in ahead
                                  if t not in loaded and (session_id, t, tkey) not in priced]
             loaded.update((t.turn_id, t) for t in store.turns(session_id, batch))

@@ -122,3 +122,15 @@ def test_the_vectorised_check_gives_xxhash_answers_at_every_length():
         block[24 * 30 + 16 + length % 8] ^= 0x01            # row 30's checksum
         intact = checkblock.intact_rows(key, bytes(block), 24)
         assert intact.tolist() == [i not in (7, 30) for i in range(40)], length
+
+
+def test_the_k_best_are_the_head_of_the_whole_ranking_ties_included(tmp_path):
+    # Scores repeat (i % 3 gives three lengths): the k-th best score is tied, and the
+    # newest of the tied turns must win, as in the fully sorted ranking.
+    path = tmp_path / "store"
+    _filled(path)
+    with TranscriptStore(path) as store:
+        whole = store.rank("ops", "etcd freed", k=1000, max_postings=None)
+        assert len(whole) == TURNS and len({s for _, s in whole}) < TURNS
+        for k in (1, 2, 3, 7, 10, 11, TURNS - 1, TURNS):
+            assert store.rank("ops", "etcd freed", k=k, max_postings=None) == whole[:k]
