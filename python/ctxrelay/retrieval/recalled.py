@@ -15,14 +15,12 @@ from ctxrelay.retrieval.pricing import (
     _used,
 )
 from ctxrelay.retrieval.units import Unit, _tool_call_ids
-from ctxrelay.retrieval.window import READ_CHUNK as _READ_CHUNK
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 from ctxrelay.types import Turn
 
-
-_RANKING_READ = 16
+_RANKING_READ = 16      # turns per read along a ranking (about what one assembly offers)
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 
 def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
