@@ -377,7 +377,9 @@ def score_turns(idx: _SessionIndex, query: str,
             s = s + W_DENSE * dn
     mentions = date_mentions(query)
     if mentions:
-        closeness = np.array([date_closeness(mentions, d) for d in idx.days])
+        # A session's turns fall on few days: each day's closeness is computed once.
+        by_day = {d: date_closeness(mentions, d) for d in set(idx.days)}
+        closeness = np.array([by_day[d] for d in idx.days])
         s = s * (1 + W_DATE * closeness)
     lowered = query.lower()
     named = [p for p in participants if re.search(r"\b" + re.escape(p.lower()) + r"\b", lowered)]
