@@ -30,7 +30,9 @@ called damaged: another process may have grown the file since.  Where
 Not covered: a write transaction's own dirty pages live in heap memory, not
 in the map (a record there was written or touched in this transaction and is
 read unchecked); duplicates of a dupsort key are checked as the one node that
-holds them (their own, at most 511-byte, sizes are LMDB's to check); damage
+holds them (their own, at most 511-byte, sizes are LMDB's to check), once for
+all of them when they are read as one block (:meth:`BoundedCursor.dup_block`, a
+term's postings); damage
 that LMDB itself reads before returning (a node offset pointing past the file)
 is not reachable from Python.  Little-endian hosts only (the node header is
 read as one u64), as LMDB's own files are not portable across byte orders.
