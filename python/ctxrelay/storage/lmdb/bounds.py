@@ -430,7 +430,7 @@ def dup_block(cursor: Any, size: int, *, newest: int | None = None) -> bytes:
 #: A bounded read takes every duplicate in one call (LMDB's GET_MULTIPLE, in C) while
 #: they are at most this many times the ``newest`` asked for; past that it steps back
 #: through the newest only (a term in every turn of a long session).
-_BULK_OVERREAD = 4
+_BULK_OVERREAD = 8
 
 
 def _dup_block(raw: Any, key: bytes, size: int, newest: int | None) -> bytes:
