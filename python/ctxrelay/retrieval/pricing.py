@@ -147,9 +147,25 @@ class _Priced:
     exact: bool
 
 
+class _TokenizerKey(tuple):
+    """``(Tokenizer, id of its counter)`` whose hash is computed once: every lookup in
+    the memo of priced turns hashes it, and a Tokenizer's dataclass hash walks all
+    its fields each time (about a hundred lookups per assembly)."""
+
+    def __new__(cls, tokenizer: tok.Tokenizer) -> "_TokenizerKey":
+        key = super().__new__(cls, (tokenizer, id(tokenizer.counter)))
+        key._hash = tuple.__hash__(key)
+        return key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:        # as a tuple's (defined with __hash__)
+        return tuple.__eq__(self, other)
+
+
 def _tokenizer_key(model: str | tok.Tokenizer) -> tuple[Any, ...]:
-    t = tok.resolve(model)
-    return (t, id(t.counter))
+    return _TokenizerKey(tok.resolve(model))
 
 
 def _priced_memo(stores: Stores) -> dict[tuple[Any, ...], _Priced]:

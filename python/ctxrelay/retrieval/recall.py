@@ -186,6 +186,8 @@ class _SessionIndex:
     _last_marker: Any = None
     _sitting: int = 0
     _arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    _groups: tuple[np.ndarray, list[np.ndarray]] | None = None
+    _dense_at: tuple[Any, ...] | None = None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Turn ids, lengths and sittings as arrays, made again only after turns are added."""
@@ -195,6 +197,26 @@ class _SessionIndex:
                       np.asarray(self.lengths, dtype=np.float64), np.asarray(self.sittings))
             self._arrays = cached
         return cached
+
+    def sitting_groups(self) -> list[np.ndarray]:
+        """The positions of each sitting's turns (made again only after turns are added)."""
+        sittings = self.arrays()[2]
+        cached = self._groups
+        if cached is None or cached[0] is not sittings:
+            order = np.argsort(sittings, kind="stable")
+            boundaries = np.flatnonzero(np.diff(sittings[order])) + 1
+            cached = self._groups = (sittings, np.split(order, boundaries))
+        return cached[1]
+
+    def dense_positions(self, dense_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where :func:`_aligned` puts the values given for ``dense_ids``: the turn
+        positions that have one and the index of its value, kept while the turns and
+        the dense window (an array kept under the turn log's generation) are the same."""
+        turn_ids = self.arrays()[0]
+        cached = self._dense_at
+        if cached is None or cached[0] is not turn_ids or cached[1] is not dense_ids:
+            cached = self._dense_at = (turn_ids, dense_ids, *_positions(turn_ids, dense_ids))
+        return cached[2], cached[3]
 
     def add(self, turn: Turn) -> None:
         day, when = _turn_day_and_time(turn)
@@ -295,17 +317,27 @@ def participants_of(idx: _SessionIndex) -> list[str]:
     return sorted(idx.names)
 
 
-def _aligned(turn_ids: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` (given for ``ids``) at ``turn_ids``; NaN where a turn has none."""
+def _aligned(turn_ids: np.ndarray, ids: np.ndarray, values: np.ndarray,
+             positions: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """``values`` (given for ``ids``) at ``turn_ids``; NaN where a turn has none.
+    ``positions``: what :func:`_positions` gives for these ids (kept by the caller)."""
     out = np.full(len(turn_ids), np.nan)
     if len(ids) == 0:
         return out
+    found, source = _positions(turn_ids, ids) if positions is None else positions
+    out[found] = values[source]
+    return out
+
+
+def _positions(turn_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``turn_ids`` are among ``ids`` (a mask) and, for those, where in ``ids``."""
+    if len(ids) == 0:
+        return np.zeros(len(turn_ids), dtype=bool), np.zeros(0, dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     at = np.minimum(np.searchsorted(sorted_ids, turn_ids), len(ids) - 1)
     found = sorted_ids[at] == turn_ids
-    out[found] = values[order[at[found]]]
-    return out
+    return found, order[at[found]]
 
 
 def score_turns(idx: _SessionIndex, query: str,
@@ -337,7 +369,7 @@ def score_turns(idx: _SessionIndex, query: str,
         bm[pos] += idf * tf * (K1 + 1) / (tf + K1 * norm)
     s = bm / bm.max() if bm.max() > 0 else bm
     if dense is not None and len(dense[0]):
-        cos = _aligned(turn_ids, *dense)
+        cos = _aligned(turn_ids, *dense, positions=idx.dense_positions(dense[0]))
         known = ~np.isnan(cos)
         if known.any():
             lo, hi = float(np.nanmin(cos)), float(np.nanmax(cos))
@@ -345,7 +377,9 @@ def score_turns(idx: _SessionIndex, query: str,
             s = s + W_DENSE * dn
     mentions = date_mentions(query)
     if mentions:
-        closeness = np.array([date_closeness(mentions, d) for d in idx.days])
+        # A session's turns fall on few days: each day's closeness is computed once.
+        by_day = {d: date_closeness(mentions, d) for d in set(idx.days)}
+        closeness = np.array([by_day[d] for d in idx.days])
         s = s * (1 + W_DATE * closeness)
     lowered = query.lower()
     named = [p for p in participants if re.search(r"\b" + re.escape(p.lower()) + r"\b", lowered)]
@@ -362,10 +396,8 @@ def score_turns(idx: _SessionIndex, query: str,
         after[:-d] = s[d:] * same
         near = np.maximum(near, np.maximum(before, after) / d)
     s = s + W_NEIGHBOUR * near
-    order = np.argsort(sittings, kind="stable")
-    boundaries = np.flatnonzero(np.diff(sittings[order])) + 1
     sitting_score = np.zeros(n)
-    for group in np.split(order, boundaries):
+    for group in idx.sitting_groups():
         top = np.sort(s[group])[::-1][:SITTING_TOP]
         sitting_score[group] = top.mean()
     return s + W_SITTING * sitting_score

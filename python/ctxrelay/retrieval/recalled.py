@@ -4,6 +4,7 @@ results, and a recalled question with its answer.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ctxrelay.retrieval.pricing import (
@@ -14,12 +15,12 @@ from ctxrelay.retrieval.pricing import (
     _used,
 )
 from ctxrelay.retrieval.units import Unit, _tool_call_ids
-from ctxrelay.retrieval.window import READ_CHUNK as _READ_CHUNK
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 from ctxrelay.types import Turn
 
+_RANKING_READ = 16      # turns per read along a ranking (about what one assembly offers)
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 
 def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
@@ -52,7 +53,6 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
     _used("index")
     offered, count = 0, 0
     loaded: dict[int, Turn] = {}
-    older: list[int] | None = None
     direct: set[str] = set()        # candidates this ranking scores (not marked below)
     ids, scores = ranked.ids, ranked.scores
     budget = retrieve_tokens
@@ -72,15 +72,15 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
                 count += 1
             continue
         if turn_id not in loaded:
-            # One read for the next stretch of the ranking, not one per turn.
-            if older is None:
-                older = [t for t in ids if t < window_start]
-            pos = older.index(turn_id)
-            # Turns the memo of plain turns already holds need no read (it answers them
-            # when their turn comes), so the read holds only what will be used.
+            # One read for the next stretch of the ranking (its next turns older than
+            # the window), not one per turn.  Turns the memo of plain turns already
+            # holds need no read (it answers them when their turn comes), so the read
+            # holds only what will be used.
             priced = _priced_memo(stores)
             tkey = _TOKENIZER_KEY.get()
-            batch = [turn_id] + [t for t in older[pos + 1:pos + _READ_CHUNK]
+            ahead = itertools.islice((t for t in itertools.islice(ids, at + 1, None)
+                                      if t < window_start), _RANKING_READ - 1)
+            batch = [turn_id] + [t for t in ahead
                                  if t not in loaded and (session_id, t, tkey) not in priced]
             loaded.update((t.turn_id, t) for t in store.turns(session_id, batch))
         turn = loaded[turn_id]

@@ -30,7 +30,9 @@ called damaged: another process may have grown the file since.  Where
 Not covered: a write transaction's own dirty pages live in heap memory, not
 in the map (a record there was written or touched in this transaction and is
 read unchecked); duplicates of a dupsort key are checked as the one node that
-holds them (their own, at most 511-byte, sizes are LMDB's to check); damage
+holds them (their own, at most 511-byte, sizes are LMDB's to check), once for
+all of them when they are read as one block (:meth:`BoundedCursor.dup_block`, a
+term's postings); damage
 that LMDB itself reads before returning (a node offset pointing past the file)
 is not reachable from Python.  Little-endian hosts only (the node header is
 read as one u64), as LMDB's own files are not portable across byte orders.
@@ -38,13 +40,14 @@ read as one u64), as LMDB's own files are not portable across byte orders.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
 
 from ctxrelay.errors import CorruptStoreError
 
-__all__ = ["address_of", "MapBounds", "BoundedTxn", "BoundedCursor"]
+__all__ = ["address_of", "MapBounds", "BoundedTxn", "BoundedCursor", "dup_block"]
 
 
 # -- the address of a memoryview's bytes ---------------------------------------------------
@@ -341,6 +344,21 @@ class BoundedCursor:
             value = bytes(raw.value())
             yield (bytes(key_view), value) if keys else value
 
+    def dup_block(self, size: int, *, newest: int | None = None) -> bytes:
+        """The duplicates (``size`` bytes each, a dupfixed database) of the key the
+        cursor is on, joined in their order; with ``newest`` only the last ``newest``.
+
+        Every duplicate is reached through the one node that holds them (its key is
+        the key each step returns), so the node is checked once, not once per
+        duplicate as :meth:`iternext_dup` would repeat the same check: a frequent
+        term's postings are a thousand duplicates of one key.
+        """
+        view = self.raw.key()
+        if not len(view):
+            return b""
+        self._bounds.check_node(view, self._namer, self._db, write=self._write)
+        return _dup_block(self.raw, bytes(view), size, newest)
+
     def iternext(self, keys: bool = True, values: bool = True) -> Iterator[Any]:
         return self._each(self.raw.iternext(keys=True, values=False), keys, values)
 
@@ -394,3 +412,43 @@ class BoundedCursor:
 
     def __getattr__(self, name: str) -> Any:   # delete, put, count, set_key_dup...
         return getattr(self.raw, name)
+
+
+def dup_block(cursor: Any, size: int, *, newest: int | None = None) -> bytes:
+    """``cursor.dup_block(size, newest=)`` for a checked cursor (bounded or framed), or
+    the same read step by step from a plain py-lmdb cursor (a caller's own transaction)."""
+    checked = getattr(type(cursor), "dup_block", None)   # the class's: no __getattr__ relay
+    if checked is not None:
+        return checked(cursor, size, newest=newest)
+    if newest is None:
+        return b"".join([bytes(v) for v in cursor.iternext_dup(keys=False, values=True)])
+    cursor.last_dup()
+    return b"".join([bytes(v) for v in itertools.islice(
+        cursor.iterprev_dup(keys=False, values=True), newest)][::-1])
+
+
+#: A bounded read takes every duplicate in one call (LMDB's GET_MULTIPLE, in C) while
+#: they are at most this many times the ``newest`` asked for; past that it steps back
+#: through the newest only (a term in every turn of a long session).
+_BULK_OVERREAD = 8
+
+
+def _dup_block(raw: Any, key: bytes, size: int, newest: int | None) -> bytes:
+    """The duplicates of ``key``, on which ``raw`` stands (see BoundedCursor.dup_block)."""
+    count = raw.count()
+    if newest is None or count <= newest * _BULK_OVERREAD:
+        import numpy as np
+        # keyfixed: one packed buffer of (key, value) rows, copied out of the map by LMDB
+        packed = raw.getmulti([key], dupdata=True, dupfixed_bytes=size, keyfixed=True)
+        stride = len(key) + size
+        if len(packed) == count * stride:
+            take = count if newest is None else min(newest, count)
+            rows = np.frombuffer(packed, dtype=np.uint8).reshape(count, stride)
+            return rows[count - take:, len(key):].tobytes()
+        raw.set_key(key)          # not the rows counted: step through them as below
+        if newest is None:
+            return b"".join([bytes(v) for v in raw.iternext_dup(keys=False, values=True)])
+    raw.last_dup()
+    # A buffers=True view lives only as long as its step: each is copied as read.
+    return b"".join([bytes(v) for v in itertools.islice(
+        raw.iterprev_dup(keys=False, values=True), newest)][::-1])

@@ -36,7 +36,6 @@ Ties are broken by the higher doc_id (for transcripts: the more recent turn).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import re
 import struct
@@ -53,6 +52,7 @@ if TYPE_CHECKING:     # numpy loads on the first ranked query: listing or readin
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.base import prefixed
+from ctxrelay.storage.lmdb.bounds import dup_block
 
 K1 = 1.2
 B = 0.75
@@ -139,7 +139,7 @@ class TextIndex:
         # bound): a conversation asks about the same words turn after turn, and reading
         # and verifying a frequent term's 1,024 postings was most of a search.  Only
         # read-only snapshots fill it (see search), so an id names one unchanging state.
-        self._kept: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+        self._kept: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self._kept_lock = threading.Lock()
 
     def handles(self) -> dict[bytes, Any]:
@@ -299,10 +299,17 @@ class TextIndex:
         import numpy as np
         ids, scores = self._scores(txn, namespace, query, max_postings, snapshot)
         # Best first, ties: the newest document (the larger id).
-        order = np.lexsort((-ids, -scores))
         if accept is None:
-            order = order[:k]
+            if 0 < k < len(scores):
+                # Only the documents scoring at least the k-th best can be among the
+                # k best: sort those (ties at the k-th included), not all of them.
+                kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+                top = np.flatnonzero(scores >= kth)
+                order = top[np.lexsort((-ids[top], -scores[top]))][:k]
+            else:
+                order = np.lexsort((-ids, -scores))[:k]
             return list(zip(ids[order].tolist(), scores[order].tolist()))
+        order = np.lexsort((-ids, -scores))
         accepted: list[tuple[int, float]] = []
         for doc_id, score in zip(ids[order].tolist(), scores[order].tolist()):
             if len(accepted) >= k:
@@ -317,7 +324,7 @@ class TextIndex:
         """BM25 scores of the documents holding a query term: ``(doc ids, scores)``.
 
         With ``max_postings`` each term contributes its newest postings only
-        (doc ids descending): a frequent term's list then costs a bounded read
+        (the largest doc ids): a frequent term's list then costs a bounded read
         however long the history grows, while rare, discriminative terms,
         whose lists are short, are read whole.  idf still uses the full
         document frequency.  The arithmetic is numpy's over the raw postings
@@ -333,40 +340,60 @@ class TextIndex:
         avgdl = stats.avgdl
         prefix = _U64.pack(namespace)
         cursor = txn.cursor(db=self._post)
-        parts: list[bytes] = []
-        idfs: list[np.ndarray] = []
+        doc_parts: list[np.ndarray] = []
+        contrib_parts: list[np.ndarray] = []
         for term in terms:
             key = (snapshot, namespace, term, max_postings)
             found = self._kept.get(key) if snapshot is not None else None
             if found is None:
                 if not cursor.set_key(prefix + _term_bytes(term)):
-                    found = (b"", 0)
+                    found = _NO_POSTINGS
                 else:
                     df = cursor.count()
-                    if max_postings is not None and df > max_postings:
-                        cursor.last_dup()
-                        values = list(itertools.islice(
-                            cursor.iterprev_dup(keys=False, values=True), max_postings))
-                    else:
-                        values = list(cursor.iternext_dup(keys=False, values=True))
-                    found = (b"".join(values), df)
+                    newest = max_postings if max_postings is not None and df > max_postings \
+                        else None
+                    found = _term_scores(dup_block(cursor, _POSTING.size, newest=newest),
+                                         bm25_idf(stats.doc_count, df), avgdl)
                 if snapshot is not None:
                     with self._kept_lock:
                         keep(self._kept, key, found, _KEPT_TERMS)
-            raw, df = found
-            if not df:
-                continue
-            parts.append(raw)
-            idfs.append(np.full(len(raw) // _POSTING.size,
-                                bm25_idf(stats.doc_count, df)))
-        if not parts:
+            if len(found[0]):
+                doc_parts.append(found[0])
+                contrib_parts.append(found[1])
+        if not doc_parts:
             return empty
-        post = np.frombuffer(b"".join(parts), dtype=np.dtype(_POSTING_FIELDS))
-        tf = post["tf"].astype(np.float64)
-        norm = 1.0 - B + B * (post["len"] / avgdl if avgdl else 0.0)
-        contrib = np.concatenate(idfs) * (tf * (K1 + 1.0) / (tf + K1 * norm))
-        ids, inverse = np.unique(post["doc"].astype(np.int64), return_inverse=True)
-        return ids, np.bincount(inverse, weights=contrib, minlength=len(ids))
+        ids, inverse = _unique_runs(np, np.concatenate(doc_parts))
+        return ids, np.bincount(inverse, weights=np.concatenate(contrib_parts),
+                                minlength=len(ids))
+
+
+def _unique_runs(np: Any, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(docs, return_inverse=True)`` for ``docs`` made of a few ascending
+    runs (each term's postings are in doc id order): a stable sort merges the runs
+    (timsort) where unique's quicksort sorts from scratch; the answer is the same."""
+    perm = np.argsort(docs, kind="stable")
+    ordered = docs[perm]
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(docs), dtype=np.intp)
+    inverse[perm] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
+#: What a term without postings contributes (kept like any other term's scores).
+_NO_POSTINGS: tuple[Any, Any] = ((), ())
+
+
+def _term_scores(raw: bytes, idf: float, avgdl: float) -> tuple[np.ndarray, np.ndarray]:
+    """One term's postings (``raw``, packed) as doc ids and their BM25 contributions:
+    numpy's arithmetic over the whole list, kept per snapshot (its idf and average
+    document length are the snapshot's)."""
+    import numpy as np
+    post = np.frombuffer(raw, dtype=np.dtype(_POSTING_FIELDS))
+    tf = post["tf"].astype(np.float64)
+    norm = 1.0 - B + B * (post["len"] / avgdl if avgdl else 0.0)
+    return post["doc"].astype(np.int64), idf * (tf * (K1 + 1.0) / (tf + K1 * norm))
 
 
 def _totals(records: IndexRecords) -> tuple[int, int]:
