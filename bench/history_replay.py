@@ -1,9 +1,10 @@
 """The history stage (``recalled._retrieve``) alone, replayed, in thread CPU.
 
-    PYTHONPATH=$PWD/python .venv/bin/python bench/history_replay.py STORE_DIR [REPS]
+    .venv/bin/python bench/history_replay.py STORE_DIR [--reps 3]
 
-Runs the 60 assemblies ``/work/tools/cprof.py`` runs (same messages, side threads off)
-and captures each call of the history stage with its inputs and state (the units and
+STORE_DIR is a store ``e2e_bench.py`` built (``--store-cache DIR`` keeps them under
+``DIR/new/store-N``; session ``s``).  Runs 60 assemblies (``e2e_bench``'s questions,
+seed 7, side threads off, after 5 to warm up) and captures each call of the history stage with its inputs and state (the units and
 groups so far, the memo of priced turns, the context variables); then replays each
 call REPS times (default 3) from that state and sums the least thread CPU of each.
 Thread CPU and the minimum keep a shared machine's load out of the figure better
@@ -19,6 +20,7 @@ the same digest on the same store offered the same candidates.
 """
 from __future__ import annotations
 
+import argparse
 import contextvars
 import copy
 import hashlib
@@ -40,7 +42,15 @@ from ctxrelay.retrieval import pricing  # noqa: E402
 
 
 def main() -> None:
-    store, reps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("store", help="a store e2e_bench.py built (session 's')")
+    ap.add_argument("--reps", type=int, default=3, help="replays of each call (least taken)")
+    args = ap.parse_args()
+    if not Path(args.store).is_dir():
+        ap.error(f"{args.store} is not a store directory; build one with "
+                 "bench/e2e_bench.py --sizes 100000 --store-cache DIR")
+    store, reps = args.store, args.reps
     candidates.TIER_P_BESIDE_RECALL = False
     candidates.RECALL_BESIDE_ANALYSIS = False
     calls = []

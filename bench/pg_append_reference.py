@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from ctxrelay.errors import KeyConflictError
-from ctxrelay.storage.lmdb.transcript.records import Counters
+from ctxrelay.storage.common.transcript.records import Counters
 from ctxrelay.storage.postgres import textindex
 
 _SESSION = "num, counters, archived"

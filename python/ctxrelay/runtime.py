@@ -408,7 +408,7 @@ class Runtime:
         text = self._call("ctxrelay:transcript_export(St, S, X)", S=session_id)["X"]
         if dest is None:
             return text
-        from ctxrelay.storage.lmdb.transcript.jsonl import write_text
+        from ctxrelay.storage.common.transcript.jsonl import write_text
         write_text(dest, text)      # atomic; a bad dest is InvalidPathError, no .tmp left
         return None
 

@@ -26,7 +26,7 @@ import numpy as np
 from ctxrelay.knowledge.labels import LabelPositions
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
 from ctxrelay.storage.interfaces.facts import community_label
-from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.text.bm25 import tokenize
 
 __all__ = ["VectorIndex", "Adjacency", "anchor_reach", "anchor_links", "argsort_keys", "leiden",
            "community_keywords", "label_of", "fsync_dir"]

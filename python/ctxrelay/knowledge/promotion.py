@@ -53,7 +53,7 @@ import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.memo import keep
-from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.text.bm25 import tokenize
 from ctxrelay.types import Turn
 
 __all__ = ["Promotion", "Naming", "promote_after_turn", "promote_scratch_entry",

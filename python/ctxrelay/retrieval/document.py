@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ctxrelay.knowledge.scope import visible_to
-from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.text.bm25 import tokenize
 
 
 def _terms(text: str) -> set[str]:

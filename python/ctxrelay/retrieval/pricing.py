@@ -16,8 +16,8 @@ from typing import Any
 
 from ctxrelay.memo import keep
 from ctxrelay.retrieval.units import Unit, _message_for_turn, _tool_call_ids
-from ctxrelay.storage.lmdb.textindex import tokenize
-from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.text.bm25 import tokenize
+from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 from ctxrelay.types import Turn
@@ -33,9 +33,9 @@ _STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
     contextvars.ContextVar("stored_counts_model", default=None)
 
 
-def _stored_counts_model(store: TranscriptStore, model: str | tok.Tokenizer) -> Any:
+def _stored_counts_model(store: Transcript, model: str | tok.Tokenizer) -> Any:
     """``model`` when the store counted turns with its exact vocabulary, else None."""
-    from ctxrelay.storage.lmdb.transcript import DEFAULT_TOKENIZER
+    from ctxrelay.storage.common.transcript.records import DEFAULT_TOKENIZER
     tokenizer = tok.resolve(model)
     if store.tokenizer_name == DEFAULT_TOKENIZER and tokenizer.exact \
             and tokenizer.name == "cl100k_base":

@@ -42,7 +42,7 @@ import numpy as np
 import snowballstemmer
 
 from ctxrelay.retrieval.prepared import prepared
-from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.text.bm25 import tokenize
 from ctxrelay.types import Turn
 from ctxrelay.text.bounds import derived_text
 

@@ -15,7 +15,7 @@ from ctxrelay.retrieval.pricing import (
     _used,
 )
 from ctxrelay.retrieval.units import Unit, _tool_call_ids
-from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 from ctxrelay.types import Turn
@@ -164,7 +164,7 @@ def _add_with_tool_family(stores: Stores, session_id: str, turn: Turn, kind: str
     return added
 
 
-def _tool_family(store: TranscriptStore, session_id: str, turn: Turn) -> list[Turn]:
+def _tool_family(store: Transcript, session_id: str, turn: Turn) -> list[Turn]:
     """A tool call with all its results (providers reject a call without them), or the turn alone."""
     call = turn
     if turn.role == "tool":

@@ -14,7 +14,7 @@ from typing import Any
 from ctxrelay.retrieval.prepared import prepared
 from ctxrelay.retrieval.pricing import _STORE_USED, _used
 from ctxrelay.retrieval.units import Unit, _message_for_turn
-from ctxrelay.storage.lmdb.transcript import TranscriptStore
+from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.stores import Stores
 from ctxrelay.types import Turn
 
@@ -153,7 +153,7 @@ def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
             groups.append([f"t{call_owner[call_id]}", unit.id])
 
 
-def _range_tokens(store: TranscriptStore, session_id: str, first: int, last: int,
+def _range_tokens(store: Transcript, session_id: str, first: int, last: int,
                   history_end: int) -> int:
     """Tokens of turns first..last from the stored counters (no scan of the prefix)."""
     total = store.stats(session_id).tokens

@@ -377,6 +377,37 @@ class TurnLogBase:
         prog = self._progress(session_id)
         return None if prog is None else prog.get("active_thread")
 
+    def nearest(self, session_id: str, vec: np.ndarray, *, k: int,
+                before: int) -> list[tuple[int, float]]:
+        """The ``k`` turns before ``before`` most similar to ``vec`` (dot product).
+
+        Scans the latest ``DENSE_WINDOW`` turns' vectors, kept in a per-process
+        matrix that grows with new turns (bounded work per call).
+        """
+        ids, matrix = self._matrix(session_id)
+        if not len(ids):
+            return []
+        mask = ids < before
+        if not mask.any():
+            return []
+        # Score the whole window and mask the scores: indexing the matrix by
+        # the mask would copy it (8 MB at 2,000 x 1,024) on every call.
+        sims = matrix @ vec.astype(np.float32)
+        if not mask.all():
+            sims, cand = sims[mask], ids[mask]
+        else:
+            cand = ids
+        k = min(k, len(cand))
+        top = np.argpartition(-sims, k - 1)[:k]
+        order = top[np.argsort(-sims[top], kind="stable")]
+        return [(int(cand[i]), float(sims[i])) for i in order]
+
+    def dense_window(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(turn ids, vectors)`` of the session's latest ``DENSE_WINDOW`` derived
+        turns, one row per id, oldest first (kept in memory between calls and
+        grown with new turns).  The arrays are shared: do not modify them."""
+        return self._matrix(session_id)
+
     def _matrix(self, session_id: str) -> tuple[np.ndarray, np.ndarray]:
         """``(turn ids, vectors)`` of the session's latest :data:`DENSE_WINDOW` derived
         turns, kept per process and topped up with the turns derived since."""

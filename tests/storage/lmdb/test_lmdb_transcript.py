@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxrelay.storage.lmdb import transcript
-from ctxrelay.storage.lmdb.transcript import records as transcript_records
+from ctxrelay.storage.common.transcript import records as transcript_records
 from ctxrelay.storage.lmdb.transcript import store as transcript_store
 from ctxrelay.errors import (
     ArchivedSessionError,

@@ -74,7 +74,7 @@ def _check_search(rt: Any, session_id: str, turns: list[Any], derived_problems: 
                   problems: list[str]) -> str:
     """The newest indexable turn must come back for its own longest words."""
     from ctxrelay.errors import CtxRelayError
-    from ctxrelay.storage.lmdb.textindex import tokenize
+    from ctxrelay.text.bm25 import tokenize
     for t in reversed(turns[-50:]):
         terms = sorted(set(tokenize(t.content)), key=lambda w: (-len(w), w))[:8]
         if not terms:

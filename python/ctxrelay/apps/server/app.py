@@ -216,7 +216,7 @@ def _warm_up(_rt: Runtime | None = None) -> None:
     ~1 s on a loaded machine)."""
     started = time.monotonic()
     try:
-        from ctxrelay.storage.lmdb.transcript.records import load_encoding
+        from ctxrelay.storage.common.transcript.records import load_encoding
         from ctxrelay.text import embed
         load_encoding()
         embed.get_embedder().embed_batch(["warm up"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ctxrelay.errors import InvalidArgumentError
 
-from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
+from ctxrelay.storage.common.transcript.records import DEFAULT_MAX_TURN_BYTES
 
 from .config import (DEFAULT_SESSION_QUEUE, DEFAULT_SESSION_WAIT, DEFAULT_THREADS,
                      DEFAULT_TIMEOUT, POLICY_FLAGS, ServerConfig)

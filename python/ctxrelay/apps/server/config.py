@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.lmdb.transcript import DEFAULT_MAX_TURN_BYTES
+from ctxrelay.storage.common.transcript.records import DEFAULT_MAX_TURN_BYTES
 
 SESSION_HEADER = "CRP-Session-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"

@@ -22,25 +22,16 @@ Sub-databases (their names start with ``prefix``, default ``"ix"``):
 ``<prefix>.ns``    Key: namespace.  Value: document count (u64) + total length
                    (u64), from which the average document length comes.
 
-Tokenisation (:func:`tokenize`): NFKC-normalise, casefold, take ``\\w+`` runs
-(Unicode-aware, so digits and ``_`` belong to words), drop a small English
-stopword list (Lucene's).  No stemming: exact word forms keep identifiers and
-code names precise, and query and document go through the same function.  A run
-of CJK ideographs is one word (no segmentation).
-
-Scoring is Okapi BM25 with k1 = 1.2, b = 0.75 and the non-negative idf
-``ln(1 + (N - df + 0.5) / (df + 0.5))``; each distinct query term counts once.
+Tokenisation and scoring are :mod:`ctxrelay.text.bm25`'s (re-exported here):
+Okapi BM25 with k1 = 1.2, b = 0.75, each distinct query term counted once.
 A document with no index terms still counts in N and in the average length.
 Ties are broken by the higher doc_id (for transcripts: the more recent turn).
 """
 from __future__ import annotations
 
 import hashlib
-import math
-import re
 import struct
 import threading
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,17 +44,8 @@ from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.base import prefixed
 from ctxrelay.storage.lmdb.bounds import dup_block
+from ctxrelay.text.bm25 import B, K1, STOPWORDS, bm25_idf, bm25_term, tokenize  # noqa: F401
 
-K1 = 1.2
-B = 0.75
-
-#: Lucene's English stopword set.
-STOPWORDS: frozenset[str] = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such "
-    "that the their then there these they this to was will with".split()
-)
-
-_WORD = re.compile(r"\w+", re.UNICODE)
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _POSTING = struct.Struct(">QII")      # doc_id, term frequency, document length
@@ -76,23 +58,6 @@ _U64_MAX = 2**64 - 1
 
 #: Number of named sub-databases one index needs (for ``lmdb.open(max_dbs=)``).
 DB_COUNT = 3
-
-
-def tokenize(text: str) -> list[str]:
-    """Index terms of ``text`` in order, with repeats (see the module doc)."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return [w for w in _WORD.findall(folded) if w not in STOPWORDS]
-
-
-def bm25_idf(doc_count: int, doc_freq: int) -> float:
-    """The non-negative BM25 idf used by :meth:`TextIndex.search`."""
-    return math.log(1.0 + (doc_count - doc_freq + 0.5) / (doc_freq + 0.5))
-
-
-def bm25_term(tf: int, doc_len: int, avgdl: float) -> float:
-    """The tf part of one term's BM25 score in one document."""
-    norm = 1.0 - B + B * (doc_len / avgdl if avgdl else 0.0)
-    return tf * (K1 + 1.0) / (tf + K1 * norm)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.storage.lmdb.textindex import B, K1, bm25_idf, tokenize
+from ctxrelay.text.bm25 import B, K1, bm25_idf, tokenize
 
 __all__ = ["doc_terms", "term_key", "scores", "index_add", "query_terms", "collect",
            "POSTINGS_OF_TERMS", "ranked"]

@@ -34,13 +34,13 @@ from typing import Any
 from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, KeyConflictError,
                              SessionExistsError, StoreError, UnknownSessionError,
                              UnknownTurnError)
-from ctxrelay.storage.lmdb.transcript import jsonl
-from ctxrelay.storage.lmdb.transcript.derived import DerivedReport
-from ctxrelay.storage.lmdb.transcript.records import (Counters, Pending, TokenCounter,
+from ctxrelay.storage.common.transcript import jsonl
+from ctxrelay.storage.common.transcript.records import (DEFAULT_MAX_TURN_BYTES,
+                                                      SEARCH_MAX_POSTINGS, Counters,
+                                                      DerivedReport, Pending, TokenCounter,
                                                       check_range, check_search, hit_of,
                                                       role_list)
-from ctxrelay.storage.lmdb.transcript.shared import TranscriptBase
-from ctxrelay.storage.lmdb.transcript.store import DEFAULT_MAX_TURN_BYTES, SEARCH_MAX_POSTINGS
+from ctxrelay.storage.common.transcript.base import TranscriptBase
 from ctxrelay.storage.postgres import textindex
 from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation

@@ -25,7 +25,6 @@ import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage import turnlog_derivation as derivation
-from ctxrelay.storage.lmdb.turnlog import TurnLog
 from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
 from ctxrelay.storage.turnlog_derivation import (DerivedTurn, ThreadInfo, TurnLogBase,
@@ -233,11 +232,6 @@ class PgTurnLog(TurnLogBase, PgPart):
             "SELECT turn_id, vector FROM turnlog_turns WHERE session_id = %s "
             "AND turn_id = ANY(%s)", (session_id, ids)).fetchall())
         return {t: _vec(v) for t, v in rows}
-
-    # nearest / dense_window: the embedded log's bounded in-memory window, filled
-    # from these tables (the same arithmetic, so the same neighbours).
-    nearest = TurnLog.nearest
-    dense_window = TurnLog.dense_window
 
     def coverage(self, session_id: str) -> tuple[int, int, int]:
         def read(cur: Any) -> tuple[int, int, int]:

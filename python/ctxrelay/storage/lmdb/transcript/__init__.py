@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from ctxrelay.errors import InvalidSessionIdError  # noqa: F401  (re-exported, as before)
 from ctxrelay.storage.lmdb.transcript.derived import DerivedReport
-from ctxrelay.storage.lmdb.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
+from ctxrelay.storage.common.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
                                                       FORMAT, TokenCounter,
                                                       default_token_counter, estimate_tokens)
 from ctxrelay.storage.lmdb.transcript.store import (DEFAULT_MAX_TURN_BYTES, ENV_DIRNAME,

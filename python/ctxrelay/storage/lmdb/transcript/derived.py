@@ -7,29 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxrelay.storage.lmdb.textindex import IndexRecords, TextIndex
-from ctxrelay.storage.lmdb.transcript.records import U64, Counters, Pending, SessionRecord
+from ctxrelay.storage.common.transcript.records import (U64, Counters, DerivedReport, Pending,
+                                                        SessionRecord)
 from ctxrelay.storage.validation import sha256
 from ctxrelay.types import Turn
 
 __all__ = ["DerivedReport", "Derived", "expected_derived", "derived_problems"]
-
-
-@dataclass(frozen=True)
-class DerivedReport:
-    """What :meth:`TranscriptStore.check_derived` found for one session.
-
-    ``problems`` are human-readable disagreements between the derived
-    records and the turns; ``repairable`` is False when the turns
-    themselves are damaged (then nothing is derived or rewritten).
-    """
-
-    session_id: str
-    problems: tuple[str, ...]
-    repairable: bool
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 @dataclass

