@@ -13,8 +13,7 @@ from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.storage.turnlog_derivation import session_embedder
-
-STATE_FIELDS = ("established", "open_questions", "user_constraints")
+from ctxrelay.text.threads import STATE_FIELDS
 
 
 def _embedder(name: Any) -> Any:

@@ -45,11 +45,13 @@ def gate(entry: ScratchEntry, now: float | datetime | None = None, *,
 
 def freshness_header(entry: ScratchEntry, now: float | datetime | None = None) -> str:
     """The ``CRP-Context-Scratch-Freshness`` value: ``fresh`` or
-    ``stale; age=240s; class=VOLATILE``."""
-    age = seconds(now) - entry.created
-    if entry.freshness_ttl is None or age <= entry.freshness_ttl:
-        return "fresh"
-    return f"stale; age={int(age)}s; class={entry.freshness}"
+    ``stale; age=240s; class=VOLATILE``.  Stale is what the gate says."""
+    moment = seconds(now)
+    return _header(entry, moment - entry.created, gate(entry, moment))
+
+
+def _header(entry: ScratchEntry, age: float, action: str) -> str:
+    return "fresh" if action == "fresh" else f"stale; age={int(age)}s; class={entry.freshness}"
 
 
 def render(entry: ScratchEntry, now: float | datetime | None = None, *,
@@ -68,7 +70,7 @@ def render(entry: ScratchEntry, now: float | datetime | None = None, *,
                 f"\n{entry.summary}")
     else:
         text = None
-    return Rendered(action=action, text=text, header=freshness_header(entry, moment), age=age)
+    return Rendered(action=action, text=text, header=_header(entry, age, action), age=age)
 
 
 def _age_words(seconds: float) -> str:
