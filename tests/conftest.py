@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from support import LAUNCHER, ROOT, mounted_tmpfs, run_swipl  # noqa: F401  (re-exported)
 
@@ -25,6 +26,14 @@ def python_path_env() -> dict[str, str]:
 
 
 __all__ = ["ROOT", "LAUNCHER", "mounted_tmpfs", "run_swipl"]
+
+
+# Property tests draw the same examples on every run (the suite is deterministic: a
+# red CI is a change's fault, not the draw's).  HYPOTHESIS_PROFILE=explore draws
+# fresh examples, many more of them, to look for cases the fixed draw misses.
+settings.register_profile("fixed", derandomize=True, print_blob=True)
+settings.register_profile("explore", max_examples=1000, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 # -- a PostgreSQL and a Redis of the test's own (tests/private_services.py) ------------

@@ -11,6 +11,7 @@ were filled.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,12 +87,24 @@ def test_anchor_reach_sorted_once_equals_the_walk_layer_by_layer(seed, n, n_a, o
     adj = Adjacency.from_edges(src, dst, w) if src else Adjacency(
         np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0))
     if overlay:
-        adj.set_rows({int(x): (rng.integers(0, n, size=3).tolist(), [0.5, 0.25, 0.5])
+        adj.set_rows({int(x): (rng.choice(n, size=min(3, n), replace=False).tolist(),
+                               [0.5, 0.25, 0.5][:min(3, n)])
                       for x in rng.integers(0, n, size=3)})
     anchors = rng.choice(n + 5, size=min(n_a, n), replace=False).tolist()
     got, want = anchor_reach(adj, anchors, hops), _reach_by_layers(adj, anchors, hops)
     for g, x in zip(got, want):
         assert g.dtype == x.dtype and g.shape == x.shape and (g == x).all()
+
+
+def test_a_row_that_lists_a_neighbour_twice_is_refused():
+    """Both walks keep one product per pair because a row lists a neighbour once
+    (seed 0, n 5 drew [3, 3, 1] and the walks disagreed); set_rows refuses such a row
+    and one whose weights do not match its neighbours, and keeps the rows it had."""
+    adj = Adjacency.from_edges([0, 1], [1, 0], [0.5, 0.5])
+    for bad in ({2: ([3, 3, 1], [0.5, 0.25, 0.5])}, {2: ([3, 1], [0.5])}):
+        with pytest.raises(ValueError, match="row 2"):
+            adj.set_rows(bad)
+        assert adj.row(2)[0].tolist() == [] and adj.row(0)[0].tolist() == [1]
 
 
 # -- recency on arrays -----------------------------------------------------------------------

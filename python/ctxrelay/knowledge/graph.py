@@ -451,10 +451,23 @@ class Adjacency:
         return _EMPTY_I, _EMPTY_F
 
     def set_rows(self, rows: Mapping[int, tuple[Sequence[int], Sequence[float]]]) -> None:
-        """Replace rows (an empty row removes the node's neighbours)."""
+        """Replace rows (an empty row removes the node's neighbours).
+
+        A row lists each neighbour once, as stored edge rows do: the walks keep one
+        product per (node, anchor) pair on that promise, so a repeated neighbour is
+        refused here rather than answered differently by the two walks."""
+        checked = {}
         for label, (nbrs, weights) in rows.items():
-            self._over[int(label)] = (np.asarray(nbrs, dtype=np.int64),
-                                      np.asarray(weights, dtype=np.float32))
+            n = np.asarray(nbrs, dtype=np.int64)
+            w = np.asarray(weights, dtype=np.float32)
+            if n.shape != w.shape or n.ndim != 1:
+                raise ValueError(f"row {int(label)}: {n.size} neighbours but {w.size} weights; "
+                                 "give one weight per neighbour")
+            if len(np.unique(n)) != len(n):
+                raise ValueError(f"row {int(label)} lists a neighbour twice ({n.tolist()}); "
+                                 "merge the duplicate edges (keep the larger weight) first")
+            checked[int(label)] = (n, w)
+        self._over.update(checked)
         self._over_keys = None
         if len(self._over) > max(1000, len(self._labels) // 20):
             self.compact()
