@@ -145,6 +145,29 @@ def test_a_lower_layer_never_imports_a_higher_one(low, high):
                 for t in ts if layer(t) == high]
 
 
+#: storage's back ends: each may use storage/common, storage/interfaces and the
+#: modules at storage's top, never another back end's package (a shared part moves to
+#: storage/common, as the transcript's, scratch buffer's and facts' state did).
+BACK_ENDS = ("lmdb", "postgres", "redis", "memory")
+
+
+@pytest.mark.parametrize("backend", BACK_ENDS)
+def test_a_back_end_never_imports_another(backend):
+    me = f"ctxrelay.storage.{backend}"
+    assert any(m == me or m.startswith(me + ".") for m in MODULES), f"no package {me}"
+    others = [f"ctxrelay.storage.{b}" for b in BACK_ENDS if b != backend]
+    crossing = sorted((m, t) for m, ts in GRAPH.items() if m == me or m.startswith(me + ".")
+                      for t in ts for o in others if t == o or t.startswith(o + "."))
+    assert not crossing, f"{backend} imports another back end's modules: {crossing}"
+
+
+def test_common_storage_imports_no_back_end():
+    crossing = sorted((m, t) for m, ts in GRAPH.items()
+                      if m.startswith("ctxrelay.storage.common") for t in ts
+                      for b in BACK_ENDS if t.startswith(f"ctxrelay.storage.{b}"))
+    assert not crossing, f"storage/common imports a back end: {crossing}"
+
+
 def test_there_is_no_import_cycle():
     # Tarjan's strongly connected components over the module graph.
     index: dict[str, int] = {}

@@ -20,7 +20,7 @@ from ctxrelay.storage.interfaces.facts import (TRANSITIONS, EmbeddingModelMismat
                                                FactReader, FactTable, HeadArrays, Linker,
                                                NamespaceState, SourceRecord,
                                                StatusTransitionError, Written, iso_time)
-from ctxrelay.storage.lmdb import factcodec as codec
+from ctxrelay.storage.common import factstate
 
 __all__ = ["SnapshotReads", "FactWrites", "NamespaceSteps", "configured", "check_transition",
            "still_due", "source_record"]
@@ -152,7 +152,7 @@ class NamespaceSteps:
             d -= old
         if new is not None:
             d += new
-        self.ns_info["digest"] = format(d % codec.DIGEST_MOD, "x")
+        self.ns_info["digest"] = format(d % factstate.DIGEST_MOD, "x")
 
 
 def configured(where: str, found: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +184,7 @@ def still_due(now: float) -> Callable[[str, dict[str, Any]], bool]:
     """Whether a fact (its status and record) is still past its due time at ``now``:
     :meth:`expire` checks it again inside its write, as a write may have come first."""
     def check(status: str, rec: dict[str, Any]) -> bool:
-        due = codec.due_time(status, rec)
+        due = factstate.due_time(status, rec)
         return due is not None and now > due
     return check
 

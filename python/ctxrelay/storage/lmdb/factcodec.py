@@ -27,20 +27,19 @@ fact's seq, both u64)::
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import struct
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.interfaces.facts import (STATUSES, Fact, NamespaceState,
-                                               community_label, iso_time)
-from ctxrelay.types import copy_plain
+from ctxrelay.storage.common.factstate import (DIGEST_MOD, digest_component,  # noqa: F401
+                                              due_time, fresh_copy, namespace_state,
+                                              new_info, state_hash)
+from ctxrelay.storage.interfaces.facts import Fact, NamespaceState, community_label, iso_time
 
 FORMAT = b"ctxrelay.knowledge.fabric/1"
 DB_NAMES = (b"meta", b"ns", b"facts", b"ids", b"vectors", b"keys", b"edges", b"hidden",
@@ -57,7 +56,6 @@ BYTE_STATUS = {v: k for k, v in STATUS_BYTE.items()}
 ID_LEN = 36
 JSON_AT = ID_LEN + 1 + HEAD.size
 SHOW, HIDE = b"A", b"H"
-DIGEST_MOD = 1 << 256
 #: one ``facts`` value up to its JSON record, as numpy reads a scan of them
 HEAD_ROW = np.dtype([("id", f"S{ID_LEN}"), ("status", "S1"), ("importance", ">f8"),
                      ("modified", ">f8"), ("ttl", ">f8")])
@@ -159,40 +157,7 @@ def decode_fact(record: bytes, access: bytes | None, community: int | None, kws:
     return fact
 
 
-def fresh_copy(fact: Fact) -> Fact:
-    """A copy of a decoded fact with its own metadata dict: callers own what they get.
-    Built through ``__dict__``, not the constructor: a frozen dataclass sets each of
-    its twenty fields through ``object.__setattr__``, which costs more than the copy."""
-    out = object.__new__(Fact)
-    out.__dict__.update(fact.__dict__)
-    out.__dict__["metadata"] = copy_plain(dict(fact.metadata)) if fact.metadata else {}
-    return out
-
-
-def digest_component(fact_id: str, content_hash: str, status: str, modified: float) -> int:
-    """One fact's term of the namespace digest (a sum mod 2^256, SPEC-009 §6)."""
-    text = f"{fact_id}:{content_hash}:{status}:{modified!r}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
-
-
-def state_hash(model_id: str, namespace: str, info: Mapping[str, Any] | None) -> str:
-    digest, cdigest = (info["digest"], info["cdigest"]) if info else ("0", "")
-    text = f"crp-ckf-state/1|{model_id}|{namespace}|{digest}|{cdigest}"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 # -- the expiry index ----------------------------------------------------------------
-
-def due_time(status: str, rec: Mapping[str, Any]) -> float | None:
-    """When an ACTIVE fact with a TTL is past it (SPEC-009 §8.1): ``ingested_at + ttl``,
-    with ``ingested_at`` as a read returns it (ISO, microseconds), as expire always
-    compared it.  None for a fact the sweep never changes."""
-    ttl = rec.get("ttl_seconds")
-    if status != "ACTIVE" or ttl is None:
-        return None
-    # epoch_of(iso_time(t)) without the formatting (and without filling its cache)
-    return datetime.fromtimestamp(rec["ingested_at"], timezone.utc).timestamp() + ttl
-
 
 def due_bytes(due: float) -> bytes:
     """An f64 as 8 bytes that sort like the numbers (sign bit flipped, negatives
@@ -205,23 +170,6 @@ def due_of_bytes(raw: bytes) -> float:
     bits = U64.unpack(raw)[0]
     bits = bits ^ (1 << 63) if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
     return struct.unpack(">d", U64.pack(bits))[0]
-
-
-# -- namespaces -----------------------------------------------------------------------
-
-def new_info(nid: int) -> dict[str, Any]:
-    return {"id": nid, "gen": 0, "saved_gen": 0, "changed": 0, "adds": 0,
-            "digest": "0", "cdigest": "", "labels": {}, "edges": 0, "last_mod": 0.0,
-            "counts": {s: 0 for s in STATUSES}, "expiry": 1}
-
-
-def namespace_state(name: str, info: Mapping[str, Any]) -> NamespaceState:
-    return NamespaceState(
-        name=name, id=info["id"], gen=info["gen"], saved_gen=info["saved_gen"],
-        churn=info["changed"], pending=info["adds"], edges=info["edges"],
-        last_mod=info["last_mod"], counts=dict(info["counts"]),
-        communities=len(info["labels"]),
-        ef=None if info.get("ef") is None else int(info["ef"]))
 
 
 class RecordCache:

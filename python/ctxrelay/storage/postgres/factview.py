@@ -28,7 +28,7 @@ from ctxrelay.storage.interfaces.facts import (
     community_label,
     iso_time,
 )
-from ctxrelay.storage.lmdb import factcodec as codec
+from ctxrelay.storage.common import factstate
 from ctxrelay.storage.postgres.textindex import query_terms, ranked, scores
 
 __all__ = ["PgFactView", "as_uuid", "STATUS_CODE", "CODE_STATUS", "VISIBLE_CODES"]
@@ -113,7 +113,7 @@ class PgFactView:
         return sorted(r[0] for r in self.cur.execute("SELECT name FROM ckf_namespaces"))
 
     def state_hash(self, ns: str) -> str:
-        return codec.state_hash(self.model_id, ns, self.info(ns))
+        return factstate.state_hash(self.model_id, ns, self.info(ns))
 
     # -- facts ----------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from ctxrelay.storage.interfaces.facts import (
     UnknownFactError,
     epoch_of,
 )
-from ctxrelay.storage.lmdb import factcodec as codec
+from ctxrelay.storage.common import factstate
 from ctxrelay.storage.postgres.factview import (
     CODE_STATUS,
     STATUS_CODE,
@@ -58,7 +58,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
         self.added: list[tuple[int, str]] = []
         row = self._lock_row(ns)
         if row is None and create:
-            info = codec.new_info(0)
+            info = factstate.new_info(0)
             del info["id"]                       # the row's id column
             info.update(docs=0, doclen=0)
             cur.execute("INSERT INTO ckf_namespaces (name, info) VALUES (%s, %s) "
@@ -108,7 +108,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
         status = rec["status"]
         values = {"status": STATUS_CODE[status], "importance": rec["importance"],
                   "modified_at": rec["modified_at"], "ttl_seconds": rec.get("ttl_seconds"),
-                  "key": _key(rec.get("key")), "due": codec.due_time(status, rec),
+                  "key": _key(rec.get("key")), "due": factstate.due_time(status, rec),
                   "record": json.dumps(rec), **columns}
         sets = ", ".join(f"{name} = %s" for name in values)
         self.cur.execute(f"UPDATE ckf_facts SET {sets} WHERE seq = %s",
@@ -177,7 +177,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
         if old == status or (only_if is not None and not only_if(old, rec)):
             return False
         check_transition(fact_id, old, status)
-        old_c = codec.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
+        old_c = factstate.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
         rec["status"] = status
         rec["modified_at"] = self.tick(now)
         columns: dict[str, Any] = {}
@@ -186,7 +186,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
             columns = {"vector": None, "access_count": 0, "last_access": None,
                        "community": None}
         self.put_record(seq, rec, **columns)
-        self.redigest(old_c, codec.digest_component(fact_id, rec["content_hash"], status,
+        self.redigest(old_c, factstate.digest_component(fact_id, rec["content_hash"], status,
                                                     rec["modified_at"]))
         info["counts"][old] -= 1
         info["counts"][status] += 1
@@ -233,8 +233,8 @@ class PgFactWriter(NamespaceSteps, PgFactView):
             rec = dict(rec0, status="ACTIVE", ingested_at=t, modified_at=t)
             rows.append((seq, self.ns_id, uuid.UUID(fact_id), "A", rec["importance"], t,
                          rec.get("ttl_seconds"), _key(rec.get("key")),
-                         codec.due_time("ACTIVE", rec), json.dumps(rec), vec))
-            self.redigest(None, codec.digest_component(fact_id, rec["content_hash"], "ACTIVE", t))
+                         factstate.due_time("ACTIVE", rec), json.dumps(rec), vec))
+            self.redigest(None, factstate.digest_component(fact_id, rec["content_hash"], "ACTIVE", t))
         if rows:
             cur.executemany("INSERT INTO ckf_facts (seq, ns_id, fact_id, status, importance, "
                             "modified_at, ttl_seconds, key, due, record, vector) VALUES "
@@ -280,7 +280,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
             vector = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self.dim)
             if link is not None:        # before anything changes: it reads the state before
                 edges = list(link(self, self.state, [seq], vector, status in RETRIEVABLE))
-        old_c = codec.digest_component(fact_id, rec["content_hash"], status, rec["modified_at"])
+        old_c = factstate.digest_component(fact_id, rec["content_hash"], status, rec["modified_at"])
         if vector is not None:
             self.index_terms([(seq, rec["content"])], -1)
             self.index_terms([(seq, changes["content"])], 1)
@@ -296,7 +296,7 @@ class PgFactWriter(NamespaceSteps, PgFactView):
         rec.update(changes)
         rec["modified_at"] = self.tick(now)
         self.put_record(seq, rec, **columns)
-        self.redigest(old_c, codec.digest_component(fact_id, rec["content_hash"], status,
+        self.redigest(old_c, factstate.digest_component(fact_id, rec["content_hash"], status,
                                                     rec["modified_at"]))
 
     def set_status(self, ids: Sequence[str], status: str, *, now: float) -> int:
@@ -359,12 +359,12 @@ class PgFactWriter(NamespaceSteps, PgFactView):
             last = fact.last_accessed_at
             rows.append((seq, self.ns_id, uuid.UUID(fact.fact_id), STATUS_CODE[fact.status],
                          rec["importance"], modified, rec.get("ttl_seconds"),
-                         _key(rec.get("key")), codec.due_time(fact.status, rec),
+                         _key(rec.get("key")), factstate.due_time(fact.status, rec),
                          json.dumps(rec), None if erased else np.asarray(vec, np.float32),
                          fact.access_count, None if last is None else epoch_of(last),
                          fact.community))
             info["counts"][fact.status] += 1
-            self.redigest(None, codec.digest_component(fact.fact_id, fact.content_hash,
+            self.redigest(None, factstate.digest_component(fact.fact_id, fact.content_hash,
                                                        fact.status, modified))
             if not erased:
                 docs.append((seq, fact.content))

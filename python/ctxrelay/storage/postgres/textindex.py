@@ -1,7 +1,7 @@
 """The transcript's BM25 index in PostgreSQL tables (``postings``, ``term_df``).
 
 The same tokenisation and scoring as the embedded index
-(:mod:`ctxrelay.storage.lmdb.textindex`: its ``tokenize``, k1, b and idf),
+(:mod:`ctxrelay.text.bm25`: ``tokenize``, k1, b and idf, which both use),
 and the same arithmetic order, so a search returns the same turns with the
 same scores on either back end.  Why a postings table rather than
 PostgreSQL's full-text search: ``ts_rank`` is not BM25 (no idf, no length
