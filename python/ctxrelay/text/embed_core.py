@@ -24,7 +24,7 @@ THRESHOLD_KEYS = ("thread_join", "topic_same", "edge")
 SPEC_THRESHOLDS: Mapping[str, float] = {"thread_join": 0.70, "topic_same": 0.50, "edge": 0.60}
 
 #: A word: a text without one embeds to the zero vector in every built-in embedder.
-_WORD = re.compile(r"\w+", re.UNICODE)
+WORD = re.compile(r"\w+", re.UNICODE)
 
 
 class EmbedderUnavailableError(CtxRelayError, LookupError):
@@ -64,7 +64,8 @@ class Embedder(Protocol):
 
 # -- shared checks --------------------------------------------------------------
 
-def _check_texts(texts: Sequence[str]) -> list[str]:
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a checked list of str (one string alone is refused)."""
     if isinstance(texts, (str, bytes)):
         raise InvalidArgumentError(
             "embed_batch takes a list of texts, not a single string; wrap it: [text]")
@@ -80,7 +81,7 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
     return items
 
 
-class _VectorMemo:
+class VectorMemo:
     """Vectors of recently embedded texts, per vector space (``model_id``).
 
     Every turn of a conversation embeds the same recent turns again (the
@@ -112,16 +113,19 @@ class _VectorMemo:
         return np.stack(rows).astype(np.float32, copy=False)
 
 
-_VECTORS = _VectorMemo()
+# The process's memo of recently embedded texts, shared by the embedders.
+VECTORS = VectorMemo()
 
 
-def _normalise_rows(m: np.ndarray) -> np.ndarray:
+def normalise_rows(m: np.ndarray) -> np.ndarray:
+    """The rows of ``m`` scaled to unit length (zero rows stay zero), as float32."""
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (m / norms).astype(np.float32, copy=False)
 
 
-def _check_thresholds(values: Mapping[str, float], owner: str) -> dict[str, float]:
+def check_thresholds(values: Mapping[str, float], owner: str) -> dict[str, float]:
+    """A checked copy of an embedder's thresholds (exactly :data:`THRESHOLD_KEYS`)."""
     if not isinstance(values, Mapping):
         raise InvalidArgumentError(
             f"{owner}: thresholds must be a mapping with keys {', '.join(THRESHOLD_KEYS)}")

@@ -11,8 +11,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.text.embed_core import (_VECTORS, _WORD, _check_texts, _check_thresholds,
-                                      _normalise_rows)
+from ctxrelay.text.embed_core import (VECTORS, WORD, check_texts, check_thresholds,
+                                      normalise_rows)
 
 # Calibrated by bench/calibrate_embedders.py on examples/conversations/etcd_ops.jsonl
 # and the LoCoMo dev conversations; docs/embedders.md has the distributions.
@@ -20,7 +20,7 @@ _HASHING_THRESHOLDS: Mapping[str, float] = {"thread_join": 0.26, "topic_same": 0
 
 # English function words and chat filler: they carry no topic, and with them
 # every pair of chat turns looks alike ("that's", "so", "you", ...).
-_STOPWORDS = frozenset("""
+STOPWORDS = frozenset("""
 a about above after again all also am an and any are aren as at be been before being
 below between both but by can could couldn d did didn do does doesn doing don down
 during each else few for from further get got had hadn has hasn have haven having he
@@ -78,7 +78,7 @@ class HashingEmbedder:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
                 raise InvalidArgumentError(f"{name} must be a finite number >= 0, not {w!r}")
         object.__setattr__(self, "char_ngrams", ngrams)
-        object.__setattr__(self, "thresholds", _check_thresholds(self.thresholds, "HashingEmbedder"))
+        object.__setattr__(self, "thresholds", check_thresholds(self.thresholds, "HashingEmbedder"))
         object.__setattr__(self, "model_id", self._model_id())
 
     def _model_id(self) -> str:
@@ -91,9 +91,9 @@ class HashingEmbedder:
         return f"{base}-{zlib.crc32(repr(params).encode()):08x}"
 
     def _features(self, text: str) -> tuple[list[int], list[float]]:
-        words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+        words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
         if self.stopwords:
-            words = [w for w in words if w not in _STOPWORDS]
+            words = [w for w in words if w not in STOPWORDS]
         idx: list[int] = []
         val: list[float] = []
         dim = self.dim
@@ -114,7 +114,7 @@ class HashingEmbedder:
         return idx, val
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        return _VECTORS.embed(self.model_id, _check_texts(texts), self.dim, self._embed)
+        return VECTORS.embed(self.model_id, check_texts(texts), self.dim, self._embed)
 
     def _embed(self, items: list[str]) -> np.ndarray:
         m = np.zeros((len(items), self.dim), dtype=np.float64)
@@ -124,4 +124,4 @@ class HashingEmbedder:
                 m[row] = np.bincount(idx, weights=val, minlength=self.dim)
         if self.sublinear:
             m = np.sign(m) * np.log1p(np.abs(m))
-        return _normalise_rows(m)
+        return normalise_rows(m)

