@@ -53,9 +53,9 @@ from typing import Any
 
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.text.summary_detect import (  # noqa: F401  (limits, importable from here)
-    ERROR_HEAD_LINES, ERROR_TAIL_LINES, MAX_STRUCTURED_CHARS, _analyze)
+    ERROR_HEAD_LINES, ERROR_TAIL_LINES, MAX_STRUCTURED_CHARS, analyze)
 from ctxrelay.text.summary_format import (  # noqa: F401
-    FOOTER, MAX_TOOL_CHARS, SCALAR_MAX_CHARS, _LEVELS, _Shape, footer_line, header_line)
+    FOOTER, LEVELS, MAX_TOOL_CHARS, SCALAR_MAX_CHARS, Shape, footer_line, header_line)
 from ctxrelay.text.summary_shapes import MAX_STAT_COLUMNS  # noqa: F401
 from ctxrelay.text.tokens import TokenCount, count
 
@@ -111,13 +111,13 @@ def summarize(raw: str | bytes, *, tool_name: str, scratch_id: str | None = None
         raise InvalidArgumentError(
             f"max_tokens must be an int >= {MIN_MAX_TOKENS} (room for the header and "
             f"footer), not {max_tokens!r}; the spec's default is {DEFAULT_MAX_TOKENS}")
-    shape = _analyze(raw)
+    shape = analyze(raw)
     text, tokens = _fit(shape, tool_name, scratch_id, max_tokens, model)
     return Summary(text=text, kind=shape.kind, tokens=tokens.n, exact=tokens.exact,
                    structured=shape.structured())
 
 
-def _fit(shape: "_Shape", tool_name: str, scratch_id: str | None, cap: int,
+def _fit(shape: "Shape", tool_name: str, scratch_id: str | None, cap: int,
          model: str) -> tuple[str, TokenCount]:
     """The most detailed rendering within ``cap`` tokens."""
     footer = FOOTER
@@ -126,13 +126,13 @@ def _fit(shape: "_Shape", tool_name: str, scratch_id: str | None, cap: int,
         text = "\n".join([header, *lines, footer])
         return text, count(text, model)
 
-    for detail in _LEVELS:
+    for detail in LEVELS:
         header = header_line(scratch_id, tool_name, shape.headline(detail))
         text, tokens = measure(header, shape.lines(detail))
         if tokens.n <= cap:
             return text, tokens
     # Even the tersest rendering is too long: keep lines while they fit.
-    detail = _LEVELS[-1]
+    detail = LEVELS[-1]
     tool_chars = MAX_TOOL_CHARS
     header = header_line(scratch_id, tool_name, shape.headline(detail))
     while measure(header, [])[1].n > cap:

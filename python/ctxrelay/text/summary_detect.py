@@ -1,6 +1,6 @@
 """Which kind a tool output is (a part of :mod:`ctxrelay.text.summarize`).
 
-:func:`_analyze` tries binary, JSON, error, table, bullets and scalar in that
+:func:`analyze` tries binary, JSON, error, table, bullets and scalar in that
 order and returns the shape (from :mod:`ctxrelay.text.summary_shapes`) that
 states it; plain text is the fallback.
 """
@@ -14,9 +14,10 @@ from typing import Any
 
 from ctxrelay.errors import InvalidContentError
 from ctxrelay.text.summary_format import (
-    SCALAR_MAX_CHARS, _Shape, _compact, _is_scalar, _json_scalar_text, _lines, _type_name)
+    SCALAR_MAX_CHARS, Shape, compact_json, is_scalar, json_scalar_text, json_type_name, split_lines)
 from ctxrelay.text.summary_shapes import (
-    _NUMBER, _Binary, _Error, _JsonShape, _List, _Scalar, _Table, _Text, _as_number)
+    NUMBER, BinaryShape, ErrorShape, JsonShape, ListShape, ScalarShape, TableShape, TextShape,
+    as_number)
 
 ERROR_HEAD_LINES = 5
 ERROR_TAIL_LINES = 40
@@ -25,13 +26,14 @@ MAX_STRUCTURED_CHARS = 16 << 20   # larger outputs are summarised as text
 
 # -- analysis ----------------------------------------------------------------------
 
-def _analyze(raw: Any) -> "_Shape":
+def analyze(raw: Any) -> "Shape":
+    """The :class:`Shape` of a tool output (str or bytes)."""
     if isinstance(raw, (bytes, bytearray, memoryview)):
         data = bytes(raw)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            return _Binary(data, "not UTF-8 text")
+            return BinaryShape(data, "not UTF-8 text")
         size = len(data)
     elif isinstance(raw, str):
         text = raw
@@ -41,22 +43,22 @@ def _analyze(raw: Any) -> "_Shape":
             f"tool output must be str or bytes, not {type(raw).__name__}; serialise "
             "it first (e.g. json.dumps for structured results)")
     if "\x00" in text:
-        return _Binary(text.encode("utf-8", "surrogatepass"), "text holding NUL bytes")
+        return BinaryShape(text.encode("utf-8", "surrogatepass"), "text holding NUL bytes")
     if text.startswith("\ufeff"):
         text = text[1:]
     if not text.strip():
-        return _Text(text, size, note="empty output" if not text else "only whitespace")
+        return TextShape(text, size, note="empty output" if not text else "only whitespace")
     if len(text) > MAX_STRUCTURED_CHARS:
-        error = _detect_error(_lines(text))
-        return error or _Text(text, size, note=(
+        error = _detect_error(split_lines(text))
+        return error or TextShape(text, size, note=(
             f"{len(text)} characters, too large for structure detection"))
     stripped = text.strip()
     if stripped[0] == "{" or _JSON_ARRAY_START.match(stripped):
         return _from_json_text(text, stripped, size)
-    lines = _lines(text)
+    lines = split_lines(text)
     return (_detect_error(lines) or _detect_table(text, lines, size)
             or _detect_bullets(lines, size) or _detect_scalar(stripped, size)
-            or _Text(text, size))
+            or TextShape(text, size))
 
 
 # -- JSON --------------------------------------------------------------------------
@@ -65,23 +67,23 @@ _JSON_ARRAY_START = re.compile(
     r"\[\s*(?:$|[\[{\"\]]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s*[,\]]|true\b|false\b|null\b)")
 
 
-def _from_json_text(text: str, stripped: str, size: int) -> "_Shape":
+def _from_json_text(text: str, stripped: str, size: int) -> "Shape":
     try:
         value = json.loads(text)
     except RecursionError:
-        return _Text(text, size, note="JSON nested too deeply to parse")
+        return TextShape(text, size, note="JSON nested too deeply to parse")
     except json.JSONDecodeError as exc:
         if stripped[0] == "{" and exc.msg == "Extra data":
             records = _json_lines(text, size)
-            if isinstance(records, _Shape):
+            if isinstance(records, Shape):
                 return records
             exc = records
-        return _Text(text, size, note=f"invalid JSON at {exc.lineno}:{exc.colno} ({exc.msg})",
-                     invalid_json=(exc.lineno, exc.colno, exc.msg))
+        return TextShape(text, size, note=f"invalid JSON at {exc.lineno}:{exc.colno} ({exc.msg})",
+                         invalid_json=(exc.lineno, exc.colno, exc.msg))
     return _from_json(value, size, source="JSON")
 
 
-def _json_lines(text: str, size: int) -> "_Shape | json.JSONDecodeError":
+def _json_lines(text: str, size: int) -> "Shape | json.JSONDecodeError":
     """A table of JSON lines, or the first line's decode error."""
     records: list[dict[str, Any]] = []
     for number, line in enumerate(text.split("\n"), 1):
@@ -97,7 +99,7 @@ def _json_lines(text: str, size: int) -> "_Shape | json.JSONDecodeError":
             return json.JSONDecodeError("JSON line is not an object", text,
                                         _offset(text, number, 0))
         records.append(value)
-    return _Table.from_records(records, size, fmt="JSON lines")
+    return TableShape.from_records(records, size, fmt="JSON lines")
 
 
 def _offset(text: str, line_number: int, column: int) -> int:
@@ -108,23 +110,23 @@ def _offset(text: str, line_number: int, column: int) -> int:
     return start + column
 
 
-def _from_json(value: Any, size: int, *, source: str) -> "_Shape":
+def _from_json(value: Any, size: int, *, source: str) -> "Shape":
     if isinstance(value, dict):
         error = _json_error(value)
-        return error or _JsonShape(value, size)
+        return error or JsonShape(value, size)
     if isinstance(value, list):
         if value and all(isinstance(item, dict) for item in value):
-            return _Table.from_records(value, size, fmt=f"{source} array of objects")
-        if all(_is_scalar(item) for item in value):
-            return _List([_json_scalar_text(item) for item in value], size,
-                         source=f"{source} array", values=value)
-        return _JsonShape(value, size)
+            return TableShape.from_records(value, size, fmt=f"{source} array of objects")
+        if all(is_scalar(item) for item in value):
+            return ListShape([json_scalar_text(item) for item in value], size,
+                             source=f"{source} array", values=value)
+        return JsonShape(value, size)
     if isinstance(value, str) and (len(value) > SCALAR_MAX_CHARS or "\n" in value):
-        return _Text(value, size, note="a JSON string")
-    return _Scalar(_json_scalar_text(value), size, type_name=_type_name(value))
+        return TextShape(value, size, note="a JSON string")
+    return ScalarShape(json_scalar_text(value), size, type_name=json_type_name(value))
 
 
-def _json_error(value: dict[str, Any]) -> "_Error | None":
+def _json_error(value: dict[str, Any]) -> "ErrorShape | None":
     for key in ("error", "errors"):
         found = value.get(key)
         if not found:
@@ -133,14 +135,14 @@ def _json_error(value: dict[str, Any]) -> "_Error | None":
             found = found[0]
         if isinstance(found, dict):
             message = found.get("message") or found.get("msg") or found.get("detail")
-            line = message if isinstance(message, str) else _compact(found, 400)
+            line = message if isinstance(message, str) else compact_json(found, 400)
         else:
-            line = found if isinstance(found, str) else _compact(found, 400)
-        extra = [f"{k}: {_compact(value[k], 200)}" for k in value if k != key][:6]
+            line = found if isinstance(found, str) else compact_json(found, 400)
+        extra = [f"{k}: {compact_json(value[k], 200)}" for k in value if k != key][:6]
         if isinstance(found, dict):
-            extra += [f"{key}.{k}: {_compact(v, 200)}" for k, v in found.items()
+            extra += [f"{key}.{k}: {compact_json(v, 200)}" for k, v in found.items()
                       if v is not message][:6]
-        return _Error(line, origin=f"JSON object with key {key!r}", context=extra)
+        return ErrorShape(line, origin=f"JSON object with key {key!r}", context=extra)
     return None
 
 
@@ -176,7 +178,7 @@ def _exit_code(line: str) -> int | None:
     return found
 
 
-def _detect_error(lines: list[str]) -> "_Error | None":
+def _detect_error(lines: list[str]) -> "ErrorShape | None":
     numbered = [(i, line) for i, line in enumerate(lines) if line.strip()]
     window = numbered[:ERROR_HEAD_LINES] + numbered[max(ERROR_HEAD_LINES,
                                                         len(numbered) - ERROR_TAIL_LINES):]
@@ -202,8 +204,8 @@ def _detect_error(lines: list[str]) -> "_Error | None":
     else:
         line = next((l.strip() for _, l in reversed(numbered) if _exit_code(l) is not None),
                     numbered[-1][1].strip())
-    return _Error(line, origin="output", exit_code=exit_code,
-                  frames=frames, innermost=innermost, lines=lines)
+    return ErrorShape(line, origin="output", exit_code=exit_code,
+                      frames=frames, innermost=innermost, lines=lines)
 
 
 def _traceback(lines: list[str]) -> tuple[int, str | None, str | None]:
@@ -234,14 +236,14 @@ _ROW_COUNT_FOOTER = re.compile(r"\(\d+ rows?\)")
 _DELIMITERS = ((",", "comma"), ("\t", "tab"), (";", "semicolon"), ("|", "pipe"))
 
 
-def _detect_table(text: str, lines: list[str], size: int) -> "_Table | None":
+def _detect_table(text: str, lines: list[str], size: int) -> "TableShape | None":
     content = [line for line in lines if line.strip()]
     if len(content) < 2:
         return None
     return _pipe_table(content, size) or _delimited_table(text, size)
 
 
-def _pipe_table(content: list[str], size: int) -> "_Table | None":
+def _pipe_table(content: list[str], size: int) -> "TableShape | None":
     """Markdown or psql tables: a header row, a rule of dashes, rows with ``|``."""
     if ("|" not in content[0] or len(content[1]) > 2000
             or not _PIPE_RULE.fullmatch(content[1])):
@@ -263,13 +265,13 @@ def _pipe_table(content: list[str], size: int) -> "_Table | None":
     header = cells(content[0])
     if len(header) < 2:
         return None
-    table = _Table(size, fmt="pipe table (markdown/psql)", columns=header, header=True)
+    table = TableShape(size, fmt="pipe table (markdown/psql)", columns=header, header=True)
     for line in body:
         table.add_row(cells(line))
     return table
 
 
-def _delimited_table(text: str, size: int) -> "_Table | None":
+def _delimited_table(text: str, size: int) -> "TableShape | None":
     best: tuple[int, str, str] | None = None
     for delimiter, name in _DELIMITERS:
         try:
@@ -303,20 +305,20 @@ def _delimited_table(text: str, size: int) -> "_Table | None":
         return None
     first = [cell.strip() for cell in records[0]]
     header = all(cell and len(cell) <= 64 and len(cell.split()) <= 4
-                 and _as_number(cell) is None for cell in first)
+                 and as_number(cell) is None for cell in first)
     if not header and not _has_numeric_column(records[:20], width):
         return None        # neither a header nor a number column: prose or a log
     columns = first if header else [f"col{i}" for i in range(1, width + 1)]
     fmt = {"comma": "csv", "tab": "tsv"}.get(name, f"{name}-separated") + (
         f" ({name}-delimited)" if name in ("comma", "tab") else "")
-    table = _Table(size, fmt=fmt, columns=columns, header=header)
+    table = TableShape(size, fmt=fmt, columns=columns, header=header)
     for record in records[1:] if header else records:
         table.add_row([cell.strip() for cell in record])
     return table
 
 
 def _has_numeric_column(records: list[list[str]], width: int) -> bool:
-    return any(all(_as_number(record[i].strip()) is not None for record in records
+    return any(all(as_number(record[i].strip()) is not None for record in records
                    if len(record) == width)
                for i in range(width))
 
@@ -326,7 +328,7 @@ def _has_numeric_column(records: list[list[str]], width: int) -> bool:
 _BULLET = re.compile(r"\s*(?:[-*\u2022+]|\d{1,6}[.)])\s+(\S.*)")
 
 
-def _detect_bullets(lines: list[str], size: int) -> "_List | None":
+def _detect_bullets(lines: list[str], size: int) -> "ListShape | None":
     content = [line for line in lines if line.strip()]
     if len(content) < 2:
         return None
@@ -336,16 +338,16 @@ def _detect_bullets(lines: list[str], size: int) -> "_List | None":
         if match is None:
             return None
         items.append(match.group(1).strip())
-    return _List(items, size, source="bulleted lines")
+    return ListShape(items, size, source="bulleted lines")
 
 
-def _detect_scalar(stripped: str, size: int) -> "_Scalar | None":
+def _detect_scalar(stripped: str, size: int) -> "ScalarShape | None":
     if "\n" in stripped or len(stripped) > SCALAR_MAX_CHARS:
         return None
-    if _NUMBER.fullmatch(stripped):
+    if NUMBER.fullmatch(stripped):
         kind = "int" if re.fullmatch(r"[+-]?\d+", stripped) else "float"
     elif stripped in ("true", "false", "True", "False"):
         kind = "bool"
     else:
         kind = "str"
-    return _Scalar(stripped, size, type_name=kind)
+    return ScalarShape(stripped, size, type_name=kind)

@@ -1,7 +1,7 @@
 """How the lines of a tool-output summary are written (a part of :mod:`ctxrelay.text.summarize`).
 
 The detail levels, the escaping that keeps tool output on its own line, the
-header and footer, the compact text of values, and :class:`_Shape`, the base
+header and footer, the compact text of values, and :class:`Shape`, the base
 of every kind's rendering.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ MAX_TOOL_CHARS = 48           # of the tool name shown in the header
 # -- detail levels -----------------------------------------------------------------
 
 @dataclass(frozen=True)
-class _Detail:
-    """How much a rendering shows; :data:`_LEVELS` goes from most to least."""
+class Detail:
+    """How much a rendering shows; :data:`LEVELS` goes from most to least."""
 
     rows: int      # sample rows / first items
     last: int      # last rows / last items
@@ -32,12 +32,13 @@ class _Detail:
     values: int    # scalar values shown
 
 
-_LEVELS = (
-    _Detail(rows=5, last=2, head=8, tail=5, width=160, keys=24, depth=3, values=8),
-    _Detail(rows=3, last=1, head=5, tail=3, width=120, keys=16, depth=2, values=5),
-    _Detail(rows=2, last=1, head=3, tail=2, width=90, keys=10, depth=1, values=3),
-    _Detail(rows=1, last=0, head=2, tail=1, width=64, keys=6, depth=1, values=2),
-    _Detail(rows=0, last=0, head=1, tail=0, width=48, keys=4, depth=0, values=1),
+# The detail levels a summary tries, from most to least, until it fits.
+LEVELS = (
+    Detail(rows=5, last=2, head=8, tail=5, width=160, keys=24, depth=3, values=8),
+    Detail(rows=3, last=1, head=5, tail=3, width=120, keys=16, depth=2, values=5),
+    Detail(rows=2, last=1, head=3, tail=2, width=90, keys=10, depth=1, values=3),
+    Detail(rows=1, last=0, head=2, tail=1, width=64, keys=6, depth=1, values=2),
+    Detail(rows=0, last=0, head=1, tail=0, width=48, keys=4, depth=0, values=1),
 )
 
 
@@ -58,7 +59,7 @@ def _escape_char(char: str) -> str:
     return f"\\U{code:08x}"
 
 
-def _clean(value: str, width: int) -> str:
+def clean_line(value: str, width: int) -> str:
     """``value`` on one line: unsafe characters escaped, cut to ``width`` chars."""
     out: list[str] = []
     size = 0
@@ -75,7 +76,7 @@ def _clean(value: str, width: int) -> str:
     return text
 
 
-def _cap(value: str, limit: int = 200) -> str:
+def cap_text(value: str, limit: int = 200) -> str:
     """A string for ``structured``: cut to ``limit`` chars, lone surrogates replaced."""
     value = value if len(value) <= limit else value[: limit - 1] + "\u2026"
     return value.encode("utf-8", "replace").decode("utf-8")
@@ -86,8 +87,8 @@ def _cap(value: str, limit: int = 200) -> str:
 def header_line(scratch_id: str | None, tool_name: str, headline: str, *,
                 tool_chars: int = MAX_TOOL_CHARS) -> str:
     """``[tool output <id> from <tool>: <headline>]`` (the id part left out if None)."""
-    ident = f" {_clean(scratch_id, 64)}" if scratch_id else ""
-    tool = _clean(tool_name, tool_chars) if tool_chars > 0 else "\u2026"
+    ident = f" {clean_line(scratch_id, 64)}" if scratch_id else ""
+    tool = clean_line(tool_name, tool_chars) if tool_chars > 0 else "\u2026"
     return f"[tool output{ident} from {tool}: {headline}]"
 
 
@@ -101,18 +102,21 @@ def footer_line() -> str:
 
 # -- lines and values --------------------------------------------------------------
 
-def _lines(text: str) -> list[str]:
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines (``\r\n`` as ``\n``; no empty last line for a final newline)."""
     lines = text.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return lines
 
 
-def _is_scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
+    """Whether a JSON value is a scalar (null, string, number or boolean)."""
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
+    """A JSON value's type name: null, bool, int, float, str, object or array."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -128,11 +132,12 @@ def _type_name(value: Any) -> str:
     return "array"
 
 
-def _json_scalar_text(value: Any) -> str:
-    return value if isinstance(value, str) else _compact(value, 400)
+def json_scalar_text(value: Any) -> str:
+    """A JSON scalar as text: a string as is, anything else as compact JSON."""
+    return value if isinstance(value, str) else compact_json(value, 400)
 
 
-def _compact(value: Any, limit: int) -> str:
+def compact_json(value: Any, limit: int) -> str:
     """Compact JSON of ``value``, cut to about ``limit`` characters."""
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -141,40 +146,46 @@ def _compact(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _key_text(key: str, width: int = 32) -> str:
+def key_text(key: str, width: int = 32) -> str:
+    """A JSON key for display: bare when it is an identifier, else quoted and escaped."""
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", key):
         return key if len(key) <= width else key[: width - 1] + "\u2026"
-    return _clean(json.dumps(key, ensure_ascii=False), width)
+    return clean_line(json.dumps(key, ensure_ascii=False), width)
 
 
-def _cell_text(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A table cell as text: empty for null, a string as is, else compact JSON."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else _compact(value, 200)
+    return value if isinstance(value, str) else compact_json(value, 200)
 
 
 # -- shapes ------------------------------------------------------------------------
 
-class _Shape:
+class Shape:
+    """What a tool output is: its headline, its lines at a :class:`Detail`, its structured form."""
+
     kind = "text"
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         raise NotImplementedError
 
-    def lines(self, detail: _Detail) -> list[str]:
+    def lines(self, detail: Detail) -> list[str]:
         raise NotImplementedError
 
     def structured(self) -> dict[str, Any]:
         raise NotImplementedError
 
 
-def _label_list(label: str, items: list[str], total: int, detail: _Detail) -> str:
+def label_list(label: str, items: list[str], total: int, detail: Detail) -> str:
+    """``label: item, item, ...`` cut to the detail's count, with how many more."""
     shown = items[: detail.keys]
     more = f", \u2026 (+{total - len(shown)} more)" if total > len(shown) else ""
-    return _clean(f"{label}: " + ", ".join(shown), detail.width * 2) + more
+    return clean_line(f"{label}: " + ", ".join(shown), detail.width * 2) + more
 
 
-def _numbered(label: str, rows: list[tuple[int, str]], detail: _Detail) -> list[str]:
+def numbered(label: str, rows: list[tuple[int, str]], detail: Detail) -> list[str]:
+    """``label:`` and the rows, each as ``  n| row`` on one line."""
     if not rows:
         return []
-    return [f"{label}:"] + [f"  {n}| " + _clean(row, detail.width) for n, row in rows]
+    return [f"{label}:"] + [f"  {n}| " + clean_line(row, detail.width) for n, row in rows]

@@ -12,8 +12,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ctxrelay.text.summary_format import (
-    SCALAR_MAX_CHARS, _LEVELS, _Detail, _Shape, _cap, _cell_text, _clean, _compact, _is_scalar,
-    _key_text, _label_list, _lines, _numbered, _type_name)
+    LEVELS, SCALAR_MAX_CHARS, Detail, Shape, cap_text, cell_text, clean_line, compact_json,
+    is_scalar, json_type_name, key_text, label_list, numbered, split_lines)
 
 MAX_STAT_COLUMNS = 64         # columns that get numeric/date statistics
 _MAX_WALK = 2000              # JSON nodes visited for lengths and values
@@ -21,7 +21,8 @@ _MAX_WALK = 2000              # JSON nodes visited for lengths and values
 
 # -- numbers and dates -------------------------------------------------------------
 
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# A decimal number as a table cell or scalar holds it.
+NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
                    r"(?:Z|[+-]\d{2}:?\d{2})?)?")
 
@@ -43,7 +44,7 @@ class _Column:
             return
         self.present += 1
         if self.numeric:
-            number = _as_number(cell)
+            number = as_number(cell)
             if number is None:
                 self.numeric = False
             else:
@@ -71,14 +72,15 @@ class _Column:
         return None
 
 
-def _as_number(cell: Any) -> tuple[Decimal, str] | None:
+def as_number(cell: Any) -> tuple[Decimal, str] | None:
+    """A cell as (exact value, its text) when it is a finite number, else None."""
     if isinstance(cell, bool):
         return None
     if isinstance(cell, int):
         return Decimal(cell), str(cell)
     if isinstance(cell, float):
         return (Decimal(repr(cell)), repr(cell)) if math.isfinite(cell) else None
-    if isinstance(cell, str) and len(cell) <= 64 and _NUMBER.fullmatch(cell):
+    if isinstance(cell, str) and len(cell) <= 64 and NUMBER.fullmatch(cell):
         try:
             return Decimal(cell), cell
         except (InvalidOperation, ValueError):
@@ -124,7 +126,7 @@ def _shape(value: Any, depth: int, keys: int, out: _Budget) -> None:
                 if index == keys:
                     out.add(f", \u2026+{len(value) - keys}")
                     break
-                if not out.add((", " if index else "") + _key_text(key) + ": "):
+                if not out.add((", " if index else "") + key_text(key) + ": "):
                     return
                 _shape(item, depth - 1, keys, out)
                 if out.full:
@@ -136,8 +138,8 @@ def _shape(value: Any, depth: int, keys: int, out: _Budget) -> None:
         elif depth <= 0:
             out.add(f"[\u2026\u00d7{len(value)}]")
         else:
-            first = _type_name(value[0])
-            uniform = all(_type_name(item) == first for item in value[:200])
+            first = json_type_name(value[0])
+            uniform = all(json_type_name(item) == first for item in value[:200])
             if not uniform:
                 out.add(f"[mixed \u00d7{len(value)}]")
                 return
@@ -145,7 +147,7 @@ def _shape(value: Any, depth: int, keys: int, out: _Budget) -> None:
             _shape(value[0], depth - 1, keys, out)
             out.add(f" \u00d7{len(value)}]")
     else:
-        out.add(_type_name(value))
+        out.add(json_type_name(value))
 
 
 def _walk(value: Any) -> tuple[list[tuple[str, int]], list[tuple[str, Any]]]:
@@ -164,14 +166,14 @@ def _walk(value: Any) -> tuple[list[tuple[str, int]], list[tuple[str, Any]]]:
                 for index, (key, item) in enumerate(node.items()):
                     if index == _MAX_WALK:
                         break
-                    child = f"{path}.{_key_text(key)}" if path else _key_text(key)
-                    if _is_scalar(item):
+                    child = f"{path}.{key_text(key)}" if path else key_text(key)
+                    if is_scalar(item):
                         scalars.append((child, item))
                     else:
                         next_queue.append((child, item))
             elif isinstance(node, list):
                 lengths.append((path or "(top)", len(node)))
-                if node and not _is_scalar(node[0]):
+                if node and not is_scalar(node[0]):
                     next_queue.append((f"{path}[0]", node[0]))
         queue = next_queue
     return lengths, scalars
@@ -179,7 +181,9 @@ def _walk(value: Any) -> tuple[list[tuple[str, int]], list[tuple[str, Any]]]:
 
 # -- the kinds ---------------------------------------------------------------------
 
-class _Binary(_Shape):
+class BinaryShape(Shape):
+    """Bytes that are not text: their size and the format their magic number names."""
+
     kind = "binary"
     _MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG image"), (b"\xff\xd8\xff", "JPEG image"),
               (b"GIF8", "GIF image"), (b"%PDF-", "PDF document"),
@@ -199,10 +203,10 @@ class _Binary(_Shape):
         if self.format is None and len(data) > 262 and data[257:262] == b"ustar":
             self.format = "tar archive"
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         return f"binary, {self.size} bytes"
 
-    def lines(self, detail: _Detail) -> list[str]:
+    def lines(self, detail: Detail) -> list[str]:
         out = [f"binary: {self.size} bytes, {self.why}; content not shown",
                f"sha256: {self.sha256}"]
         if self.format:
@@ -214,7 +218,9 @@ class _Binary(_Shape):
                 "reason": self.why}
 
 
-class _Text(_Shape):
+class TextShape(Shape):
+    """Plain text (what no other shape claims): head and tail lines, log levels."""
+
     kind = "text"
     _LEVEL = re.compile(r"\b(FATAL|CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG|TRACE)\b")
 
@@ -223,7 +229,7 @@ class _Text(_Shape):
         self.size = size
         self.note = note
         self.invalid_json = invalid_json
-        self.all_lines = _lines(text)
+        self.all_lines = split_lines(text)
         self.chars = len(text)
         self.words = len(text.split())
         self.levels: dict[str, int] = {}
@@ -237,14 +243,14 @@ class _Text(_Shape):
             if self.first_error is None and level in ("FATAL", "CRITICAL", "ERROR"):
                 self.first_error = (number, line)
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         return f"text, {len(self.all_lines)} lines, {self.size} bytes"
 
-    def lines(self, detail: _Detail) -> list[str]:
+    def lines(self, detail: Detail) -> list[str]:
         total = len(self.all_lines)
         out = [f"text: {total} lines, {self.words} words, {self.chars} chars"]
         if self.note:
-            out.append("note: " + _clean(self.note, detail.width) +
+            out.append("note: " + clean_line(self.note, detail.width) +
                        ("; shown as text" if self.invalid_json else ""))
         if self.levels:
             order = ("FATAL", "CRITICAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE")
@@ -252,17 +258,17 @@ class _Text(_Shape):
                 f"{name} {self.levels[name]}" for name in order if name in self.levels))
         if self.first_error is not None:
             number, line = self.first_error
-            out.append(f"first error-level line {number}: " + _clean(line, detail.width))
+            out.append(f"first error-level line {number}: " + clean_line(line, detail.width))
         head = min(detail.head, total)
         tail = min(detail.tail, total - head)
-        out += _numbered("head" if tail else "lines",
-                         [(n + 1, self.all_lines[n]) for n in range(head)], detail)
+        out += numbered("head" if tail else "lines",
+                        [(n + 1, self.all_lines[n]) for n in range(head)], detail)
         if tail:
             omitted = total - head - tail
             if omitted:
                 out.append(f"  \u2026 {omitted} lines omitted")
-            out += _numbered("tail", [(n + 1, self.all_lines[n])
-                                      for n in range(total - tail, total)], detail)
+            out += numbered("tail", [(n + 1, self.all_lines[n])
+                                     for n in range(total - tail, total)], detail)
         elif total > head:
             out.append(f"  \u2026 {total - head} more lines")
         return out
@@ -273,14 +279,16 @@ class _Text(_Shape):
         if self.levels:
             data["levels"] = dict(sorted(self.levels.items()))
         if self.note:
-            data["note"] = _cap(self.note)
+            data["note"] = cap_text(self.note)
         if self.invalid_json:
             line, col, msg = self.invalid_json
-            data["invalid_json"] = {"line": line, "col": col, "msg": _cap(msg)}
+            data["invalid_json"] = {"line": line, "col": col, "msg": cap_text(msg)}
         return data
 
 
-class _Error(_Shape):
+class ErrorShape(Shape):
+    """An error: its line, where it was found, exit code and stack frames."""
+
     kind = "error"
 
     def __init__(self, line: str, *, origin: str,
@@ -295,18 +303,18 @@ class _Error(_Shape):
         self.output = lines or []
         self.context = context or []
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         return "error" + (f", exit code {self.exit_code}" if self.exit_code is not None else "")
 
-    def lines(self, detail: _Detail) -> list[str]:
-        out = ["error: " + _clean(self.line, detail.width * 2)]
+    def lines(self, detail: Detail) -> list[str]:
+        out = ["error: " + clean_line(self.line, detail.width * 2)]
         if self.exit_code is not None:
             out.append(f"exit code: {self.exit_code}")
         if self.frames:
             out.append(f"traceback: {self.frames} frames; innermost: "
-                       + _clean(self.innermost or "", detail.width))
+                       + clean_line(self.innermost or "", detail.width))
         for item in self.context[: detail.values]:
-            out.append("field " + _clean(item, detail.width))
+            out.append("field " + clean_line(item, detail.width))
         total = len(self.output)
         keep = min(total, detail.head + detail.tail)
         if total == 1 and self.output[0].strip() == self.line:
@@ -314,23 +322,25 @@ class _Error(_Shape):
         if keep:
             label = (f"output ({total} lines)" if keep == total
                      else f"output tail (last {keep} of {total} lines)")
-            out += _numbered(label, [(n + 1, self.output[n])
-                                     for n in range(total - keep, total)], detail)
+            out += numbered(label, [(n + 1, self.output[n])
+                                    for n in range(total - keep, total)], detail)
         return out
 
     def structured(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"error_line": _cap(self.line), "origin": self.origin}
+        data: dict[str, Any] = {"error_line": cap_text(self.line), "origin": self.origin}
         if self.exit_code is not None:
             data["exit_code"] = self.exit_code
         if self.frames:
             data["frames"] = self.frames
-            data["innermost"] = _cap(self.innermost or "")
+            data["innermost"] = cap_text(self.innermost or "")
         if self.output:
             data["lines"] = len(self.output)
         return data
 
 
-class _Scalar(_Shape):
+class ScalarShape(Shape):
+    """One scalar value (a JSON scalar or a short one-line output), on one line."""
+
     kind = "scalar"
 
     def __init__(self, value: str, size: int, *, type_name: str) -> None:
@@ -338,17 +348,19 @@ class _Scalar(_Shape):
         self.size = size
         self.type_name = type_name
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         return f"scalar {self.type_name}"
 
-    def lines(self, detail: _Detail) -> list[str]:
-        return ["value: " + _clean(self.value, max(detail.width, SCALAR_MAX_CHARS))]
+    def lines(self, detail: Detail) -> list[str]:
+        return ["value: " + clean_line(self.value, max(detail.width, SCALAR_MAX_CHARS))]
 
     def structured(self) -> dict[str, Any]:
-        return {"value": _cap(self.value, SCALAR_MAX_CHARS + 1), "type": self.type_name}
+        return {"value": cap_text(self.value, SCALAR_MAX_CHARS + 1), "type": self.type_name}
 
 
-class _List(_Shape):
+class ListShape(Shape):
+    """A list of scalar items (a JSON array, bulleted lines): first and last items."""
+
     kind = "list"
 
     def __init__(self, items: list[str], size: int, *, source: str,
@@ -359,16 +371,16 @@ class _List(_Shape):
         types: dict[str, int] = {}
         column = _Column()
         for value in (values if values is not None else items):
-            name = _type_name(value) if values is not None else "str"
+            name = json_type_name(value) if values is not None else "str"
             types[name] = types.get(name, 0) + 1
             column.add(value)
         self.types = types
         self.range = column.numeric_range() if values is not None else None
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         return f"list, {len(self.items)} items"
 
-    def lines(self, detail: _Detail) -> list[str]:
+    def lines(self, detail: Detail) -> list[str]:
         total = len(self.items)
         if len(self.types) == 1:
             kinds = next(iter(self.types))
@@ -377,24 +389,26 @@ class _List(_Shape):
         out = [f"list: {total} items from {self.source}" + (f"; item type {kinds}"
                                                           if total else "")]
         if self.range is not None:
-            out.append(f"range: {_clean(self.range[0], 40)}..{_clean(self.range[1], 40)}")
+            out.append(f"range: {clean_line(self.range[0], 40)}..{clean_line(self.range[1], 40)}")
         first = min(detail.rows + 2, total)
-        out += _numbered("first items", [(n + 1, self.items[n]) for n in range(first)], detail)
+        out += numbered("first items", [(n + 1, self.items[n]) for n in range(first)], detail)
         last = min(detail.last + 1 if detail.rows else 0, total - first)
         if last:
-            out += _numbered("last items", [(n + 1, self.items[n])
-                                            for n in range(total - last, total)], detail)
+            out += numbered("last items", [(n + 1, self.items[n])
+                                           for n in range(total - last, total)], detail)
         return out
 
     def structured(self) -> dict[str, Any]:
         data: dict[str, Any] = {"items": len(self.items), "source": self.source,
                                 "types": dict(self.types)}
         if self.range is not None:
-            data["min"], data["max"] = _cap(self.range[0]), _cap(self.range[1])
+            data["min"], data["max"] = cap_text(self.range[0]), cap_text(self.range[1])
         return data
 
 
-class _JsonShape(_Shape):
+class JsonShape(Shape):
+    """A JSON object or array: its keys, lengths and scalar values."""
+
     kind = "json"
 
     def __init__(self, value: dict[str, Any] | list[Any], size: int) -> None:
@@ -402,38 +416,38 @@ class _JsonShape(_Shape):
         self.size = size
         self.lengths, self.scalars = _walk(value)
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         if isinstance(self.value, dict):
             return f"JSON object, {len(self.value)} keys"
         return f"JSON array, {len(self.value)} items"
 
-    def lines(self, detail: _Detail) -> list[str]:
+    def lines(self, detail: Detail) -> list[str]:
         value = self.value
         out: list[str] = []
         if isinstance(value, dict):
-            described = [f"{_key_text(k)} ({self._describe(v)})" for k, v in
+            described = [f"{key_text(k)} ({self._describe(v)})" for k, v in
                          list(value.items())[: detail.keys]]
-            out.append(_label_list("keys", described, len(value), detail))
+            out.append(label_list("keys", described, len(value), detail))
         else:
             types: dict[str, int] = {}
             for item in value:
-                name = _type_name(item)
+                name = json_type_name(item)
                 types[name] = types.get(name, 0) + 1
             out.append("item types: " + ", ".join(f"{k} {v}" for k, v in types.items()))
         lengths = [f"{path}[{n}]" for path, n in self.lengths if path != "(top)"]
         if lengths:
-            out.append(_label_list("array lengths", lengths, len(lengths), detail))
+            out.append(label_list("array lengths", lengths, len(lengths), detail))
         if self.scalars and detail.values:
-            shown = [f"{path}={_compact(v, 40)}" for path, v in self.scalars[: detail.values]]
-            out.append(_label_list("values", shown, len(self.scalars), detail))
+            shown = [f"{path}={compact_json(v, 40)}" for path, v in self.scalars[: detail.values]]
+            out.append(label_list("values", shown, len(self.scalars), detail))
         if detail.depth:
             budget = _Budget(detail.width * 2)
             _shape(value, detail.depth, detail.keys, budget)
-            out.append("shape: " + _clean(budget.text(), detail.width * 2 + 8))
+            out.append("shape: " + clean_line(budget.text(), detail.width * 2 + 8))
         if isinstance(value, list):
             first = min(detail.rows, len(value))
-            out += _numbered("first items", [(n + 1, _compact(value[n], detail.width))
-                                             for n in range(first)], detail)
+            out += numbered("first items", [(n + 1, compact_json(value[n], detail.width))
+                                            for n in range(first)], detail)
         return out
 
     @staticmethod
@@ -444,19 +458,21 @@ class _JsonShape(_Shape):
             if value and all(isinstance(v, dict) for v in value[:200]):
                 return f"array, {len(value)} objects"
             return f"array, {len(value)}"
-        return _type_name(value)
+        return json_type_name(value)
 
     def structured(self) -> dict[str, Any]:
         if isinstance(self.value, dict):
             data: dict[str, Any] = {"type": "object", "key_count": len(self.value),
-                                    "keys": [_cap(k, 80) for k in list(self.value)[:64]]}
+                                    "keys": [cap_text(k, 80) for k in list(self.value)[:64]]}
         else:
             data = {"type": "array", "length": len(self.value)}
-        data["array_lengths"] = {_cap(p, 120): n for p, n in self.lengths[:32]}
+        data["array_lengths"] = {cap_text(p, 120): n for p, n in self.lengths[:32]}
         return data
 
 
-class _Table(_Shape):
+class TableShape(Shape):
+    """Rows of columns (CSV, TSV, pipe table, JSON records): columns and sample rows."""
+
     kind = "table"
 
     def __init__(self, size: int, *, fmt: str, columns: list[str], header: bool) -> None:
@@ -471,7 +487,7 @@ class _Table(_Shape):
         self.stats = [_Column() for _ in columns[:MAX_STAT_COLUMNS]]
 
     @classmethod
-    def from_records(cls, records: list[dict[str, Any]], size: int, *, fmt: str) -> "_Table":
+    def from_records(cls, records: list[dict[str, Any]], size: int, *, fmt: str) -> "TableShape":
         seen: dict[str, None] = {}
         for record in records:
             for key in record:
@@ -490,40 +506,40 @@ class _Table(_Shape):
             self.ragged += 1
         for column, cell in zip(self.stats, cells):
             column.add(cell)
-        shown = [_cell_text(cell) for cell in cells[:32]]
-        if len(self.first) < _LEVELS[0].rows:
+        shown = [cell_text(cell) for cell in cells[:32]]
+        if len(self.first) < LEVELS[0].rows:
             self.first.append(shown)
         else:
             self.last.append(shown)
-            if len(self.last) > _LEVELS[0].last:
+            if len(self.last) > LEVELS[0].last:
                 self.last.pop(0)
 
-    def headline(self, detail: _Detail) -> str:
+    def headline(self, detail: Detail) -> str:
         return f"table, {self.rows} rows x {len(self.columns)} columns"
 
-    def lines(self, detail: _Detail) -> list[str]:
+    def lines(self, detail: Detail) -> list[str]:
         header = "header row" if self.header else "no header row"
         out = [f"table: {self.rows} rows, {len(self.columns)} columns; {self.fmt}, {header}"]
-        names = [_clean(name, 40) for name in self.columns]
-        out.append(_label_list("columns", names, len(names), detail))
-        numeric = [f"{names[i]} {_clean(r[0], 24)}..{_clean(r[1], 24)}"
+        names = [clean_line(name, 40) for name in self.columns]
+        out.append(label_list("columns", names, len(names), detail))
+        numeric = [f"{names[i]} {clean_line(r[0], 24)}..{clean_line(r[1], 24)}"
                    for i, c in enumerate(self.stats) if (r := c.numeric_range())]
         if numeric:
-            out.append(_label_list("numeric min..max", numeric, len(numeric), detail))
+            out.append(label_list("numeric min..max", numeric, len(numeric), detail))
         dates = [f"{names[i]} {r[0]}..{r[1]}"
                  for i, c in enumerate(self.stats) if (r := c.date_range())]
         if dates:
-            out.append(_label_list("date ranges", dates, len(dates), detail))
+            out.append(label_list("date ranges", dates, len(dates), detail))
         if self.ragged:
             out.append(f"ragged rows: {self.ragged} (not {len(self.columns)} fields)")
         first = min(detail.rows, len(self.first))
-        out += _numbered("first rows", [(n + 1, ", ".join(self.first[n]))
-                                        for n in range(first)], detail)
+        out += numbered("first rows", [(n + 1, ", ".join(self.first[n]))
+                                       for n in range(first)], detail)
         # The last rows we kept, without repeating one already shown.
         kept = len(self.last)
         last = [(self.rows - kept + n + 1, ", ".join(row)) for n, row in enumerate(self.last)]
         last = [item for item in last if item[0] > first][-detail.last:] if detail.last else []
-        out += _numbered("last rows", last, detail)
+        out += numbered("last rows", last, detail)
         return out
 
     def structured(self) -> dict[str, Any]:
@@ -531,10 +547,10 @@ class _Table(_Shape):
         dates = {}
         for name, column in zip(self.columns, self.stats):
             if (found := column.numeric_range()) is not None:
-                numeric[_cap(name, 80)] = [_cap(found[0], 64), _cap(found[1], 64)]
+                numeric[cap_text(name, 80)] = [cap_text(found[0], 64), cap_text(found[1], 64)]
             if (found := column.date_range()) is not None:
-                dates[_cap(name, 80)] = [_cap(found[0], 64), _cap(found[1], 64)]
+                dates[cap_text(name, 80)] = [cap_text(found[0], 64), cap_text(found[1], 64)]
         return {"format": self.fmt, "rows": self.rows, "column_count": len(self.columns),
-                "columns": [_cap(c, 80) for c in self.columns[:MAX_STAT_COLUMNS]],
+                "columns": [cap_text(c, 80) for c in self.columns[:MAX_STAT_COLUMNS]],
                 "header": self.header, "ragged_rows": self.ragged,
                 "numeric": numeric, "dates": dates}
