@@ -38,8 +38,13 @@ embed = first_module("ctxrelay.text.embed", "ctxrelay.embed")
 STAGE_MODULES = ("ctxrelay.retrieval.candidates", "ctxrelay.retrieval.window",
                  "ctxrelay.retrieval.units", "ctxrelay.assembly", "ctxrelay.retrieval.recall",
                  "ctxrelay.recall")
-STAGES = ("candidates", "window_candidates", "gather", "_read_window", "_thread_context", "_retrieve", "recall",
+STAGES = ("candidates", "window_candidates", "gather", "read_window", "add_thread_context",
+          "retrieve", "_read_window", "_thread_context", "_retrieve", "recall",
           "add_router_fact_units", "render", "host_only_tokens")
+# Stages reported under the name they had before they became public (their underscore
+# names: older layouts, and the results in bench/results/ compared against them).
+STAGE_KEYS = {"read_window": "_read_window", "add_thread_context": "_thread_context",
+              "retrieve": "_retrieve"}
 POLICY = dict(max_context_tokens=4096, output_reserve=512, safety_margin=64, min_recent_turns=4,
               embedder="hashing", knowledge=True, max_facts=12)
 
@@ -73,7 +78,7 @@ def stage_timers() -> dict[str, float]:
                 continue
 
             @functools.wraps(fn)
-            def timed(*a, __fn=fn, __name=name, **k):
+            def timed(*a, __fn=fn, __name=STAGE_KEYS.get(name, name), **k):
                 t0 = time.perf_counter()
                 try:
                     return __fn(*a, **k)

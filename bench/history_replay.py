@@ -1,4 +1,4 @@
-"""The history stage (``recalled._retrieve``) alone, replayed, in thread CPU.
+"""The history stage (``recalled.retrieve``) alone, replayed, in thread CPU.
 
     .venv/bin/python bench/history_replay.py STORE_DIR [--reps 3]
 
@@ -54,15 +54,15 @@ def main() -> None:
     candidates.TIER_P_BESIDE_RECALL = False
     candidates.RECALL_BESIDE_ANALYSIS = False
     calls = []
-    retrieve = candidates._retrieve
+    retrieve = candidates.retrieve
 
     def capture(stores, *args, **kw):
         units, groups = args[6], args[7]
         calls.append((stores, args[:6], copy.deepcopy((units, groups)), args[8:], kw,
-                      dict(pricing._priced_memo(stores)), contextvars.copy_context()))
+                      dict(pricing.priced_memo(stores)), contextvars.copy_context()))
         return retrieve(stores, *args, **kw)
 
-    candidates._retrieve = capture
+    candidates.retrieve = capture
     rt = Runtime(store)
     rng = random.Random(7)
     msgs = [QUESTIONS[i % len(QUESTIONS)].format(t=rng.choice(TOPICS), i=rng.randrange(5000))
@@ -79,7 +79,7 @@ def main() -> None:
             best = None
             for _ in range(reps):
                 units, groups = copy.deepcopy(state)
-                live = pricing._priced_memo(stores)
+                live = pricing.priced_memo(stores)
                 live.clear()
                 live.update(memo)
                 if mode == "cold":

@@ -13,6 +13,7 @@ import pytest
 
 from ctxrelay import ContextOverflowError, Runtime
 from ctxrelay.retrieval import candidates as assembly
+from ctxrelay.retrieval import pricing
 from ctxrelay.text import tokens
 
 POLICY = dict(max_context_tokens=900, output_reserve=100, safety_margin=20, min_recent_turns=2,
@@ -41,7 +42,7 @@ def rt(store_dir):
 
 def test_memo_serves_the_same_units_as_a_fresh_count(rt):
     chat(rt, "s", 60)
-    memo = assembly._priced_memo(rt._store)            # the store's memo of priced turns
+    memo = pricing.priced_memo(rt._store)            # the store's memo of priced turns
     memo.clear()
     cold = rt.assemble("s", "remind me of the budget figure item 10", **POLICY)
     assert memo, "the first assembly fills the memo"

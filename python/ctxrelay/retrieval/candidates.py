@@ -28,34 +28,33 @@ from ctxrelay.retrieval.fact_units import (  # noqa: F401
     knowledge_text,
 )
 from ctxrelay.retrieval.pricing import (  # noqa: F401
-    _COST_CAP,
-    _EXCERPT,
-    _STORE_USED,
-    _STORED_COUNTS_MODEL,
-    _TOKENIZER_KEY,
-    _add,
-    _add_turn,
-    _priced_memo,
-    _stored_counts_model,
-    _terms,
-    _tokenizer_key,
-    _used,
+    COST_CAP,
+    EXCERPT,
+    STORE_USED,
+    STORED_COUNTS_MODEL,
+    TOKENIZER_KEY,
+    add_turn,
+    add_unit,
     excerpt_text,
+    index_terms,
+    mark_used,
     message_cost,
+    stored_counts_model_for,
+    tokenizer_key_of,
 )
-from ctxrelay.retrieval.recalled import _add_with_tool_family, _retrieve
+from ctxrelay.retrieval.recalled import add_with_tool_family, retrieve
 from ctxrelay.retrieval.render import host_only_tokens, render  # noqa: F401
 from ctxrelay.retrieval.router import Router, route_plan
-from ctxrelay.retrieval.thread_context import _thread_context
-from ctxrelay.retrieval.units import Candidates, Unit, _tool_call_ids
+from ctxrelay.retrieval.thread_context import add_thread_context
+from ctxrelay.retrieval.units import Candidates, Unit, tool_call_ids
 from ctxrelay.retrieval.window import (
-    _kept,
-    _pending_groups,
-    _pending_unit,
-    _range_tokens,
-    _read_window,
-    _tool_groups,
     boundary_text,
+    kept_or_read,
+    pending_groups,
+    pending_unit,
+    range_tokens,
+    read_window,
+    tool_groups,
 )
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
@@ -110,7 +109,7 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     above, size = options.get("excerpt_above"), options.get("excerpt_tokens")
     counter = tok.resolve(model)      # resolved once: every unit below is counted with it
     limits = _Limits(window_tokens, (int(above), int(size)) if above and size else None,
-                     _stored_counts_model(store, counter), _tokenizer_key(counter), set())
+                     stored_counts_model_for(store, counter), tokenizer_key_of(counter), set())
     limits.apply()
     min_recent = int(options.get("min_recent_turns", 0))
     units: dict[str, Unit] = {}
@@ -120,44 +119,45 @@ def window_candidates(stores: Stores, session_id: str, message: Any,
     system_text = str(options.get("system") or "")
     if system_text:
         system_message = {"role": "system", "content": system_text}
-        _add(units, Unit(id="system", kind="system", turn_ids=[],
-                         variants={"verbatim": system_message}), counter)
+        add_unit(units, Unit(id="system", kind="system", turn_ids=[],
+                             variants={"verbatim": system_message}), counter)
     query_text = ""
     if message is not None:
         query_text = str(message)
-        _add(units, Unit(id="message", kind="message", turn_ids=[],
-                         variants={"verbatim": {"role": "user", "content": query_text}}), counter)
-    pending = [_pending_unit(i, p) for i, p in enumerate(options.get("pending") or [])]
+        add_unit(units, Unit(id="message", kind="message", turn_ids=[],
+                             variants={"verbatim": {"role": "user", "content": query_text}}),
+                 counter)
+    pending = [pending_unit(i, p) for i, p in enumerate(options.get("pending") or [])]
     for unit in pending:
-        _add(units, unit, counter)
+        add_unit(units, unit, counter)
 
     reference_turns = int(options["reference_turns"])
     instruction_turns = int(options["instruction_turns"])
     generation = store.write_generation()
-    window, window_start = _kept(
+    window, window_start = kept_or_read(
         stores, ("window", session_id, history_end, window_tokens, min_recent, instruction_turns),
         generation,
-        lambda: _read_window(stores, session_id, history_end, window_tokens, min_recent,
-                             instruction_turns))
+        lambda: read_window(stores, session_id, history_end, window_tokens, min_recent,
+                            instruction_turns))
     window = list(window)
     if message is None and window:
         query_text = window[-1].content
     call_owner: dict[str, int] = {}
     for turn in window:
-        for cid in _tool_call_ids(turn):
+        for cid in tool_call_ids(turn):
             call_owner[cid] = turn.turn_id
     scratch = stores.scratch_if_present()
     for turn in window:
         kind = "instructions" if turn.role == "system" else "turn"
-        _add_turn(units, stores, turn, kind, scratch, counter)
-    _tool_groups(window, call_owner, groups)
-    _pending_groups(pending, call_owner, groups)
+        add_turn(units, stores, turn, kind, scratch, counter)
+    tool_groups(window, call_owner, groups)
+    pending_groups(pending, call_owner, groups)
 
     thread_info: dict[str, Any] = {}
     dense: Any = None
     if options.get("threads", True) and (history_end > 0 or message is not None):
-        thread_info, dense = _thread_context(stores, session_id, message, query_text, window,
-                                             history_end, units, counter, options, scratch)
+        thread_info, dense = add_thread_context(stores, session_id, message, query_text, window,
+                                                history_end, units, counter, options, scratch)
     tail_first = int(options.get("tail_first", max(1, history_end - min_recent + 1)))
     info.update(window_start=window_start, tail_first=tail_first, total_turns=history_end)
     info.update(thread_info)
@@ -291,14 +291,14 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
     elif options.get("retrieval", True) and stage.query_text:
         if ranking is not None and ranking.cancel():
             ranking = None                      # not started on the side: ranked here
-        info["recall"] = _retrieve(stores, session_id, stage.query_text, stage.window_start,
-                                   history_end,
-                                   int(options.get("retrieve_tokens", window_tokens)),
-                                   int(options.get("max_retrieved", 200)),
-                                   units, cands.groups, counter, stage.scratch, stage.dense,
-                                   stage.embedder, pair=bool(options.get("pair_turns", False)),
-                                   dense_generation=stage.log_generation,
-                                   ranking=ranking)
+        info["recall"] = retrieve(stores, session_id, stage.query_text, stage.window_start,
+                                  history_end,
+                                  int(options.get("retrieve_tokens", window_tokens)),
+                                  int(options.get("max_retrieved", 200)),
+                                  units, cands.groups, counter, stage.scratch, stage.dense,
+                                  stage.embedder, pair=bool(options.get("pair_turns", False)),
+                                  dense_generation=stage.log_generation,
+                                  ranking=ranking)
     if stage.warm_store is not None:
         _warm_units(stage.warm_store, session_id, stage.query_text, history_end, units,
                     cands.excludes, counter)
@@ -306,18 +306,18 @@ def _gather_history(cands: Candidates, stores: Stores, stage: _Stage) -> None:
     if options.get("boundary", True) and tail_first > 1:
         first, last = 1, tail_first - 1
         count = last - first + 1
-        prefix_tokens = _kept(stores, ("range", session_id, first, last, history_end),
-                              stage.generation,
-                              lambda: _range_tokens(store, session_id, first, last, history_end))
+        prefix_tokens = kept_or_read(
+            stores, ("range", session_id, first, last, history_end), stage.generation,
+            lambda: range_tokens(store, session_id, first, last, history_end))
         text = boundary_text(first, last, count, prefix_tokens,
                              str(options.get("history_access") or "context"))
-        _add(units, Unit(id="boundary", kind="boundary", turn_ids=[],
-                         variants={"verbatim": {"role": "system", "content": text}},
-                         features={"omitted_first": first, "omitted_last": last,
-                                   "omitted_count": count, "omitted_tokens": prefix_tokens}),
+        add_unit(units, Unit(id="boundary", kind="boundary", turn_ids=[],
+                             variants={"verbatim": {"role": "system", "content": text}},
+                             features={"omitted_first": first, "omitted_last": last,
+                                       "omitted_count": count, "omitted_tokens": prefix_tokens}),
              counter)
     if any(u.kind == "scratch" for u in units.values()):
-        _used("pointer")
+        mark_used("pointer")
 
 
 # The side pool: recall's ranking and Tier P's ANN search (and the recalled units, with
@@ -386,14 +386,14 @@ def _recalled_units(units: dict[str, Unit], groups: list[list[str]], stores: Sto
                     options: dict[str, Any], counter: Any, scratch: Any, dense: Any,
                     embedder: Any, log_generation: Any, limits: _Limits,
                     ranking: Future) -> dict[str, Any]:
-    """:func:`_retrieve` of the first stage's units, on the side pool (the pricing's
+    """:func:`retrieve` of the first stage's units, on the side pool (the pricing's
     context variables set for this thread first)."""
     limits.apply()
-    return _retrieve(stores, session_id, query_text, window_start, history_end,
-                     int(options.get("retrieve_tokens", int(options["window_tokens"]))),
-                     int(options.get("max_retrieved", 200)), units, groups, counter,
-                     scratch, dense, embedder, pair=bool(options.get("pair_turns", False)),
-                     dense_generation=log_generation, ranking=ranking)
+    return retrieve(stores, session_id, query_text, window_start, history_end,
+                    int(options.get("retrieve_tokens", int(options["window_tokens"]))),
+                    int(options.get("max_retrieved", 200)), units, groups, counter,
+                    scratch, dense, embedder, pair=bool(options.get("pair_turns", False)),
+                    dense_generation=log_generation, ranking=ranking)
 
 
 class _Done:
@@ -428,11 +428,11 @@ class _Limits:
 
     def apply(self) -> None:
         # Each crossing from Prolog may run in another context: set them again.
-        _COST_CAP.set(self.cost_cap)
-        _EXCERPT.set(self.excerpt)
-        _STORED_COUNTS_MODEL.set(self.stored_counts_model)
-        _TOKENIZER_KEY.set(self.tokenizer_key)
-        _STORE_USED.set(self.used)
+        COST_CAP.set(self.cost_cap)
+        EXCERPT.set(self.excerpt)
+        STORED_COUNTS_MODEL.set(self.stored_counts_model)
+        TOKENIZER_KEY.set(self.tokenizer_key)
+        STORE_USED.set(self.used)
 
 
 @dataclass(slots=True)
@@ -451,7 +451,7 @@ class _Stage:
     warm_store: Any
     embedder: Any                 # recall's (None without the dense side)
     ranking: Any                  # recall's ranking, a future (None: no recall)
-    recalled: Any = None          # _retrieve's answer, a future (None: built in gather())
+    recalled: Any = None          # retrieve's answer, a future (None: built in gather())
     ahead: Any = None             # Tier P's ANN search ahead, a future (None: none)
 
 
@@ -463,19 +463,19 @@ def _warm_units(warm_store: Any, session_id: str, query: str, history_end: int,
     artifact holds.  Which are offered and what they are worth is Prolog's
     (ctxrelay_utility: offered/2, warm_relevance/2)."""
     from ctxrelay.storage.lmdb.warm import variants as warm_variants
-    q = _terms(query)
+    q = index_terms(query)
     for art in warm_store.latest(session_id):
         # An artifact summarises user, assistant and tool text: it is rendered
         # as reference material (a named user message), never with system authority.
         forms = {v["variant"]: {"role": "user", "name": "artifact", "content": v["text"]}
                  for v in warm_variants(art)}
         text = " ".join([art.summary, *art.facts, *art.decisions, *art.entities])
-        terms = _terms(text)
-        unit = _add(units, Unit(id=f"w{art.start}_{art.end}", kind="warm",
-                                turn_ids=list(range(art.start, art.end + 1)), variants=forms,
-                                features={"query_terms": len(q), "shared_terms": len(q & terms),
-                                          "version": art.version,
-                                          "start": art.start, "end": art.end}), model)
+        terms = index_terms(text)
+        unit = add_unit(units, Unit(id=f"w{art.start}_{art.end}", kind="warm",
+                                    turn_ids=list(range(art.start, art.end + 1)), variants=forms,
+                                    features={"query_terms": len(q), "shared_terms": len(q & terms),
+                                              "version": art.version,
+                                              "start": art.start, "end": art.end}), model)
         for tid in range(art.start, min(art.end, history_end) + 1):
             if f"t{tid}" in units:
                 excludes.append([unit.id, f"t{tid}"])
@@ -490,6 +490,6 @@ def add_turn_units(cands: Candidates, stores: Stores, turn_ids: list[int],
         if f"t{tid}" in cands.units or not 1 <= tid <= cands.info["history_end"]:
             continue
         turn = store.turn(cands.session_id, tid)
-        added.extend(u.summary() for u in _add_with_tool_family(
+        added.extend(u.summary() for u in add_with_tool_family(
             stores, cands.session_id, turn, kind, cands.units, cands.groups, cands.model, scratch))
     return added

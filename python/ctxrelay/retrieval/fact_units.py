@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctxrelay.knowledge.scope import visible_to
-from ctxrelay.retrieval.pricing import _add
+from ctxrelay.retrieval.pricing import add_unit
 from ctxrelay.retrieval.units import Candidates, Unit
 from ctxrelay.storage.stores import Stores
 
@@ -49,8 +49,8 @@ def fact_unit(cands: Candidates, fact: dict[str, Any], score: float, **features:
     """Add a CKF fact (Tier P) as a candidate: a user-role message named
     ``knowledge``, so reference material never gains system authority."""
     message = {"role": "user", "name": "knowledge", "content": knowledge_text(fact)}
-    return _add(cands.units, Unit(id=f"f{fact['fact_id']}", kind="fact", turn_ids=[],
-                                  variants={"verbatim": message},
-                                  features={"fact_id": fact["fact_id"], "score": score,
-                                            "source": fact.get("source_id") or "", **features}),
+    return add_unit(cands.units, Unit(id=f"f{fact['fact_id']}", kind="fact", turn_ids=[],
+                                      variants={"verbatim": message},
+                                      features={"fact_id": fact["fact_id"], "score": score,
+                                                "source": fact.get("source_id") or "", **features}),
                 cands.model)

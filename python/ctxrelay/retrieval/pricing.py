@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxrelay.memo import keep
-from ctxrelay.retrieval.units import Unit, _message_for_turn, _tool_call_ids
+from ctxrelay.retrieval.units import Unit, message_for_turn, tool_call_ids
 from ctxrelay.text.bm25 import tokenize
 from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.stores import Stores
@@ -24,16 +24,16 @@ from ctxrelay.types import Turn
 
 # The input budget of the assembly in progress: a message whose text is so long
 # that it cannot fit is not counted exactly (a 10 MB turn would take a minute).
-_COST_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("cost_cap", default=None)
+COST_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("cost_cap", default=None)
 # The primitives the assembly in progress read from (CRP-Context-Store-Used).
-_STORE_USED: contextvars.ContextVar[set[str]] = contextvars.ContextVar("store_used")
+STORE_USED: contextvars.ContextVar[set[str]] = contextvars.ContextVar("store_used")
 # The model whose tokenizer the transcript's stored per-turn counts were made
 # with, for the assembly in progress (None: recount every turn).
-_STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
+STORED_COUNTS_MODEL: contextvars.ContextVar[str | None] = \
     contextvars.ContextVar("stored_counts_model", default=None)
 
 
-def _stored_counts_model(store: Transcript, model: str | tok.Tokenizer) -> Any:
+def stored_counts_model_for(store: Transcript, model: str | tok.Tokenizer) -> Any:
     """``model`` when the store counted turns with its exact vocabulary, else None."""
     from ctxrelay.storage.common.transcript.records import DEFAULT_TOKENIZER
     tokenizer = tok.resolve(model)
@@ -59,18 +59,20 @@ def message_cost(message: dict[str, Any], model: str | tok.Tokenizer) -> tuple[i
 def _past_cap(message: dict[str, Any]) -> bool:
     """Whether the assembly in progress charges ``message`` its lower bound
     (content too long to fit its cap) instead of counting it."""
-    cap = _COST_CAP.get()
+    cap = COST_CAP.get()
     content = message.get("content")
     return cap is not None and isinstance(content, str) \
         and tok.lower_bound(content) > cap
 
 
-def _terms(text: str) -> set[str]:
+def index_terms(text: str) -> set[str]:
+    """The search index's terms of ``text``."""
     # The index's own terms (stopwords out), so relevance agrees with search.
     return set(tokenize(text))
 
 
-def _add(units: dict[str, Unit], unit: Unit, model: str | tok.Tokenizer) -> Unit:
+def add_unit(units: dict[str, Unit], unit: Unit, model: str | tok.Tokenizer) -> Unit:
+    """Price ``unit``'s variants for ``model`` and add it to ``units``."""
     for name, msg in list(unit.variants.items()):
         n, exact = message_cost(msg, model)
         unit.costs[name] = n
@@ -86,7 +88,7 @@ def _add(units: dict[str, Unit], unit: Unit, model: str | tok.Tokenizer) -> Unit
 # Limits of the assembly in progress, decided in Prolog: a stored turn whose
 # verbatim cost is over ``above`` tokens is also offered as a bounded excerpt
 # of about ``size`` tokens (None: no excerpts).
-_EXCERPT: contextvars.ContextVar[tuple[int, int] | None] = \
+EXCERPT: contextvars.ContextVar[tuple[int, int] | None] = \
     contextvars.ContextVar("excerpt", default=None)
 _EXCERPT_KINDS = frozenset({"turn", "retrieved", "referenced", "thread", "instructions"})
 
@@ -95,7 +97,7 @@ def _offer_excerpt(unit: Unit, model: str | tok.Tokenizer) -> None:
     """Give an oversized stored turn an ``excerpt`` variant: its head and tail with its
     size and how to read the rest, so one huge turn never makes the mandatory part
     impossible.  Only the excerpt is counted (bounded work whatever the turn's size)."""
-    limits = _EXCERPT.get()
+    limits = EXCERPT.get()
     verbatim = unit.variants.get("verbatim")
     if limits is None or verbatim is None or unit.kind not in _EXCERPT_KINDS \
             or len(unit.turn_ids) != 1 or "excerpt" in unit.variants:
@@ -135,7 +137,7 @@ def excerpt_text(turn_id: int, content: str, size: int) -> str:
 _PRICED_MAX = 16384
 # The tokenizer of the assembly in progress, as part of the memo's key: the
 # Tokenizer itself and its counter's id (a re-registered model counts anew).
-_TOKENIZER_KEY: contextvars.ContextVar[tuple[Any, ...] | None] = \
+TOKENIZER_KEY: contextvars.ContextVar[tuple[Any, ...] | None] = \
     contextvars.ContextVar("tokenizer_key", default=None)
 
 
@@ -164,11 +166,13 @@ class _TokenizerKey(tuple):
         return tuple.__eq__(self, other)
 
 
-def _tokenizer_key(model: str | tok.Tokenizer) -> tuple[Any, ...]:
+def tokenizer_key_of(model: str | tok.Tokenizer) -> tuple[Any, ...]:
+    """The memo-key form of ``model``'s tokenizer (see :data:`TOKENIZER_KEY`)."""
     return _TokenizerKey(tok.resolve(model))
 
 
-def _priced_memo(stores: Stores) -> dict[tuple[Any, ...], _Priced]:
+def priced_memo(stores: Stores) -> dict[tuple[Any, ...], _Priced]:
+    """The store's memo of priced plain turns, by (session, turn id, tokenizer key)."""
     return stores.state("priced_turns", _new_memo)
 
 
@@ -176,11 +180,11 @@ def _new_memo(_: Stores) -> dict[tuple[Any, ...], _Priced]:
     return {}
 
 
-def _priced_unit(stores: Stores, session_id: str, turn_id: int, kind: str,
-                 **features: Any) -> Unit | None:
+def priced_unit(stores: Stores, session_id: str, turn_id: int, kind: str,
+                **features: Any) -> Unit | None:
     """The unit of a stored plain turn from the memo, or None (read the turn)."""
-    tkey = _TOKENIZER_KEY.get()
-    priced = None if tkey is None else _priced_memo(stores).get((session_id, turn_id, tkey))
+    tkey = TOKENIZER_KEY.get()
+    priced = None if tkey is None else priced_memo(stores).get((session_id, turn_id, tkey))
     if priced is None:
         return None
     if _past_cap(priced.message):
@@ -193,20 +197,20 @@ def _priced_unit(stores: Stores, session_id: str, turn_id: int, kind: str,
     return unit
 
 
-def _add_turn(units: dict[str, Unit], stores: Stores, turn: Turn, kind: str,
-              scratch: Any, model: str | tok.Tokenizer, **features: Any) -> Unit:
-    """``_add`` of a stored turn's unit, through the memo of plain turns."""
-    plain = turn.role != "tool" and not _tool_call_ids(turn)
+def add_turn(units: dict[str, Unit], stores: Stores, turn: Turn, kind: str,
+             scratch: Any, model: str | tok.Tokenizer, **features: Any) -> Unit:
+    """``add_unit`` of a stored turn's unit, through the memo of plain turns."""
+    plain = turn.role != "tool" and not tool_call_ids(turn)
     if plain:
-        unit = _priced_unit(stores, turn.session_id, turn.turn_id, kind, **features)
+        unit = priced_unit(stores, turn.session_id, turn.turn_id, kind, **features)
         if unit is not None:
             units[unit.id] = unit
             return unit
-    unit = _add(units, _turn_unit(turn, kind, scratch, **features), model)
-    tkey = _TOKENIZER_KEY.get()
+    unit = add_unit(units, _turn_unit(turn, kind, scratch, **features), model)
+    tkey = TOKENIZER_KEY.get()
     message = unit.variants["verbatim"]
     if plain and tkey is not None and not _past_cap(message):     # a count, not the bound
-        keep(_priced_memo(stores), (turn.session_id, turn.turn_id, tkey),
+        keep(priced_memo(stores), (turn.session_id, turn.turn_id, tkey),
              _Priced(turn.role, dict(message), unit.costs["verbatim"],
                      unit.variant_exact("verbatim")),
              _PRICED_MAX)
@@ -214,8 +218,8 @@ def _add_turn(units: dict[str, Unit], stores: Stores, turn: Turn, kind: str,
 
 
 def _turn_unit(turn: Turn, kind: str, scratch: Any = None, **features: Any) -> Unit:
-    message = _message_for_turn(turn)
-    seed_model = _STORED_COUNTS_MODEL.get()
+    message = message_for_turn(turn)
+    seed_model = STORED_COUNTS_MODEL.get()
     if seed_model is not None and turn.tokens_exact:
         # The transcript counted this content on append: no second BPE pass.
         tok.remember_count(seed_model, turn.content, turn.tokens)
@@ -244,8 +248,9 @@ def _gated_summary(scratch: Any, turn: Turn, scratch_id: str) -> tuple[str, str]
             f"({entry.freshness}, {rendered.action}); re-run the tool for current data]"), rendered.action
 
 
-def _used(primitive: str) -> None:
+def mark_used(primitive: str) -> None:
+    """Report ``primitive`` as read by the assembly in progress (CRP-Context-Store-Used)."""
     try:
-        _STORE_USED.get().add(primitive)
+        STORE_USED.get().add(primitive)
     except LookupError:                    # outside an assembly: nothing to report
         pass

@@ -8,13 +8,13 @@ import itertools
 from typing import Any
 
 from ctxrelay.retrieval.pricing import (
-    _TOKENIZER_KEY,
-    _add_turn,
-    _priced_memo,
-    _priced_unit,
-    _used,
+    TOKENIZER_KEY,
+    add_turn,
+    mark_used,
+    priced_memo,
+    priced_unit,
 )
-from ctxrelay.retrieval.units import Unit, _tool_call_ids
+from ctxrelay.retrieval.units import Unit, tool_call_ids
 from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
@@ -23,12 +23,12 @@ from ctxrelay.types import Turn
 _RANKING_READ = 16      # turns per read along a ranking (about what one assembly offers)
 _TOOL_LOOKBACK = 8      # how far a tool result may sit from its call
 
-def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
-              history_end: int, retrieve_tokens: int, max_retrieved: int,
-              units: dict[str, Unit], groups: list[list[str]], model: str | tok.Tokenizer,
-              scratch: Any = None, dense: Any = None, embedder: Any = None,
-              pair: bool = False, dense_generation: Any = None,
-              ranking: Any = None) -> dict[str, Any]:
+def retrieve(stores: Stores, session_id: str, query: str, window_start: int,
+             history_end: int, retrieve_tokens: int, max_retrieved: int,
+             units: dict[str, Unit], groups: list[list[str]], model: str | tok.Tokenizer,
+             scratch: Any = None, dense: Any = None, embedder: Any = None,
+             pair: bool = False, dense_generation: Any = None,
+             ranking: Any = None) -> dict[str, Any]:
     """Earlier turns for the query, ranked by :mod:`ctxrelay.retrieval.recall` (lexical,
     dense and the conversation's structure).  Turns already in the window
     get their relevance as a feature; older ones become ``retrieved``
@@ -50,7 +50,7 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
         ranked, info = recall(stores, session_id, query, upto=history_end, dense=dense,
                               embedder=embedder, dense_generation=dense_generation)
     info["ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    _used("index")
+    mark_used("index")
     offered, count = 0, 0
     loaded: dict[int, Turn] = {}
     direct: set[str] = set()        # candidates this ranking scores (not marked below)
@@ -64,7 +64,7 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
             continue
         score = scores[at]
         direct.add(uid)
-        unit = _priced_unit(stores, session_id, turn_id, "retrieved", score=score)
+        unit = priced_unit(stores, session_id, turn_id, "retrieved", score=score)
         if unit is not None:                        # a plain turn offered before: no read
             if unit.features["role"] != "system":
                 units[uid] = unit
@@ -76,8 +76,8 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
             # the window), not one per turn.  Turns the memo of plain turns already
             # holds need no read (it answers them when their turn comes), so the read
             # holds only what will be used.
-            priced = _priced_memo(stores)
-            tkey = _TOKENIZER_KEY.get()
+            priced = priced_memo(stores)
+            tkey = TOKENIZER_KEY.get()
             ahead = itertools.islice((t for t in itertools.islice(ids, at + 1, None)
                                       if t < window_start), _RANKING_READ - 1)
             batch = [turn_id] + [t for t in ahead
@@ -86,8 +86,8 @@ def _retrieve(stores: Stores, session_id: str, query: str, window_start: int,
         turn = loaded[turn_id]
         if turn.role == "system":
             continue
-        added = _add_with_tool_family(stores, session_id, turn, "retrieved", units, groups, model,
-                                      scratch, score=score)
+        added = add_with_tool_family(stores, session_id, turn, "retrieved", units, groups, model,
+                                     scratch, score=score)
         offered += sum(min(u.costs.values()) for u in added)
         count += 1
     if pair:
@@ -133,18 +133,18 @@ def _pair_questions_and_answers(stores: Stores, session_id: str, recalled: set[s
         if pid not in units:
             turn = loaded.get(partner)
             want = "user" if role == "assistant" else "assistant"
-            if turn is None or turn.role != want or _tool_call_ids(turn):
+            if turn is None or turn.role != want or tool_call_ids(turn):
                 continue
-            _add_turn(units, stores, turn, "retrieved", scratch, model, score=0.0)
+            add_turn(units, stores, turn, "retrieved", scratch, model, score=0.0)
         elif units[pid].features.get("role") != ("user" if role == "assistant" else "assistant"):
             continue
         groups.append(sorted([uid, pid], key=lambda u: int(u[1:])))
 
 
-def _add_with_tool_family(stores: Stores, session_id: str, turn: Turn, kind: str,
-                          units: dict[str, Unit], groups: list[list[str]],
-                          model: str | tok.Tokenizer, scratch: Any,
-                          **features: Any) -> list[Unit]:
+def add_with_tool_family(stores: Stores, session_id: str, turn: Turn, kind: str,
+                         units: dict[str, Unit], groups: list[list[str]],
+                         model: str | tok.Tokenizer, scratch: Any,
+                         **features: Any) -> list[Unit]:
     """Add ``turn`` with its tool call and results (packed together), return the new units.
 
     ``features`` go to ``turn`` itself; the family members it pulls in carry
@@ -157,7 +157,7 @@ def _add_with_tool_family(stores: Stores, session_id: str, turn: Turn, kind: str
         if uid not in units:
             extra = features if member.turn_id == turn.turn_id else \
                 {k: 0.0 for k in features if k == "score"}
-            added.append(_add_turn(units, stores, member, kind, scratch, model, **extra))
+            added.append(add_turn(units, stores, member, kind, scratch, model, **extra))
         ids.append(uid)
     if len(ids) > 1:
         groups.append(ids)
@@ -170,11 +170,11 @@ def _tool_family(store: Transcript, session_id: str, turn: Turn) -> list[Turn]:
     if turn.role == "tool":
         lo = max(1, turn.turn_id - _TOOL_LOOKBACK)
         before = store.history(session_id, lo, turn.turn_id - 1)
-        owners = [t for t in before if turn.tool_call_id in _tool_call_ids(t)]
+        owners = [t for t in before if turn.tool_call_id in tool_call_ids(t)]
         if not owners:
             return [turn]
         call = owners[-1]
-    ids = set(_tool_call_ids(call))
+    ids = set(tool_call_ids(call))
     if not ids:
         return [turn]
     after = store.history(session_id, call.turn_id + 1, call.turn_id + len(ids) + _TOOL_LOOKBACK)

@@ -77,8 +77,8 @@ from ctxrelay.storage.interfaces.rolling import TurnOrderedLog
 from ctxrelay.storage.rolling import EntryTooLargeError, RollingLogUnavailableError
 from ctxrelay.storage.stores import RING_BYTES, RING_ENTRIES  # noqa: F401  (re-exported)
 from ctxrelay.knowledge.scope import visible_to
-from ctxrelay.retrieval.tail import (_TURN_FIELDS, RING_DAMAGE, SharedTail,  # noqa: F401
-                                     _decode_json, _ring_entry, entry_values)
+from ctxrelay.retrieval.tail import (RING_DAMAGE, TURN_FIELDS, SharedTail,  # noqa: F401
+                                     decode_json, entry_values, ring_entry_text)
 from ctxrelay.types import RetrievalResult, Turn
 
 if TYPE_CHECKING:
@@ -141,13 +141,13 @@ _RING_DAMAGE = RING_DAMAGE
 
 
 def _turn(session_id: str, values: list[Any]) -> Turn:
-    # A ring entry holds exactly Turn's other fields (written by _ring_entry).  The
+    # A ring entry holds exactly Turn's other fields (written by ring_entry_text).  The
     # frozen dataclass __init__ sets each field through object.__setattr__, which
     # was a third of a last-8 read; filling __dict__ gives the same object.
     turn = _new(Turn)
     fields = turn.__dict__
     fields["session_id"] = session_id
-    fields.update(zip(_TURN_FIELDS, values))
+    fields.update(zip(TURN_FIELDS, values))
     return turn
 
 
@@ -175,7 +175,7 @@ class Router:
         self._sync_lock = threading.RLock()
         self._verified: dict[str, tuple[int, int]] = {}     # session -> (txn id, turns)
         # A tail shared by processes (Redis): conditional appends, no lock.
-        self._tail = SharedTail(self.rolling, self._st, _ring_entry, self._unverify) \
+        self._tail = SharedTail(self.rolling, self._st, ring_entry_text, self._unverify) \
             if isinstance(self.rolling, TurnOrderedLog) else None
         self.tail_misses = 0          # reads served by the transcript: the tail unreachable
         self._memo: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -225,7 +225,7 @@ class Router:
         caller checks them against, lets a shared tail's mirror answer."""
         if self._tail is not None:
             return self._tail.read(session_id, n, count)
-        return [_decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
+        return [decode_json(e)[0] for e in self.rolling.read_recent(session_id, n)]
 
     @property
     def mirror_hits(self) -> int:
@@ -238,7 +238,7 @@ class Router:
 
     def _append(self, session_id: str, turn: Turn) -> None:
         try:
-            self.rolling.append(session_id, _ring_entry(turn))
+            self.rolling.append(session_id, ring_entry_text(turn))
         except (EntryTooLargeError, InvalidContentError):
             # A turn the ring cannot hold keeps its place as a pointer into the transcript.
             self.rolling.append(session_id, f"[{turn.turn_id}]")

@@ -1,6 +1,6 @@
 """Ring entries, and the router's side of a rolling log shared by processes (Redis).
 
-A ring entry is one turn as a JSON array in ``_TURN_FIELDS`` order (a str
+A ring entry is one turn as a JSON array in ``TURN_FIELDS`` order (a str
 entry of the ring): decoding an array is about 2.5x faster than an object with
 the field names, and a last-8 read decodes 8 of them.  A turn too large for
 the ring is the one-element array ``[turn_id]``, a pointer into the transcript.
@@ -32,17 +32,20 @@ __all__ = ["SharedTail", "entry_values", "MIRROR_SESSIONS", "RING_DAMAGE"]
 
 MIRROR_SESSIONS = 256            # sessions whose shared-tail entries a process keeps
 
-_TURN_FIELDS = ("turn_id", "role", "content", "name", "tool_call_id", "metadata",
-                "timestamp", "key", "tokens", "tokens_exact")
+# Turn's fields in a ring entry's order (see ring_entry_text).
+TURN_FIELDS = ("turn_id", "role", "content", "name", "tool_call_id", "metadata",
+               "timestamp", "key", "tokens", "tokens_exact")
 
-_decode_json = json.JSONDecoder().raw_decode
+# The first JSON value of a ring entry (and where it ends).
+decode_json = json.JSONDecoder().raw_decode
 
 # What a ring that is not (or no longer) ours raises when read: rebuilt, not reported.
 RING_DAMAGE = (CorruptRingError, RingConfigMismatchError, ValueError, TypeError,
                IndexError, KeyError)
 
 
-def _ring_entry(turn: Turn) -> str:
+def ring_entry_text(turn: Turn) -> str:
+    """A turn as a ring entry: a JSON array in :data:`TURN_FIELDS` order."""
     return json.dumps([turn.turn_id, turn.role, turn.content, turn.name, turn.tool_call_id,
                        turn.metadata, turn.timestamp, turn.key, turn.tokens,
                        turn.tokens_exact], ensure_ascii=False, separators=(",", ":"))
@@ -50,7 +53,7 @@ def _ring_entry(turn: Turn) -> str:
 
 def entry_values(entry: str) -> list[Any]:
     """A ring entry's values: ``[turn_id, role, content, ...]``, or ``[turn_id]``."""
-    return _decode_json(entry)[0]
+    return decode_json(entry)[0]
 
 
 class SharedTail:
@@ -84,9 +87,9 @@ class SharedTail:
         if count is not None and mirror and mirror[-1][0] == count \
                 and (len(mirror) >= n or mirror[0][0] == 1):
             self.mirror_hits += 1
-            return [_decode_json(raw)[0] for _, raw in mirror[-n:]]
+            return [decode_json(raw)[0] for _, raw in mirror[-n:]]
         raws = self.log_.read_recent(session_id, n)
-        entries = [_decode_json(e)[0] for e in raws]
+        entries = [decode_json(e)[0] for e in raws]
         self._remember(session_id, [(e[0], raw) for e, raw in zip(entries, raws)])
         return entries
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrelay.retrieval.pricing import _add, _add_turn, _priced_unit, _tool_call_ids
-from ctxrelay.retrieval.units import Unit
-from ctxrelay.retrieval.window import _kept
+from ctxrelay.retrieval.pricing import add_turn, add_unit, priced_unit
+from ctxrelay.retrieval.units import Unit, tool_call_ids
+from ctxrelay.retrieval.window import kept_or_read
 from ctxrelay.storage.stores import Stores
 from ctxrelay.text import tokens as tok
 from ctxrelay.text.bounds import derived_text
@@ -16,10 +16,10 @@ from ctxrelay.types import Turn
 _DORMANT_MAX = 12             # dormant turns of a resumed thread offered back
 
 
-def _thread_context(stores: Stores, session_id: str, message: Any, query_text: str,
-                    window: list[Turn], history_end: int, units: dict[str, Unit],
-                    model: str | tok.Tokenizer, options: dict[str, Any],
-                    scratch: Any) -> tuple[dict[str, Any], Any]:
+def add_thread_context(stores: Stores, session_id: str, message: Any, query_text: str,
+                       window: list[Turn], history_end: int, units: dict[str, Unit],
+                       model: str | tok.Tokenizer, options: dict[str, Any],
+                       scratch: Any) -> tuple[dict[str, Any], Any]:
     """Topic thread of the new message, its similarity, and a resumed thread's turns.
 
     The turn log is brought up to date first (only turns added since the last
@@ -38,9 +38,9 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
     if history_end > 0:                   # else the session is not stored yet
         # Nothing written to either store since the last sync with this embedder:
         # nothing to derive (the sync would only read its progress to learn that).
-        _kept(stores, ("sync", session_id, embedder.model_id),
-              (store.write_generation(), log.write_generation()),
-              lambda: log.sync(store, session_id, embedder))
+        kept_or_read(stores, ("sync", session_id, embedder.model_id),
+                     (store.write_generation(), log.write_generation()),
+                     lambda: log.sync(store, session_id, embedder))
     sync_ms = (time.perf_counter() - t0) * 1000
     out: dict[str, Any] = {"embedder": embedder.model_id, "embed_ms": 0.0,
                            "turnlog_sync_ms": round(sync_ms, 3),
@@ -64,9 +64,9 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
                        thread_label=log.thread(session_id, derived.thread_id).label)
         return out, (log, vec)
     # The candidate threads change only when the turn log is written.
-    book = _kept(stores, ("thread_book", session_id, embedder.model_id),
-                 log.write_generation(),
-                 lambda: log.thread_book(session_id, embedder.thresholds))
+    book = kept_or_read(stores, ("thread_book", session_id, embedder.model_id),
+                        log.write_generation(),
+                        lambda: log.thread_book(session_id, embedder.thresholds))
     placed = book.place(query_text, vec)
     out.update(thread_action=placed.action, thread_rule=placed.rule,
                thread_similarity=placed.similarity)
@@ -85,7 +85,7 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
         # A plain turn offered before is priced in the memo (it holds plain turns
         # only): those need no read, the others are read in one go.
         ready = {tid: unit for tid in wanted
-                 if (unit := _priced_unit(stores, session_id, tid, "thread")) is not None}
+                 if (unit := priced_unit(stores, session_id, tid, "thread")) is not None}
         rest = [tid for tid in wanted if tid not in ready]
         read = {t.turn_id: t for t in store.turns(session_id, rest)} if rest else {}
         for tid in wanted:
@@ -94,14 +94,14 @@ def _thread_context(stores: Stores, session_id: str, message: Any, query_text: s
                 units[unit.id] = unit
                 continue
             turn = read[tid]
-            if turn.role == "tool" or _tool_call_ids(turn):
+            if turn.role == "tool" or tool_call_ids(turn):
                 continue                      # pairs come back through retrieval, whole
-            _add_turn(units, stores, turn, "thread", scratch, model)
+            add_turn(units, stores, turn, "thread", scratch, model)
         full = log.thread(session_id, placed.thread_id, store)
         text = full.state.summary(full.label)
-        _add(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
-                         variants={"verbatim": {"role": "user", "name": "thread_state",
-                                                "content": text}},
+        add_unit(units, Unit(id="thread_summary", kind="thread_summary", turn_ids=[],
+                             variants={"verbatim": {"role": "user", "name": "thread_state",
+                                                    "content": text}},
                          features={"thread_id": placed.thread_id}), model)
     return out, (log, vec)
 
@@ -119,9 +119,9 @@ def _topic_similarity(stores: Stores, log: Any, session_id: str, book: Any,
     user_turns = tuple(entry.record.get("user_turns") or ())
     # The thread's user-turn vectors change only with the turn log: kept under its
     # generation (the book above is), so a message reads none of them again.
-    vecs = _kept(stores, ("topic_vectors", session_id, book.previous, user_turns),
-                 log.write_generation(),
-                 lambda: list(log.vectors(session_id, list(user_turns)).values()))
+    vecs = kept_or_read(stores, ("topic_vectors", session_id, book.previous, user_turns),
+                        log.write_generation(),
+                        lambda: list(log.vectors(session_id, list(user_turns)).values()))
     if not vecs:
         return None
     return round(max(float(v @ vec) for v in vecs), 4)

@@ -50,7 +50,7 @@ class Candidates:
         return self.units[unit_id]
 
 
-def _message_for_turn(turn: Turn) -> dict[str, Any]:
+def message_for_turn(turn: Turn) -> dict[str, Any]:
     """The provider message of a stored turn; content is passed as data."""
     msg: dict[str, Any] = {"role": turn.role, "content": turn.content}
     calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
@@ -76,7 +76,8 @@ def _safe_name(name: str) -> str:
     return cleaned or "speaker"
 
 
-def _tool_call_ids(turn: Turn) -> list[str]:
+def tool_call_ids(turn: Turn) -> list[str]:
+    """The ids of the tool calls an assistant turn made (none for other turns)."""
     calls = turn.metadata.get("tool_calls") if isinstance(turn.metadata, dict) else None
     if turn.role != "assistant" or not isinstance(calls, list):
         return []

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ctxrelay.retrieval.prepared import prepared
-from ctxrelay.retrieval.pricing import _STORE_USED, _used
-from ctxrelay.retrieval.units import Unit, _message_for_turn
+from ctxrelay.retrieval.pricing import STORE_USED, mark_used
+from ctxrelay.retrieval.units import Unit, message_for_turn
 from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.stores import Stores
 from ctxrelay.types import Turn
@@ -48,8 +48,8 @@ def boundary_text(first: int, last: int, count: int, tokens: int,
             f"before guessing about earlier content, {how}")
 
 
-def _read_window(stores: Stores, session_id: str, end: int, window_tokens: int,
-                 min_recent: int, instruction_turns: int) -> tuple[list[Turn], int]:
+def read_window(stores: Stores, session_id: str, end: int, window_tokens: int,
+                min_recent: int, instruction_turns: int) -> tuple[list[Turn], int]:
     """Recent turns, newest backwards, until they hold more than the budget.
 
     Stored per-turn token counts decide when to stop, so the read is bounded
@@ -84,20 +84,20 @@ def _read_window(stores: Stores, session_id: str, end: int, window_tokens: int,
     return turns, start
 
 
-def _kept(stores: Stores, key: tuple[Any, ...], generation: Any, read: Any) -> Any:
+def kept_or_read(stores: Stores, key: tuple[Any, ...], generation: Any, read: Any) -> Any:
     """``read()``, or its value kept from an earlier assembly at the same store
     generation (:mod:`ctxrelay.retrieval.prepared`); the primitives it used are
     reported as used either way."""
     def run() -> tuple[Any, frozenset[str]]:
-        token = _STORE_USED.set(set())
+        token = STORE_USED.set(set())
         try:
             value = read()
-            return value, frozenset(_STORE_USED.get())
+            return value, frozenset(STORE_USED.get())
         finally:
-            _STORE_USED.reset(token)
+            STORE_USED.reset(token)
     value, used = prepared(stores).get(key, generation, run)
     for primitive in used:
-        _used(primitive)
+        mark_used(primitive)
     return value
 
 
@@ -111,11 +111,12 @@ def _ring_chunk(stores: Stores, session_id: str, lo: int, hi: int) -> list[Turn]
         return None
     turns = Router.of(stores).recent(session_id, count - lo + 1)
     chunk = [t for t in turns if lo <= t.turn_id <= hi]
-    _used("log")
+    mark_used("log")
     return chunk
 
 
-def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[list[str]]) -> None:
+def tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[list[str]]) -> None:
+    """Group each stored tool result with the turn that called it (ids ``t<turn id>``)."""
     pairs: dict[int, list[str]] = {}
     for turn in turns:
         if turn.role == "tool" and turn.tool_call_id in call_owner:
@@ -127,7 +128,7 @@ def _tool_groups(turns: list[Turn], call_owner: dict[str, int], groups: list[lis
         groups.append([f"t{owner}", *members])
 
 
-def _pending_unit(index: int, message: dict[str, Any]) -> Unit:
+def pending_unit(index: int, message: dict[str, Any]) -> Unit:
     """A new message that comes before the user's in this turn (a tool call's
     result, an assistant message the client sent): not stored until the turn
     commits, packed as it will be stored."""
@@ -136,15 +137,15 @@ def _pending_unit(index: int, message: dict[str, Any]) -> Unit:
                 tool_call_id=message.get("tool_call_id"),
                 metadata=dict(message.get("metadata") or {}), timestamp="", key=None,
                 tokens=0, tokens_exact=True)
-    msg = _message_for_turn(turn)
+    msg = message_for_turn(turn)
     if turn.role == "tool" and not turn.tool_call_id:
         msg["tool_call_id"] = f"pending_{index}"
     return Unit(id=f"p{index}", kind="pending", turn_ids=[], variants={"verbatim": msg},
                 features={"role": turn.role, "position": index})
 
 
-def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
-                    groups: list[list[str]]) -> None:
+def pending_groups(pending: list[Unit], call_owner: dict[str, int],
+                   groups: list[list[str]]) -> None:
     """A pending tool result goes with its stored call: providers reject a
     result whose call is not in the request."""
     for unit in pending:
@@ -153,8 +154,8 @@ def _pending_groups(pending: list[Unit], call_owner: dict[str, int],
             groups.append([f"t{call_owner[call_id]}", unit.id])
 
 
-def _range_tokens(store: Transcript, session_id: str, first: int, last: int,
-                  history_end: int) -> int:
+def range_tokens(store: Transcript, session_id: str, first: int, last: int,
+                 history_end: int) -> int:
     """Tokens of turns first..last from the stored counters (no scan of the prefix)."""
     total = store.stats(session_id).tokens
     after = store.history(session_id, last + 1, None)
