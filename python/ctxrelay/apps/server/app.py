@@ -45,7 +45,7 @@ from .request import ChatRequest, json_body, parse_chat, scoped
 from .responses import TurnGuard
 from .tenants import RESERVED_PREFIX, KeyRing, Tenant
 from .turn import chat_turn, commit
-from .upstream import _upstream_said
+from .upstream import upstream_said
 
 log = logging.getLogger("ctxrelay.apps.server")
 
@@ -324,7 +324,7 @@ async def list_models(request: Request) -> Response:
         raise ApiError(502, f"cannot reach the upstream {label}: {e}", type="upstream_error",
                        code="upstream_unreachable") from None
     if not 200 <= response.status_code < 300:
-        said, _ = _upstream_said(response)
+        said, _ = upstream_said(response)
         raise ApiError(502, f"the upstream {label} answered HTTP {response.status_code} to "
                        f"GET /models: {said}", type="upstream_error",
                        code=f"upstream_http_{response.status_code}")

@@ -23,7 +23,7 @@ _SNIPPET = 300
 _NOTHING_STORED = "nothing of this turn was stored, so retrying is safe"
 
 
-def _upstream_said(response: httpx.Response) -> tuple[str, Any]:
+def upstream_said(response: httpx.Response) -> tuple[str, Any]:
     """(message, code) from an upstream error body, OpenAI-style or not."""
     text = response.text
     try:
@@ -64,7 +64,7 @@ class Upstream:
                         type="upstream_error", code="upstream_unreachable", headers=self.headers)
 
     def status(self, response: httpx.Response) -> ApiError:
-        said, code = _upstream_said(response)
+        said, code = upstream_said(response)
         return ApiError(502, f"the upstream {self.relay.config.upstream_label} answered HTTP "
                         f"{response.status_code}: {said}; {_NOTHING_STORED}", type="upstream_error",
                         code=str(code) if code is not None else f"upstream_http_{response.status_code}",

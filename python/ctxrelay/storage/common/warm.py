@@ -36,7 +36,9 @@ from ctxrelay.storage.validation import normalise_timestamp as _normalise_timest
 from ctxrelay.storage.validation import sha256 as _sha256
 
 __all__ = ["WarmArtifact", "WarmBase", "no_artifact", "no_version", "VARIANTS", "LIST_FIELDS", "COMPACT_WORDS",
-           "MAX_PRODUCER_CHARS", "artifact_id", "content_hash", "variants", "pending_of"]
+           "MAX_PRODUCER_CHARS", "artifact_id", "content_hash", "variants", "pending_of",
+           # for the back ends' warm stores (storage/lmdb, storage/postgres)
+           "Pending", "check_range", "parse_artifact", "require_transcript_like"]
 
 VARIANTS: tuple[str, ...] = ("verbatim", "detailed", "compact", "facts_only")
 LIST_FIELDS: tuple[str, ...] = ("decisions", "facts", "unresolved", "entities")
@@ -165,7 +167,8 @@ def _check_turn(value: Any, what: str) -> int:
     return value
 
 
-def _check_range(start: Any, end: Any) -> tuple[int, int]:
+def check_range(start: Any, end: Any) -> tuple[int, int]:
+    """A checked ``start..end`` turn range (1-based, both included, start <= end)."""
     start, end = _check_turn(start, "start"), _check_turn(end, "end")
     if start > end:
         raise InvalidRangeError(
@@ -234,7 +237,7 @@ def _check_transcript(transcript: Any, session_id: str, end: int) -> None:
 
 
 @dataclass(frozen=True)
-class _Pending:
+class Pending:
     """A validated publish (everything but its version and timestamp)."""
 
     session_id: str
@@ -266,14 +269,14 @@ class _Pending:
             "key": self.key})
 
 
-def pending_of(artifact: Any) -> _Pending:
+def pending_of(artifact: Any) -> Pending:
     """A copied artifact (``restore``) checked as a publish is, its content hash too."""
     if not isinstance(artifact, WarmArtifact):
         raise InvalidArgumentError(
             f"restore() takes WarmArtifacts, not {type(artifact).__name__}; pass the "
             "artifacts another store's versions() returned")
-    start, end = _check_range(artifact.start, artifact.end)
-    pending = _Pending(
+    start, end = check_range(artifact.start, artifact.end)
+    pending = Pending(
         session_id=_check_session_id(artifact.session_id), start=start, end=end,
         summary=_check_text(artifact.summary, "summary"),
         lists={name: _check_items(list(getattr(artifact, name)), name) for name in LIST_FIELDS},
@@ -289,7 +292,8 @@ def pending_of(artifact: Any) -> _Pending:
     return pending
 
 
-def _parse_artifact(raw: bytes) -> WarmArtifact:
+def parse_artifact(raw: bytes) -> WarmArtifact:
+    """A stored warm artifact record, read back (CorruptStoreError if it does not parse)."""
     try:
         data = json.loads(raw)
         for name in LIST_FIELDS:
@@ -304,7 +308,8 @@ def _parse_artifact(raw: bytes) -> WarmArtifact:
 
 # -- helpers -------------------------------------------------------------------
 
-def _require_transcript_like(transcript: Any) -> None:
+def require_transcript_like(transcript: Any) -> None:
+    """Refuse a ``transcript`` without ``has_session`` and ``turn_count``."""
     missing = [name for name in ("has_session", "turn_count")
                if not callable(getattr(transcript, name, None))]
     if missing:
@@ -344,8 +349,8 @@ class WarmBase:
         before the write: a failed publish writes nothing.
         """
         session_id = _check_session_id(session_id)
-        start, end = _check_range(start, end)
-        pending = _Pending(
+        start, end = check_range(start, end)
+        pending = Pending(
             session_id=session_id, start=start, end=end,
             summary=_check_text(summary, "summary"),
             lists={"decisions": _check_items(decisions, "decisions"),
@@ -357,16 +362,16 @@ class WarmBase:
             key=_check_optional_str(key, "key", empty_ok=False))
         source = transcript if transcript is not None else self._transcript
         if source is not None:
-            _require_transcript_like(source)
+            require_transcript_like(source)
             _check_transcript(source, session_id, end)
         created = _normalise_timestamp(None)
         return self._publish(pending, created)
 
-    def _publish(self, pending: _Pending, created: str) -> WarmArtifact:
+    def _publish(self, pending: Pending, created: str) -> WarmArtifact:
         raise NotImplementedError
 
     @staticmethod
-    def _check_replay(pending: _Pending, stored: WarmArtifact, digest: bytes) -> WarmArtifact:
+    def _check_replay(pending: Pending, stored: WarmArtifact, digest: bytes) -> WarmArtifact:
         """``stored``, the artifact ``pending``'s key made, if ``pending`` is the same
         publish (its ``digest``); ArtifactKeyConflictError naming what differs if not."""
         if digest != pending.digest:

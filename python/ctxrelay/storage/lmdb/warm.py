@@ -44,14 +44,15 @@ from typing import Any
 
 from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, SessionExistsError
 from ctxrelay.storage.common.warm import (COMPACT_WORDS, LIST_FIELDS,  # noqa: F401 (re-exported)
-                                          MAX_PRODUCER_CHARS, VARIANTS, WarmArtifact, WarmBase,
-                                          _check_int, _check_range, _check_session_id,
-                                          _Pending, _parse_artifact, _require_transcript_like,
-                                          artifact_id, content_hash, no_artifact, no_version,
-                                          pending_of, variants)
+                                          MAX_PRODUCER_CHARS, VARIANTS, Pending, WarmArtifact,
+                                          WarmBase, artifact_id, check_range, content_hash,
+                                          no_artifact, no_version, parse_artifact, pending_of,
+                                          require_transcript_like, variants)
 from ctxrelay.storage.interfaces.warm import TranscriptLike
 from ctxrelay.storage.lmdb import base
 from ctxrelay.storage.lmdb.base import LmdbStore
+from ctxrelay.storage.validation import check_int as _check_int
+from ctxrelay.storage.validation import check_session_id as _check_session_id
 from ctxrelay.storage.validation import sha256 as _sha256
 
 _U64 = struct.Struct(">Q")
@@ -102,7 +103,7 @@ class WarmStore(WarmBase, LmdbStore):
                  readonly: bool = False, transcript: TranscriptLike | None = None) -> None:
         _check_int(map_size, "map_size", minimum=1)
         if transcript is not None:
-            _require_transcript_like(transcript)
+            require_transcript_like(transcript)
         self._transcript = transcript
         super().__init__(path, map_size=map_size, readonly=readonly)
         dbs = self.dbs
@@ -122,10 +123,10 @@ class WarmStore(WarmBase, LmdbStore):
 
     # -- publishing ----------------------------------------------------
 
-    def _publish(self, pending: _Pending, created: str) -> WarmArtifact:
+    def _publish(self, pending: Pending, created: str) -> WarmArtifact:
         return self._write(lambda txn: self._publish_txn(txn, pending, created))
 
-    def _publish_txn(self, txn: Any, pending: _Pending, created: str) -> WarmArtifact:
+    def _publish_txn(self, txn: Any, pending: Pending, created: str) -> WarmArtifact:
         prefix = _sha256(pending.session_id)
         range_key = prefix + _U64.pack(pending.start) + _U64.pack(pending.end)
         key_key = prefix + _sha256(pending.key) if pending.key is not None else None
@@ -146,9 +147,9 @@ class WarmStore(WarmBase, LmdbStore):
         if key_key is not None:
             txn.put(key_key, range_key[32:] + _U64.pack(version) + pending.digest,
                     db=self._keys)
-        return _parse_artifact(record)
+        return parse_artifact(record)
 
-    def _replayed(self, txn: Any, prefix: bytes, pending: _Pending,
+    def _replayed(self, txn: Any, prefix: bytes, pending: Pending,
                   known: bytes) -> WarmArtifact:
         stored = self._load(txn, prefix + known[:24], pending.session_id)
         if stored is None:
@@ -164,7 +165,7 @@ class WarmStore(WarmBase, LmdbStore):
             version: int | None = None) -> WarmArtifact:
         """One version (default: the latest) of the artifact of ``start..end``."""
         session_id = _check_session_id(session_id)
-        start, end = _check_range(start, end)
+        start, end = check_range(start, end)
         if version is not None:
             version = _check_int(version, "version", minimum=1)
 
@@ -185,7 +186,7 @@ class WarmStore(WarmBase, LmdbStore):
     def versions(self, session_id: str, start: int, end: int) -> list[WarmArtifact]:
         """Every version of the artifact of ``start..end``, oldest first."""
         session_id = _check_session_id(session_id)
-        start, end = _check_range(start, end)
+        start, end = check_range(start, end)
         range_key = _sha256(session_id) + _U64.pack(start) + _U64.pack(end)
         return self._read(lambda txn: [
             self._checked(raw, session_id)
@@ -228,7 +229,7 @@ class WarmStore(WarmBase, LmdbStore):
             cursor = txn.cursor(db=self._artifacts)
             positioned = cursor.first()
             while positioned:
-                found.append(_parse_artifact(cursor.value()).session_id)
+                found.append(parse_artifact(cursor.value()).session_id)
                 # the next session's keys start past every key of this one
                 positioned = cursor.set_range(cursor.key()[:32] + b"\xff" * 24)
             return sorted(found)
@@ -316,7 +317,7 @@ class WarmStore(WarmBase, LmdbStore):
         return None if raw is None else self._checked(raw, session_id)
 
     def _checked(self, raw: bytes, session_id: str) -> WarmArtifact:
-        artifact = _parse_artifact(raw)
+        artifact = parse_artifact(raw)
         if artifact.session_id != session_id:
             raise CorruptStoreError(
                 f"an artifact filed under session {session_id!r} belongs to "

@@ -15,9 +15,10 @@ from typing import Any
 
 from ctxrelay.errors import SessionExistsError
 from ctxrelay.storage.postgres.part import PgPart
-from ctxrelay.storage.common.warm import (WarmArtifact, WarmBase, _check_int, _check_range,
-                                          _check_session_id, _Pending, _parse_artifact,
-                                          no_artifact, no_version, pending_of)
+from ctxrelay.storage.common.warm import (Pending, WarmArtifact, WarmBase, check_range,
+                                          no_artifact, no_version, parse_artifact, pending_of)
+from ctxrelay.storage.validation import check_int as _check_int
+from ctxrelay.storage.validation import check_session_id as _check_session_id
 
 __all__ = ["PgWarm"]
 
@@ -33,10 +34,10 @@ class PgWarm(WarmBase, PgPart):
 
     # -- publishing ------------------------------------------------------------------
 
-    def _publish(self, pending: _Pending, created: str) -> WarmArtifact:
+    def _publish(self, pending: Pending, created: str) -> WarmArtifact:
         return self._run(lambda cur: self._publish_cur(cur, pending, created))
 
-    def _publish_cur(self, cur: Any, pending: _Pending, created: str) -> WarmArtifact:
+    def _publish_cur(self, cur: Any, pending: Pending, created: str) -> WarmArtifact:
         # Publishes of one session take turns (versions and keys are per session).
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                     (f"ctxrelay-warm:{pending.session_id}",))
@@ -46,7 +47,7 @@ class PgWarm(WarmBase, PgPart):
                               "WHERE session_id = %s AND key = %s",
                               (pending.session_id, key)).fetchone()
             if row is not None:
-                return self._check_replay(pending, _parse_artifact(row[0]), bytes(row[1]))
+                return self._check_replay(pending, parse_artifact(row[0]), bytes(row[1]))
         version = cur.execute(
             "SELECT coalesce(max(version), 0) + 1 FROM warm_artifacts "
             "WHERE session_id = %s AND start_turn = %s AND end_turn = %s",
@@ -56,14 +57,14 @@ class PgWarm(WarmBase, PgPart):
                     "record, key, key_digest) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     (pending.session_id, pending.start, pending.end, version, record, key,
                      None if key is None else pending.digest))
-        return _parse_artifact(record)
+        return parse_artifact(record)
 
     # -- reading -----------------------------------------------------------------------
 
     def get(self, session_id: str, start: int, end: int,
             version: int | None = None) -> WarmArtifact:
         session_id = _check_session_id(session_id)
-        start, end = _check_range(start, end)
+        start, end = check_range(start, end)
         if version is not None:
             version = _check_int(version, "version", minimum=1)
 
@@ -79,16 +80,16 @@ class PgWarm(WarmBase, PgPart):
             found = [record for _, v, record in rows if v == wanted]
             if not found:
                 raise no_version(session_id, start, end, newest, wanted)
-            return _parse_artifact(found[0])
+            return parse_artifact(found[0])
         return self._read(read)
 
     def versions(self, session_id: str, start: int, end: int) -> list[WarmArtifact]:
         session_id = _check_session_id(session_id)
-        start, end = _check_range(start, end)
+        start, end = check_range(start, end)
         rows = self._read(lambda cur: cur.execute(
             "SELECT record FROM warm_artifacts WHERE session_id = %s AND start_turn = %s "
             "AND end_turn = %s ORDER BY version", (session_id, start, end)).fetchall())
-        return [_parse_artifact(r[0]) for r in rows]
+        return [parse_artifact(r[0]) for r in rows]
 
     def latest(self, session_id: str) -> list[WarmArtifact]:
         session_id = _check_session_id(session_id)
@@ -106,7 +107,7 @@ class PgWarm(WarmBase, PgPart):
             "(start_turn <= %s AND end_turn >= %s)) "
             "ORDER BY start_turn, end_turn, version DESC",
             (session_id, turn_id, turn_id, turn_id)).fetchall())
-        return [_parse_artifact(r[0]) for r in rows]
+        return [parse_artifact(r[0]) for r in rows]
 
     # -- copying (ctxrelay migrate) ------------------------------------------------------
 
