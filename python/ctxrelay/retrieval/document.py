@@ -17,17 +17,13 @@ import time
 from typing import Any
 
 from ctxrelay.knowledge.scope import visible_to
-from ctxrelay.text.bm25 import tokenize
-
-
-def _terms(text: str) -> set[str]:
-    return set(tokenize(text))
+from ctxrelay.retrieval.pricing import index_terms
 
 
 def term_overlaps(texts: list[str]) -> dict[str, Any]:
     """For each text, whether it has index terms, and the Jaccard similarity
     of every pair's index terms (the same terms search uses)."""
-    terms = [_terms(str(t)) for t in texts]
+    terms = [index_terms(str(t)) for t in texts]
     jaccard = [[(len(a & b) / len(a | b) if a and b else 0.0) for b in terms] for a in terms]
     return {"has_terms": [bool(t) for t in terms], "jaccard": jaccard}
 
