@@ -70,8 +70,7 @@ import ctxrelay  # noqa: E402,F401  (embeds Prolog)
 from ctxrelay.bridge import engine  # noqa: E402
 from ctxrelay.text.bounds import embedding_texts  # noqa: E402
 from ctxrelay.text.embed import get_embedder  # noqa: E402
-from ctxrelay.text.threads import (ThreadBook, ThreadEntry, content_stems,  # noqa: E402
-                                   _exchange_size)
+from ctxrelay.text.threads import ThreadBook, ThreadEntry, content_stems  # noqa: E402
 from ctxrelay.types import Turn  # noqa: E402
 from _common import write  # noqa: E402
 from threads_bench import SPLITS, Conversation, load, pair_counts, prf, shipped_embedders  # noqa: E402
