@@ -33,6 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "ctxrelay": {"bridge", "runtime"},
     "apps": {"ctxrelay", "runtime", "bridge", "text", "storage", "knowledge", "retrieval",
              "providers"},
+    "__main__": {"apps"},           # python -m ctxrelay: the CLI
 }
 
 #: (importing module, imported module) pairs that cross the layers above, each with

@@ -549,3 +549,14 @@ def test_the_cli_roles_are_the_library_roles() -> None:
     from ctxrelay.apps.cli.common import ROLES as CLI_ROLES
     from ctxrelay.types import ROLES
     assert CLI_ROLES == ROLES
+
+
+def test_python_dash_m_ctxrelay_is_the_cli():
+    """``python -m ctxrelay`` runs the same parser as ``ctxrelay`` (its exit code too)."""
+    ok = subprocess.run([sys.executable, "-m", "ctxrelay", "--help"], capture_output=True,
+                        text=True, timeout=120, env=script_env())
+    assert ok.returncode == 0, ok.stderr
+    assert "usage: ctxrelay" in ok.stdout and "turn" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "ctxrelay", "no-such-command"],
+                         capture_output=True, text=True, timeout=120, env=script_env())
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
