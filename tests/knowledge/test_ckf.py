@@ -18,6 +18,7 @@ from ctxrelay.knowledge.fabric import (FactKeyExistsError, FactStore, IngestSour
                           InvalidFactError, StatusTransitionError, UnknownFactError, chunk_text)
 from ctxrelay.knowledge.graph import VectorIndex
 from ctxrelay.storage.interfaces.facts import FactStorage, epoch_of
+from ctxrelay.storage.common import factstate
 from ctxrelay.storage.lmdb import factcodec
 from ctxrelay.storage.lmdb.facts import LmdbFacts
 from ctxrelay.text.embed import CallableEmbedder, get_embedder
@@ -372,7 +373,7 @@ def test_etag_is_a_function_of_the_state(tmp_path):
             raw = storage.read(lambda txn: txn.get(factcodec.fact_key(nid, seq),
                                                    db=storage.dbs[b"facts"]))
             modified = factcodec.decode_record(raw)[2]["modified_at"]
-            total += factcodec.digest_component(f.fact_id, f.content_hash, f.status, modified)
+            total += factstate.digest_component(f.fact_id, f.content_hash, f.status, modified)
             assert abs(modified - epoch_of(f.modified_at)) < 1e-5
         info = storage.snapshot(lambda view: view.info("default"))
         assert int(info["digest"], 16) == total % (1 << 256)

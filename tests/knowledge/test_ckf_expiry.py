@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from ctxrelay.knowledge.fabric import FactStore
 from ctxrelay.storage.interfaces.facts import epoch_of, iso_time
 from ctxrelay.storage.lmdb import facts as facts_mod
-from ctxrelay.storage.lmdb.factcodec import due_of_bytes, due_time, prefix_items
+from ctxrelay.storage.common.factstate import due_time
+from ctxrelay.storage.lmdb.factcodec import due_of_bytes, prefix_items
 from ctxrelay.storage.lmdb.factview import FactView
 
 T0 = 1_700_000_000.0

@@ -355,7 +355,7 @@ def community_keywords(groups: Mapping[int, Sequence[tuple[str, float]]], *,
     ``groups`` maps a community to its members' ``(content, importance)``.
     tf is the importance-weighted share of a term among the community's terms;
     idf is ``ln((1 + C) / (1 + df)) + 1`` over the C communities; ties go to the
-    alphabetically first term.  Terms come from :func:`ctxrelay.storage.lmdb.textindex.tokenize`
+    alphabetically first term.  Terms come from :func:`ctxrelay.text.bm25.tokenize`
     (stopwords dropped) and must have at least 3 characters and not be numbers.
     """
     tfs: dict[int, dict[str, float]] = {}

@@ -106,6 +106,7 @@ def restore(storage: Any, data: NamespaceDump) -> None:
 
 
 def _restore_lmdb(storage: Any, data: NamespaceDump) -> None:
+    from ctxrelay.storage.common import factstate
     from ctxrelay.storage.lmdb import factcodec as codec
     from ctxrelay.storage.lmdb.factcodec import ACCESS, U32, U64, fact_key
     from ctxrelay.storage.lmdb.factwrite import FactWriter
@@ -122,9 +123,9 @@ def _restore_lmdb(storage: Any, data: NamespaceDump) -> None:
             rec = _record(fact, modified)
             w.put_record(fkey, fact.fact_id, rec)
             txn.put(fact.fact_id.encode(), fkey, db=dbs[b"ids"])
-            w.move_due(fkey, fact.fact_id, None, codec.due_time(fact.status, rec))
+            w.move_due(fkey, fact.fact_id, None, factstate.due_time(fact.status, rec))
             info["counts"][fact.status] += 1
-            w.redigest(None, codec.digest_component(fact.fact_id, fact.content_hash,
+            w.redigest(None, factstate.digest_component(fact.fact_id, fact.content_hash,
                                                     fact.status, modified))
             if fact.status != "DELETED":
                 txn.put(fkey, np.ascontiguousarray(vec, np.float32).tobytes(),

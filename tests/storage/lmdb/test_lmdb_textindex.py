@@ -8,7 +8,8 @@ import lmdb
 import pytest
 
 from ctxrelay.errors import InvalidArgumentError
-from ctxrelay.storage.lmdb.textindex import STOPWORDS, TextIndex, tokenize
+from ctxrelay.storage.lmdb.textindex import TextIndex
+from ctxrelay.text.bm25 import STOPWORDS, tokenize
 
 
 @pytest.fixture

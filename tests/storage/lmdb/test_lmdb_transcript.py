@@ -35,7 +35,7 @@ from ctxrelay.errors import (
     UnknownSessionError,
     UnknownTurnError,
 )
-from ctxrelay.storage.lmdb.textindex import tokenize
+from ctxrelay.text.bm25 import tokenize
 from ctxrelay.storage.lmdb.transcript import TranscriptStore, close_all, open_store
 from ctxrelay.types import ROLES, Hit, Turn
 

@@ -36,9 +36,7 @@ from typing import Any
 import numpy as np
 
 from ctxrelay.errors import CorruptStoreError
-from ctxrelay.storage.common.factstate import (DIGEST_MOD, digest_component,  # noqa: F401
-                                              due_time, fresh_copy, namespace_state,
-                                              new_info, state_hash)
+from ctxrelay.storage.common.factstate import namespace_state
 from ctxrelay.storage.interfaces.facts import Fact, NamespaceState, community_label, iso_time
 
 FORMAT = b"ctxrelay.knowledge.fabric/1"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxrelay.storage.interfaces.facts import RETRIEVABLE
+from ctxrelay.storage.common import factstate
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb.factcodec import U64
 from ctxrelay.storage.lmdb.framing import intact
@@ -97,7 +98,7 @@ def index_problems(txn: Any, dbs: dict[bytes, Any], terms: Any, framed: bool
             want[b"keys"].add((nsb + rec["key"].encode(), fkey))
         if status not in RETRIEVABLE:
             want[b"hidden"].add((fkey, codec.STATUS_BYTE[status]))
-        due = codec.due_time(status, rec)
+        due = factstate.due_time(status, rec)
         if due is not None:
             want[b"expiry"].add((nsb + codec.due_bytes(due) + fkey[8:], fact_id.encode()))
         if rec.get("content"):

@@ -15,6 +15,7 @@ import numpy as np
 from ctxrelay.storage.common.facts import source_record
 from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, Change, Fact, FactTable, HeadArrays,
                                                NamespaceState, SourceRecord, UnknownFactError)
+from ctxrelay.storage.common import factstate
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb.factcodec import F32, U32, U64, RecordCache, prefix_items
 from ctxrelay.storage.lmdb.textindex import TextIndex
@@ -88,7 +89,7 @@ class FactView:
         return sorted(k.decode() for k, _ in self.txn.cursor(db=self.ctx.dbs[b"ns"]))
 
     def state_hash(self, ns: str) -> str:
-        return codec.state_hash(self.model_id, ns, self.info(ns))
+        return factstate.state_hash(self.model_id, ns, self.info(ns))
 
     # -- fact ids --------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class FactView:
         cache, gen = self.ctx.cache, self.gen
         fact = cache.fact_at(fkey, gen)
         if fact is not None:
-            return codec.fresh_copy(fact)
+            return factstate.fresh_copy(fact)
         dbs = self.ctx.dbs
         get = self.txn.get
         record = get(fkey, db=dbs[b"facts"])
@@ -161,7 +162,7 @@ class FactView:
         if fact is None:
             fact = codec.decode_fact(record, access, community, kws, namespace, self.model_id)
             cache.keep(fkey, record, access, member, kws, fact, gen)
-        return codec.fresh_copy(fact)
+        return factstate.fresh_copy(fact)
 
     def _holds(self, db: bytes, info: dict[str, Any]) -> bool:
         """Whether ``db`` (``access``, ``members``: keyed like the facts) may hold a

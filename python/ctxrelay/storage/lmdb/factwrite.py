@@ -18,6 +18,7 @@ import numpy as np
 from ctxrelay.storage.common.facts import NamespaceSteps, check_transition, still_due
 from ctxrelay.storage.interfaces.facts import (RETRIEVABLE, FactKeyExistsError,
                                                Linker, NamespaceState, StatusTransitionError)
+from ctxrelay.storage.common import factstate
 from ctxrelay.storage.lmdb import factcodec as codec
 from ctxrelay.storage.lmdb.factcodec import ACCESS, F32, ID_LEN, U32, U64, fact_key, prefix_items
 from ctxrelay.storage.lmdb.factview import FactView, StoreContext
@@ -40,7 +41,7 @@ class FactWriter(NamespaceSteps, FactView):
             meta = ctx.dbs[b"meta"]
             nid = U64.unpack(txn.get(b"next_ns", db=meta))[0]
             txn.put(b"next_ns", U64.pack(nid + 1), db=meta)
-            info = codec.new_info(nid)
+            info = factstate.new_info(nid)
             self.save_info(info)
         self.ns_info = info
         self.gen_before = 0 if info is None else info["gen"]
@@ -52,7 +53,7 @@ class FactWriter(NamespaceSteps, FactView):
 
     @property
     def state(self) -> NamespaceState:
-        return codec.namespace_state(self.ns, self.ns_info)
+        return factstate.namespace_state(self.ns, self.ns_info)
 
     def save_info(self, info: dict[str, Any] | None = None) -> None:
         txn, info = self.txn, self.ns_info if info is None else info
@@ -120,14 +121,14 @@ class FactWriter(NamespaceSteps, FactView):
             return False
         check_transition(fact_id, old, status)
         seq = codec.seq_of(fkey)
-        old_c = codec.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
-        self.move_due(fkey, fact_id, codec.due_time(old, rec), codec.due_time(status, rec))
+        old_c = factstate.digest_component(fact_id, rec["content_hash"], old, rec["modified_at"])
+        self.move_due(fkey, fact_id, factstate.due_time(old, rec), factstate.due_time(status, rec))
         rec["status"] = status
         rec["modified_at"] = self.tick(now)
         if status == "DELETED":
             self.erase(fkey, rec)
         self.put_record(fkey, fact_id, rec)
-        self.redigest(old_c, codec.digest_component(fact_id, rec["content_hash"], status,
+        self.redigest(old_c, factstate.digest_component(fact_id, rec["content_hash"], status,
                                                     rec["modified_at"]))
         info["counts"][old] -= 1
         info["counts"][status] += 1
@@ -188,14 +189,14 @@ class FactWriter(NamespaceSteps, FactView):
             t = self.tick(now)
             rec = dict(rec0, status="ACTIVE", ingested_at=t, modified_at=t)
             self.put_record(fkey, fact_id, rec)
-            self.move_due(fkey, fact_id, None, codec.due_time("ACTIVE", rec))
+            self.move_due(fkey, fact_id, None, factstate.due_time("ACTIVE", rec))
             txn.put(fact_id.encode(), fkey, db=dbs[b"ids"])
             txn.put(fkey, vec.tobytes(), db=dbs[b"vectors"])
             if rec.get("key") is not None:
                 txn.put(nsb + rec["key"].encode(), fkey, db=keys_db)
             self.ctx.terms.add(txn, nid, seq, rec["content"])
             self.log(codec.SHOW, seq)
-            self.redigest(None, codec.digest_component(fact_id, rec["content_hash"], "ACTIVE", t))
+            self.redigest(None, factstate.digest_component(fact_id, rec["content_hash"], "ACTIVE", t))
         info["counts"]["ACTIVE"] += len(records)
         info["adds"] += len(records)
         for fkey in supersede_keys:
@@ -235,8 +236,8 @@ class FactWriter(NamespaceSteps, FactView):
                 txn.delete(nsb + rec["key"].encode(), db=keys_db)
             if new_key is not None:
                 txn.put(nsb + new_key.encode(), fkey, db=keys_db)
-        old_c = codec.digest_component(fact_id, rec["content_hash"], status, rec["modified_at"])
-        due_before = codec.due_time(status, rec)
+        old_c = factstate.digest_component(fact_id, rec["content_hash"], status, rec["modified_at"])
+        due_before = factstate.due_time(status, rec)
         if vector is not None:
             self.ctx.terms.remove(txn, nid, seq, rec["content"])
             self.ctx.terms.add(txn, nid, seq, changes["content"])
@@ -252,8 +253,8 @@ class FactWriter(NamespaceSteps, FactView):
         rec.update(changes)
         rec["modified_at"] = self.tick(now)
         self.put_record(fkey, fact_id, rec)
-        self.move_due(fkey, fact_id, due_before, codec.due_time(status, rec))
-        self.redigest(old_c, codec.digest_component(fact_id, rec["content_hash"], status,
+        self.move_due(fkey, fact_id, due_before, factstate.due_time(status, rec))
+        self.redigest(old_c, factstate.digest_component(fact_id, rec["content_hash"], status,
                                                     rec["modified_at"]))
 
     def set_status(self, ids: Sequence[str], status: str, *, now: float) -> int:
@@ -320,7 +321,7 @@ class FactWriter(NamespaceSteps, FactView):
             if value[ID_LEN:ID_LEN + 1] != b"A" or ttl != ttl:    # NaN: no TTL
                 continue
             rec = json.loads(value[codec.JSON_AT:])
-            self.move_due(key, value[:ID_LEN].decode(), None, codec.due_time("ACTIVE", rec))
+            self.move_due(key, value[:ID_LEN].decode(), None, factstate.due_time("ACTIVE", rec))
         info["expiry"] = 1
         self.save_info()
         return None

@@ -22,7 +22,7 @@ Sub-databases (their names start with ``prefix``, default ``"ix"``):
 ``<prefix>.ns``    Key: namespace.  Value: document count (u64) + total length
                    (u64), from which the average document length comes.
 
-Tokenisation and scoring are :mod:`ctxrelay.text.bm25`'s (re-exported here):
+Tokenisation and scoring are :mod:`ctxrelay.text.bm25`'s:
 Okapi BM25 with k1 = 1.2, b = 0.75, each distinct query term counted once.
 A document with no index terms still counts in N and in the average length.
 Ties are broken by the higher doc_id (for transcripts: the more recent turn).
@@ -44,7 +44,7 @@ from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.memo import keep
 from ctxrelay.storage.lmdb.base import prefixed
 from ctxrelay.storage.lmdb.bounds import dup_block
-from ctxrelay.text.bm25 import B, K1, STOPWORDS, bm25_idf, bm25_term, tokenize  # noqa: F401
+from ctxrelay.text.bm25 import B, K1, bm25_idf, bm25_term, tokenize
 
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")

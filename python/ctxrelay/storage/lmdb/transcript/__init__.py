@@ -75,17 +75,6 @@ from ctxrelay.storage.lmdb.transcript.store import (DEFAULT_MAX_TURN_BYTES, ENV_
                                                     close_all, open_store)
 from ctxrelay.storage.validation import MAX_SESSION_ID_CHARS
 
-# The old private names of the argument checks (now ctxrelay.storage.validation),
-# for callers written before they moved.
-from ctxrelay.storage.validation import check_int as _check_int  # noqa: F401
-from ctxrelay.storage.validation import check_optional_str as _check_optional_str  # noqa: F401
-from ctxrelay.storage.validation import check_session_id as _check_session_id  # noqa: F401
-from ctxrelay.storage.validation import check_utf8 as _check_utf8  # noqa: F401
-from ctxrelay.storage.validation import dumps as _dumps  # noqa: F401
-from ctxrelay.storage.validation import normalise_metadata as _normalise_metadata  # noqa: F401
-from ctxrelay.storage.validation import normalise_timestamp as _normalise_timestamp  # noqa: F401
-from ctxrelay.storage.validation import sha256 as _sha256  # noqa: F401
-
 __all__ = ["FORMAT", "ENV_DIRNAME", "DEFAULT_MAX_TURN_BYTES", "DEFAULT_TOKENIZER", "ESTIMATE_TOKENIZER",
            "MAX_SESSION_ID_CHARS", "SEARCH_MAX_POSTINGS", "TokenCounter", "TranscriptStore",
            "DerivedReport", "open_store", "close_all", "default_token_counter",
