@@ -101,3 +101,19 @@ def test_startup_bench_reports_commands_embedders_and_first_turn(tmp_path):
     assert "numpy" not in data["commands"]["ctxrelay sessions"]["also_imported"]
     assert data["embedder_cold_start_ms"]["minilm-onnx"]["first_embed_ms"] > 0
     assert data["first_semantic_turn_of_a_process_ms"]["first_turn_ms"] > 0
+
+
+@pytest.mark.slow
+def test_offload_bound_answers_recall_and_tier_p_from_the_fill(tmp_path):
+    # The bound holds only if the free side really answered every recall and Tier P
+    # plan from the fill's record: a key that drifted would compute and count a miss.
+    out = tmp_path / "bound"
+    run_bench(["bench/offload_bound.py", "--dir", str(tmp_path / "store"), "--size", "150",
+               "--repeat", "4", "--warmup", "1", "--out", str(out)])
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["recorded_answers"]["recall"] >= 5
+    assert data["recorded_answers"]["tier_p"] >= 1
+    assert data["free_misses"] == {"recall": 0, "tier_p": 0}
+    assert {side: data["results"][side]["n"] for side in ("control", "free")} == \
+        {"control": 4, "free": 4}
+    assert set(data["ratio_free_over_control"]) == {"p50_ms", "p95_ms", "mean_ms"}
