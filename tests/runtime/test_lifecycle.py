@@ -5,14 +5,15 @@ import numpy as np
 
 from ctxrelay.text.embed import get_embedder
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
-from ctxrelay.storage.lmdb.turnlog import _DENSE_SESSIONS, TurnLog
+from ctxrelay.storage.lmdb.turnlog import TurnLog
+from ctxrelay.storage.turnlog_derivation import DENSE_SESSIONS
 
 
 def test_turn_log_keeps_dense_windows_of_the_latest_sessions_only(tmp_path):
     st = TranscriptStore(tmp_path / "t")
     log = TurnLog.open(tmp_path / "tl")
     emb = get_embedder("hashing")
-    sessions = [f"s{i}" for i in range(_DENSE_SESSIONS + 4)]
+    sessions = [f"s{i}" for i in range(DENSE_SESSIONS + 4)]
     try:
         for sid in sessions:
             st.create_session(sid)
@@ -24,13 +25,13 @@ def test_turn_log_keeps_dense_windows_of_the_latest_sessions_only(tmp_path):
         for sid in sessions:
             assert log.nearest(sid, query, k=1, before=3)[0][0] == 1
         cache = log._dense_cache
-        assert len(cache) == _DENSE_SESSIONS
+        assert len(cache) == DENSE_SESSIONS
         # keyed by (session, vector space); the least recently used sessions left
-        assert [key[0] for key in cache] == sessions[-_DENSE_SESSIONS:]
+        assert [key[0] for key in cache] == sessions[-DENSE_SESSIONS:]
         # A session whose window was dropped reads it again, with the same answer.
         again = log.nearest(sessions[0], query, k=1, before=3)
         assert again[0][0] == first[0][0] and np.isclose(again[0][1], first[0][1])
-        assert sessions[0] in {key[0] for key in cache} and len(cache) == _DENSE_SESSIONS
+        assert sessions[0] in {key[0] for key in cache} and len(cache) == DENSE_SESSIONS
     finally:
         log.close()
         st.close()

@@ -195,7 +195,7 @@ def specifics(text: str) -> frozenset[str]:
     statements again."""
     found = _SPECIFICS.get(text)
     if found is None:
-        from ctxrelay.storage.lmdb.turnlog import extract_entities
+        from ctxrelay.storage.turnlog_derivation import extract_entities
         values = _numbers(text)
         values.update(e.casefold() for e in extract_entities(text))
         found = frozenset(values)

@@ -9,7 +9,9 @@ import pytest
 from ctxrelay.text.embed import CallableEmbedder, get_embedder
 from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
-from ctxrelay.storage.lmdb.turnlog import TurnLog, derive_state, extract_entities
+from ctxrelay.storage.lmdb.turnlog import TurnLog
+from ctxrelay.storage.turnlog_derivation import extract_entities
+from ctxrelay.text.threads import derive_state
 from ctxrelay.types import Turn
 
 from support import ROOT

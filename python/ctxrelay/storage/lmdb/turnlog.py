@@ -31,12 +31,9 @@ from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.base import prefixed as base_prefixed
 from ctxrelay.storage import turnlog_derivation as derivation
-from ctxrelay.storage.turnlog_derivation import (  # noqa: F401  (their old home)
-    DENSE_SESSIONS as _DENSE_SESSIONS, DENSE_WINDOW as _DENSE_WINDOW,
-    KEPT_MEMBERS as _KEPT_MEMBERS, SYNC_CHUNK as _SYNC_CHUNK, DerivedTurn, ThreadInfo,
-    extract_entities, progress_bar as _progress_bar, thread_num, thread_info)
-from ctxrelay.storage.turnlog_derivation import TurnLogBase
-from ctxrelay.text.threads import ThreadBook, ThreadState, derive_state  # noqa: F401
+from ctxrelay.storage.turnlog_derivation import (
+    DerivedTurn, ThreadInfo, TurnLogBase, thread_info, thread_num)
+from ctxrelay.text.threads import ThreadBook
 from ctxrelay.types import Turn
 
 _U64 = struct.Struct(">Q")
