@@ -47,6 +47,7 @@ or publishes warm artifacts: warm production is an explicit API.
                        pass(policy/2, 1, _)
                      ]).
 :- predicate_options(turn_commit/4, 4, [info(dict)]).
+:- predicate_options(completion/4, 4, [provider(text), provider_options(dict)]).
 
 %!  completion(+Messages:list(dict), -Reply:string, -Info:dict, +Options) is det.
 %
@@ -56,10 +57,11 @@ or publishes warm artifacts: warm production is an explicit API.
 %   provider_options(Dict) (model, base_url, api_key, timeout, ...).
 %   The managed runtime calls it unchanged.
 %
+%   @error existence_error(option, Opt) for an option it does not take
 %   @error ctxrelay(provider_error, Msg) and friends for provider failures
 completion(Messages, Reply, Info, Options) :-
     must_be(list, Messages),
-    must_be(list, Options),
+    check_options(completion/4, 4, Options),
     option(provider(Provider0), Options, echo),
     must_be(text, Provider0),
     option(provider_options(PO0), Options, _{}),

@@ -282,5 +282,25 @@ test(search_unknown_option, error(existence_error(option, limit(3)), _)) :-
 test(append_ill_typed_option, error(type_error(text, 42), _)) :-
     fresh_session(St, 0),
     turn_append(St, s, message(user, "x"), _, [key(42)]).
+test(completion_unknown_option, error(existence_error(option, colour(red)), _)) :-
+    completion([_{role:"user", content:"hi"}], _, _, [colour(red)]).
+test(completion_ill_typed_option, error(type_error(dict, nodict), _)) :-
+    completion([_{role:"user", content:"hi"}], _, _, [provider_options(nodict)]).
+%   An unbound key must not quietly turn the idempotent turn into an
+%   unkeyed one (a retry would then store the turn twice).
+test(prepare_unbound_key, error(instantiation_error, _)) :-
+    fresh_session(St, 1),
+    turn_prepare(s, "x", _, [store(St), key(_)]).
+test(managed_turn_unbound_key_stores_nothing, [N1 == N0]) :-
+    fresh_session(St, 1),
+    turn_count(St, s, N0),
+    catch(managed_turn(s, "x", _, [store(St), key(_)]), error(instantiation_error, _), true),
+    turn_count(St, s, N1).
+test(managed_turn_unbound_key, error(instantiation_error, _)) :-
+    fresh_session(St, 1),
+    managed_turn(s, "x", _, [store(St), key(_)]).
+test(prepare_ill_typed_key, error(type_error(text, 42), _)) :-
+    fresh_session(St, 1),
+    turn_prepare(s, "x", _, [store(St), key(42)]).
 
 :- end_tests(ctxrelay_options).
