@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError, StoreClosedError
 from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, RetrievalResult, SessionInfo,
                             SessionStats,
                             Turn, TurnResult)
@@ -315,13 +315,13 @@ class Runtime:
 
     def _live_store(self) -> Any:
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         return self._store
 
     def _call(self, goal: str, *, opts: list[tuple[str, Any]] | None = None,
               **bindings: Any) -> dict[str, Any]:
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         if "S" in bindings:
             _check_session_id(bindings["S"])
         if opts is not None:
@@ -522,7 +522,7 @@ class Runtime:
         optimum of the model that includes them."""
         _check_session_id(session_id)
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
         bindings = {"St": self._store, "S": session_id, "M": message,
@@ -568,7 +568,7 @@ class Runtime:
         """A turn's derived fields, or None if it has not been derived yet."""
         _check_session_id(session_id)
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
                                     {"St": self._store, "S": session_id, "T": turn_id})
         try:
@@ -719,7 +719,7 @@ class Runtime:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
         _check_session_id(session_id)
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
                             {"St": self._store, "S": session_id, "N": n})["L"]
@@ -738,7 +738,7 @@ class Runtime:
         ``session_id``.
         """
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")

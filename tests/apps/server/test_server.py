@@ -756,3 +756,19 @@ def test_the_relay_runs_the_cold_history_tools_itself(run_relay, upstream):
     assert count_messages(second["messages"], "fake-model").n <= budget
     assert relay.transcript("cold")[-2:] == [("user", "[history] what was the code?"),
                                              ("assistant", answer)]
+
+
+def test_a_closed_store_is_503_not_a_client_error_nor_a_missing_session(run_relay):
+    """A Runtime closed under the relay (in-process use, a tool that closed it) is the
+    server's state: 503 store_closed with Retry-After, never 400 (the request was fine)
+    nor 404 session_not_found for a session that is stored."""
+    relay = run_relay(upstream="echo", policy=POLICY, warmup=False)
+    say(relay.client(), "kept", "hello")
+    relay.relay.call_sync(lambda rt: rt.close())
+    r = httpx.post(f"{relay.url}/v1/chat/completions", headers={"CRP-Session-Id": "kept"},
+                   json={"model": "m", "messages": [{"role": "user", "content": "again"}]})
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "store_closed" and "Retry-After" in r.headers
+    r = httpx.get(f"{relay.url}/v1/sessions/kept/turns")
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "store_closed"

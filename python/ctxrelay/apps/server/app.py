@@ -31,9 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ctxrelay.errors import CtxRelayError
+from ctxrelay.errors import CtxRelayError, InvalidSessionIdError, UnknownSessionError
 from ctxrelay.runtime import Runtime
-from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
 
 from . import observe
 from .config import ServerConfig
@@ -286,10 +285,9 @@ async def session_turns(request: Request) -> Response:
     def read(rt: Runtime) -> list[dict[str, Any]] | None:
         try:
             rt.session(stored)
-        except DatabaseUnavailableError:
-            raise                    # 503: the session may well exist
-        except CtxRelayError:
-            return None
+        except (UnknownSessionError, InvalidSessionIdError):
+            return None              # 404; anything else (a store that is down or
+                                     # closed) is the relay's error, not a missing session
         return [{"turn": t.turn_id, "role": t.role, "content": t.content}
                 for t in rt.history(stored)]
 
