@@ -772,3 +772,26 @@ def test_a_closed_store_is_503_not_a_client_error_nor_a_missing_session(run_rela
     r = httpx.get(f"{relay.url}/v1/sessions/kept/turns")
     assert r.status_code == 503, r.text
     assert r.json()["error"]["code"] == "store_closed"
+
+
+def test_tool_calls_are_stored_in_openai_form(relayed):
+    """An assistant message's tool calls are kept as OpenAI sends them back: ``id`` and
+    ``arguments`` strings (a missing or null id is "", an arguments object its JSON),
+    so a pack that renders them again is a valid request; other types are a 400."""
+    url = f"{relayed.url}/v1/chat/completions"
+    calls = [{"id": None, "type": "function", "function": {"name": "f", "arguments": {"a": 1}}},
+             {"type": "function", "function": {"name": "g"}}]
+    r = httpx.post(url, headers={"CRP-Session-Id": "tool-form"}, json={"model": "m", "messages": [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "user", "content": "and?"}]})
+    assert r.status_code == 200, r.text
+    stored = relayed.relay.call_sync(lambda rt: rt.turn("tool-form", 1).metadata["tool_calls"])
+    assert stored == [{"id": "", "name": "f", "arguments": '{"a": 1}'},
+                      {"id": "", "name": "g", "arguments": "{}"}]
+    for bad, param in (({"id": 7, "function": {"name": "f"}}, "messages[0].tool_calls[0].id"),
+                       ({"id": "c", "function": {"name": "f", "arguments": 3}},
+                        "messages[0].tool_calls[0].function.arguments")):
+        r = httpx.post(url, headers={"CRP-Session-Id": "tool-form-bad"}, json={
+            "model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [bad]},
+                                       {"role": "user", "content": "and?"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -85,8 +85,19 @@ def stored_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise bad_request(f"{where}[{j}] must be {{'id', 'type': 'function', 'function': "
                                "{'name', 'arguments'}}", param=f"{where}[{j}]")
-        out.append({"id": str(call.get("id", "")), "name": fn["name"],
-                    "arguments": fn.get("arguments", "{}")})
+        # Kept as OpenAI sends them back (strings), since packs render them to the
+        # upstream again: str(None) stored an id "None", and an arguments object went
+        # back as an object, which OpenAI-compatible servers refuse.
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise bad_request(f"{where}[{j}].id must be a string", param=f"{where}[{j}].id")
+        arguments = fn.get("arguments")
+        if isinstance(arguments, (dict, list)):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        elif arguments is not None and not isinstance(arguments, str):
+            raise bad_request(f"{where}[{j}].function.arguments must be a JSON string",
+                              param=f"{where}[{j}].function.arguments")
+        out.append({"id": call_id or "", "name": fn["name"], "arguments": arguments or "{}"})
     return out
 
 
