@@ -795,3 +795,20 @@ def test_tool_calls_are_stored_in_openai_form(relayed):
             "model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [bad]},
                                        {"role": "user", "content": "and?"}]})
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_history_search_takes_any_text_the_model_asks_for(tmp_path):
+    """context_search's query reaches context/3 as written: an emoji or another character
+    outside the BMP (which json.dumps escaped as a surrogate pair Prolog cannot read),
+    quotes, backslashes and control characters are searched, not an error."""
+    from ctxrelay.apps.server import history_tools
+    from ctxrelay.runtime import Runtime
+    with Runtime(tmp_path / "store") as rt:
+        rt.create_session("h")
+        rt.append("h", "user", 'the deploy 🚀 of 𝔘 went fine: a\\b "quoted"')
+        for query in ("deploy 🚀", "𝔘", "a\\b", '"quoted"', "deploy\tfine\n"):
+            calls = [{"id": "c", "function": {"name": "context_search",
+                                              "arguments": json.dumps({"query": query})}}]
+            result = json.loads(history_tools.run_calls(rt, "h", calls, 2000)[0]["content"])
+            assert "error" not in result, (query, result)
+            assert [t["turn"] for t in result["turns"]] == [1], (query, result)

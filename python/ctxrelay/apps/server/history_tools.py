@@ -126,7 +126,11 @@ def _run(rt: Runtime, session_id: str, name: Any, args: dict[str, Any],
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         k = max(1, min(20, _int(args, "k", 5)))
-        return rt.context(session_id, f"search({json.dumps(query)})", k=k, **bound)
+        # A Prolog string literal: JSON's escapes of quotes, backslashes and control
+        # characters are Prolog's too; the rest stays literal (ensure_ascii would write an
+        # emoji as a surrogate pair, which Prolog refuses: 'Illegal character code').
+        return rt.context(session_id, f"search({json.dumps(query, ensure_ascii=False)})",
+                          k=k, **bound)
     if name == "context_slice":
         start, length = _int(args, "start"), _int(args, "length")
         return rt.context(session_id, f"slice({max(1, start)}, {max(1, length)})", **bound)
