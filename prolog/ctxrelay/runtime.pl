@@ -116,6 +116,8 @@ managed_turn(Session, Input, Result, Options) :-
 %
 %   @error existence_error(session, Session) for a missing session
 %   @error ctxrelay(key_conflict, Msg) when Key was used for another message
+%   @error ctxrelay(archived_session, Msg) for an archived session (unless
+%          the retried Key's reply is stored: a replay)
 %   @error ctxrelay(context_overflow, Figures) when the pack cannot fit
 turn_prepare(Session, Input, Turn, Options) :-
     prepare(Session, Input, Options, _Policy, Turn).
@@ -208,14 +210,27 @@ pending_key(Key, P0, P, I, I1) :-
     I1 is I + 1.
 
 %   turn_state(+Store, +Session, +Text, +Create, +Keys, -State)
-turn_state(Store, S, _Text, Create, _Keys, State) :-
-    \+ session_exists(Store, S),
+%
+%   An archived session takes no new turns: refused here, before any
+%   model is called (the commit would refuse it only after the call), but
+%   a retried key whose reply is stored still replays it.
+turn_state(Store, S, Text, Create, Keys, State) :-
+    session_state(Store, S, Session),
+    turn_state_(Session, Store, S, Text, Create, Keys, State),
+    (   Session == archived, State \= replay(_, _, _)
+    ->  format(string(Msg), "session '~w' is archived and takes no new turns; \c
+                             append to a new session (it can be read as before)", [S]),
+        throw(error(ctxrelay(archived_session, Msg), _))
+    ;   true
+    ).
+
+turn_state_(none, _Store, S, _Text, Create, _Keys, State) :-
     !,
     (   Create == true
     ->  State = new(0)
     ;   existence_error(session, S)
     ).
-turn_state(Store, S, Text, _, Keys, State) :-
+turn_state_(_, Store, S, Text, _, Keys, State) :-
     (   Keys == none
     ->  turn_count(Store, S, N),
         State = new(N)
@@ -230,8 +245,10 @@ turn_state(Store, S, Text, _, Keys, State) :-
         State = new(N)
     ).
 
-session_exists(Store, S) :-
-    py_api(py_call('ctxrelay.bridge.stores':has_session(Store, S), @(true))).
+%   session_state(+Store, +Session, -State): none, open or archived (one read).
+session_state(Store, S, State) :-
+    py_api(py_call('ctxrelay.bridge.stores':session_state(Store, S), State0)),
+    atom_string(State, State0).
 
 stored_key(Store, S, Key, Turn) :-
     turn_for_key(Store, S, Key, Turn),

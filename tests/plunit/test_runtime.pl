@@ -119,6 +119,23 @@ test(missing_session_is_created_at_commit_only, [Before-After == false-true]) :-
     ( catch(session_info(St, fresh, _), _, fail) -> Before = true ; Before = false ),
     turn_commit(T, "hi", _, []),
     ( catch(session_info(St, fresh, _), _, fail) -> After = true ; After = false ).
+%   An archived session takes no new turns: turn_prepare/4 says so before the
+%   caller's model is called (turn_commit/4 would refuse it only after).
+test(archived_session_refused_at_prepare, error(ctxrelay(archived_session, _), _)) :-
+    fresh_session(St, 2),
+    policy(P),
+    session_archive(St, s),
+    turn_prepare(s, "still there?", _, [store(St)|P]).
+%   ... but a retried key whose turn is stored still replays it (nothing is stored).
+test(archived_session_replays_a_stored_key, [State-Reply == replay-"first answer"]) :-
+    fresh_session(St, 2),
+    policy(P),
+    turn_prepare(s, "q?", T1, [store(St), key("ka")|P]),
+    turn_commit(T1, "first answer", _, []),
+    session_archive(St, s),
+    turn_prepare(s, "q?", T2, [store(St), key("ka")|P]),
+    atom_string(State, T2.commit.state),
+    Reply = T2.commit.reply.
 
 :- end_tests(ctxrelay_turn_phases).
 

@@ -812,3 +812,19 @@ def test_history_search_takes_any_text_the_model_asks_for(tmp_path):
             result = json.loads(history_tools.run_calls(rt, "h", calls, 2000)[0]["content"])
             assert "error" not in result, (query, result)
             assert [t["turn"] for t in result["turns"]] == [1], (query, result)
+
+
+def test_an_archived_session_is_refused_before_the_upstream_is_called(relayed, upstream):
+    """turn_prepare/4 refuses an archived session, so the relay answers 400
+    session_archived without a (billed) upstream call; streamed or not."""
+    say(relayed.client(), "archived", "hello")
+    relayed.relay.call_sync(lambda rt: rt.archive_session("archived"))
+    calls = len(upstream.requests)
+    for stream in (False, True):
+        r = httpx.post(f"{relayed.url}/v1/chat/completions",
+                       headers={"CRP-Session-Id": "archived"},
+                       json={"model": "m", "stream": stream,
+                             "messages": [{"role": "user", "content": "still there?"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "session_archived", r.text
+    assert len(upstream.requests) == calls
+    assert len(relayed.transcript("archived")) == 2
