@@ -828,3 +828,70 @@ def test_an_archived_session_is_refused_before_the_upstream_is_called(relayed, u
         assert r.status_code == 400 and r.json()["error"]["code"] == "session_archived", r.text
     assert len(upstream.requests) == calls
     assert len(relayed.transcript("archived")) == 2
+
+
+def test_a_replayed_tool_call_reply_carries_its_tool_calls(run_relay):
+    """The answer to a retried Idempotency-Key is the stored reply as it was answered:
+    a reply that called tools comes back with its tool calls (and finish_reason
+    tool_calls), streamed or not; without them an agent's retry would lose the calls."""
+    from relay_support import RecordingUpstream
+    fake = RecordingUpstream()
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "quota"}'}}
+    fake.reply = lambda body: {"role": "assistant", "content": None, "tool_calls": [call]}
+    try:
+        relay = run_relay(upstream=fake.base_url, model="m", warmup=False, policy=POLICY)
+        url = f"{relay.url}/v1/chat/completions"
+        headers = {"CRP-Session-Id": "tool-replay", "Idempotency-Key": "tk-1"}
+        body = {"model": "m", "messages": [{"role": "user", "content": "look it up"}],
+                "tools": [{"type": "function", "function": {"name": "lookup",
+                                                            "parameters": {"type": "object"}}}]}
+        first = httpx.post(url, headers=headers, json=body)
+        again = httpx.post(url, headers=headers, json=body)
+        assert first.status_code == again.status_code == 200, again.text
+        assert again.headers["CRP-Idempotent-Replay"] == "true" and len(fake.requests) == 1
+        message = again.json()["choices"][0]["message"]
+        assert message["tool_calls"] == [call] and not message["content"]
+        assert again.json()["choices"][0]["finish_reason"] == "tool_calls"
+        streamed = httpx.post(url, headers=headers, json={**body, "stream": True}).text
+        deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in streamed.splitlines()
+                  if line.startswith("data: {")]
+        assert [c for d in deltas for c in d.get("tool_calls", [])] == [{**call, "index": 0}]
+    finally:
+        fake.close()
+
+
+def test_a_streamed_answer_after_offered_history_tools_carries_the_clients_tool_calls(run_relay):
+    """When the pack hides turns the relay offers its history tools and, with stream: true,
+    sends the final answer as events it writes itself: a call of one of the client's own
+    tools in that answer must reach the client (it was stored, but not streamed)."""
+    from relay_support import RecordingUpstream
+    fake = RecordingUpstream()
+    call = {"id": "call_9", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+    fake.reply = lambda body: ({"role": "assistant", "content": None, "tool_calls": [call]}
+                               if "[client-tool]" in json.dumps(body["messages"][-1]) else None)
+    try:
+        relay = run_relay(upstream=fake.base_url, model="m", warmup=False,
+                          policy={"max_context_tokens": 1200, "output_reserve": 200,
+                                  "safety_margin": 20, "min_recent_turns": 2})
+        url = f"{relay.url}/v1/chat/completions"
+        headers = {"CRP-Session-Id": "hidden"}
+        for i in range(30):                                   # hide the early turns
+            httpx.post(url, headers=headers, json={"model": "m", "messages": [
+                {"role": "user", "content": f"filler {i}: " + "lorem ipsum dolor sit " * 8}]})
+        calls = len(fake.requests)
+        text = httpx.post(url, headers=headers, json={
+            "model": "m", "stream": True,
+            "messages": [{"role": "user", "content": "[client-tool] look it up"}],
+            "tools": [{"type": "function", "function": {"name": "lookup",
+                                                        "parameters": {"type": "object"}}}]}).text
+        offered = {t["function"]["name"] for t in fake.requests[calls].get("tools") or []}
+        assert "context_search" in offered                 # the history tools were offered
+        deltas = [json.loads(line[6:])["choices"][0] for line in text.splitlines()
+                  if line.startswith("data: {") and json.loads(line[6:])["choices"]]
+        assert [c for d in deltas for c in d["delta"].get("tool_calls", [])] == \
+            [{**call, "index": 0}]
+        assert deltas[-1]["finish_reason"] == "tool_calls"
+    finally:
+        fake.close()

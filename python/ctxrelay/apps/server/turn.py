@@ -28,7 +28,8 @@ from . import history_tools, observe
 from .errors import ApiError
 from .request import ChatRequest, policy_for, turn_messages
 from .responses import (TurnGuard, TurnStream, completion_body, crp_headers,
-                        new_completion_id, sse_error, synthetic_stream, turn_ids_event)
+                        new_completion_id, openai_tool_calls, sse_error, synthetic_stream,
+                        turn_ids_event)
 from .upstream import Upstream, relay_metadata, reply_of
 
 if TYPE_CHECKING:
@@ -85,11 +86,13 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
                    **crp_headers(None, chat, prepared.user_turn, prepared.assistant_turn),
                    "CRP-Idempotent-Replay": "true"}
         model = relayed.get("model") or model
+        calls = openai_tool_calls(meta.get("tool_calls"))   # the reply's, as answered
         if chat.stream:
             return streamed(_stored_stream(chat, prepared.reply or "", model, relayed.get("id"),
-                                           prepared), headers)
+                                           prepared, calls), headers)
         return JSONResponse(completion_body(prepared.reply or "", model,
-                                            completion_id=relayed.get("id")), headers=headers)
+                                            completion_id=relayed.get("id"), tool_calls=calls),
+                            headers=headers)
 
     observe.observe_pack(prepared.result.ledger.total, prepared.result.ledger.input_budget)
     headers = crp_headers(prepared.result, chat, None)
@@ -122,10 +125,13 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
     if rounds:
         meta["relay"]["history_tool_rounds"] = rounds
         headers = {**headers, "CRP-Context-History-Tool-Rounds": str(rounds)}
-    if chat.stream:          # the tool rounds ran unstreamed: the answer goes out as events
+    if chat.stream:          # the tool rounds ran unstreamed: the answer goes out as events,
+                             # with the calls of the client's own tools it makes
         return streamed(_echo_stream(relay, chat, prepared, content, data.get("model") or model,
                                      data.get("id") or new_completion_id(), meta,
-                                     data.get("usage")), headers)
+                                     data.get("usage"),
+                                     openai_tool_calls((tool_meta or {}).get("tool_calls"))),
+                        headers)
     result = await relay.commit(chat, prepared, content, meta)
     return JSONResponse(data, headers={**headers, **_turn_headers(result)})
 
@@ -181,9 +187,10 @@ def _turn_headers(result: TurnResult) -> dict[str, str]:
 
 
 async def _stored_stream(chat: ChatRequest, content: str, model: str, cid: str | None,
-                         prepared: PreparedTurn) -> AsyncIterator[str]:
+                         prepared: PreparedTurn,
+                         tool_calls: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
     """A replayed reply as SSE (nothing is stored)."""
-    for event in synthetic_stream(content, model, completion_id=cid):
+    for event in synthetic_stream(content, model, completion_id=cid, tool_calls=tool_calls):
         yield event
     yield turn_ids_event(prepared.user_turn, prepared.assistant_turn)
     yield "data: [DONE]\n\n"
@@ -191,10 +198,13 @@ async def _stored_stream(chat: ChatRequest, content: str, model: str, cid: str |
 
 async def _echo_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, content: str,
                        model: str, cid: str, meta: dict[str, Any],
-                       usage: Mapping[str, Any] | None) -> AsyncIterator[str]:
-    """The echo reply as SSE; the turn is stored before ``[DONE]``."""
+                       usage: Mapping[str, Any] | None,
+                       tool_calls: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
+    """A whole reply (the echo's, or the upstream's after history tool rounds) as SSE;
+    the turn is stored before ``[DONE]``."""
     for event in synthetic_stream(content, model, completion_id=cid,
-                                  usage=usage if chat.include_usage else None):
+                                  usage=usage if chat.include_usage else None,
+                                  tool_calls=tool_calls):
         yield event
     result = await relay.commit(chat, prepared, content, meta)
     yield turn_ids_event(result.user_turn, result.assistant_turn)
