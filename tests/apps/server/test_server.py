@@ -895,3 +895,27 @@ def test_a_streamed_answer_after_offered_history_tools_carries_the_clients_tool_
         assert deltas[-1]["finish_reason"] == "tool_calls"
     finally:
         fake.close()
+
+
+def test_a_stream_whose_commit_fails_ends_with_an_error_event(run_relay, upstream):
+    """The turn is stored just before [DONE]; when that fails (here: the store lost while
+    committing) the stream ends with the error as an event, as upstream failures do, and
+    no [DONE]: not with a connection cut mid-body that says nothing of the outcome."""
+    from ctxrelay.storage.postgres.connection import CommitOutcomeUnknownError
+    for config in (dict(upstream="echo"), dict(upstream=upstream.base_url, model="fake-model")):
+        relay = run_relay(warmup=False, policy=POLICY, **config)
+
+        async def lost(*_args: Any) -> Any:
+            raise CommitOutcomeUnknownError("lost at 127.0.0.1 (test)")
+
+        relay.relay.commit = lost
+        with httpx.stream("POST", f"{relay.url}/v1/chat/completions",
+                          headers={"CRP-Session-Id": "lost-commit"},
+                          json={"model": "m", "stream": True,
+                                "messages": [{"role": "user", "content": "hello"}]}) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] != "data: [DONE]", lines[-3:]
+        error = json.loads(lines[-1][6:])["error"]
+        assert error["code"] == "store_outcome_unknown" and "127.0.0.1" not in error["message"]
+        assert relay.transcript("lost-commit") == []

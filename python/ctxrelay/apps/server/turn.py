@@ -20,12 +20,12 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from ctxrelay import providers
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 from ctxrelay.runtime import Runtime
 from ctxrelay.types import PreparedTurn, TurnResult
 
 from . import history_tools, observe
-from .errors import ApiError
+from .errors import ApiError, from_ctxrelay, scrubbed
 from .request import ChatRequest, policy_for, turn_messages
 from .responses import (TurnGuard, TurnStream, completion_body, crp_headers,
                         new_completion_id, openai_tool_calls, sse_error, synthetic_stream,
@@ -206,9 +206,25 @@ async def _echo_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, 
                                   usage=usage if chat.include_usage else None,
                                   tool_calls=tool_calls):
         yield event
-    result = await relay.commit(chat, prepared, content, meta)
-    yield turn_ids_event(result.user_turn, result.assistant_turn)
-    yield "data: [DONE]\n\n"
+    event, stored = await _commit_event(relay, chat, prepared, content, meta)
+    yield event
+    if stored:
+        yield "data: [DONE]\n\n"
+
+
+async def _commit_event(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, content: str,
+                        meta: dict[str, Any]) -> tuple[str, bool]:
+    """Store a streamed turn: (the event with its ids, True), or (its error as an event,
+    False).  A stream's status went out with its first event, so a failed commit (a store
+    lost while committing: 503 store_outcome_unknown) is told as an error event in place
+    of [DONE], as upstream failures are, not as a connection cut mid-body."""
+    try:
+        result = await relay.commit(chat, prepared, content, meta)
+    except ApiError as e:
+        return sse_error(scrubbed(e, chat.store_session, chat.session_id)), False
+    except CtxRelayError as e:
+        return sse_error(scrubbed(from_ctxrelay(e), chat.store_session, chat.session_id)), False
+    return turn_ids_event(result.user_turn, result.assistant_turn), True
 
 
 async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
@@ -225,12 +241,11 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
     finished = failed = stored = False
     completion_id = model = None
 
-    async def store() -> str:
+    async def store() -> tuple[str, bool]:
         nonlocal stored
         stored = True
         meta = relay_metadata(None, completion_id=completion_id, model=model, headers=headers)
-        result = await relay.commit(chat, prepared, "".join(parts), meta)
-        return turn_ids_event(result.user_turn, result.assistant_turn)
+        return await _commit_event(relay, chat, prepared, "".join(parts), meta)
 
     try:
         try:
@@ -239,7 +254,10 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         if not failed and not stored:
-                            yield await store()
+                            event, ok = await store()
+                            yield event
+                            if not ok:
+                                return          # the error event ends it, not [DONE]
                     else:
                         try:
                             event = json.loads(payload)
@@ -267,7 +285,7 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
             return
         if not stored and not failed:
             if finished:
-                yield await store()
+                yield (await store())[0]
             else:
                 yield sse_error(upstream.bad("a stream that ended before [DONE] or a "
                                              "finish_reason"))
