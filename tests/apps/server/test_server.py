@@ -919,3 +919,58 @@ def test_a_stream_whose_commit_fails_ends_with_an_error_event(run_relay, upstrea
         error = json.loads(lines[-1][6:])["error"]
         assert error["code"] == "store_outcome_unknown" and "127.0.0.1" not in error["message"]
         assert relay.transcript("lost-commit") == []
+
+
+def test_the_client_sees_only_its_own_tool_calls_when_history_tools_are_offered(run_relay):
+    """The relay runs the calls of the history tools it offered and the client runs its own.
+    A reply that calls both goes to the client without the relay's calls (the client has
+    no such tool), and a tool of the client's that has a history tool's name is the
+    client's: the relay neither offers its own nor runs the model's call of it."""
+    from relay_support import RecordingUpstream
+    fake = RecordingUpstream()
+    search = {"id": "call_s", "type": "function",
+              "function": {"name": "context_search", "arguments": '{"query": "filler"}'}}
+    lookup = {"id": "call_l", "type": "function", "function": {"name": "lookup",
+                                                               "arguments": "{}"}}
+
+    def reply(body: dict[str, Any]) -> dict[str, Any] | None:
+        last = json.dumps(body["messages"][-1])
+        if "[mixed]" in last:
+            return {"role": "assistant", "content": None, "tool_calls": [search, lookup]}
+        if "[own-search]" in last:
+            return {"role": "assistant", "content": None, "tool_calls": [search]}
+        return None
+    fake.reply = reply
+    try:
+        relay = run_relay(upstream=fake.base_url, model="m", warmup=False,
+                          policy={"max_context_tokens": 1200, "output_reserve": 200,
+                                  "safety_margin": 20, "min_recent_turns": 2})
+        url = f"{relay.url}/v1/chat/completions"
+        headers = {"CRP-Session-Id": "mixed"}
+        for i in range(30):                                   # hide the early turns
+            httpx.post(url, headers=headers, json={"model": "m", "messages": [
+                {"role": "user", "content": f"filler {i}: " + "lorem ipsum dolor sit " * 8}]})
+
+        def ask(text: str, tools: list[str]) -> tuple[dict[str, Any], list[str]]:
+            calls = len(fake.requests)
+            r = httpx.post(url, headers=headers, json={
+                "model": "m", "messages": [{"role": "user", "content": text}],
+                "tools": [{"type": "function", "function": {"name": n, "parameters": {}}}
+                          for n in tools]})
+            assert r.status_code == 200, r.text
+            offered = [t["function"]["name"] for t in fake.requests[calls].get("tools") or []]
+            return r.json()["choices"][0]["message"], offered
+
+        message, offered = ask("[mixed] look it up", ["lookup"])
+        assert "context_search" in offered
+        assert message["tool_calls"] == [lookup]
+        stored = relay.relay.call_sync(
+            lambda rt: rt.history("mixed")[-1].metadata["tool_calls"])
+        assert [c["name"] for c in stored] == ["lookup"]
+        calls = len(fake.requests)
+        message, offered = ask("[own-search] look it up", ["context_search"])
+        assert offered.count("context_search") == 1          # the client's, not ours too
+        assert len(fake.requests) == calls + 1                # the relay ran nothing
+        assert message["tool_calls"] == [search]
+    finally:
+        fake.close()

@@ -152,14 +152,16 @@ async def _with_history_tools(relay: Relay, chat: ChatRequest, prepared: Prepare
     the input budget).  Returns the final completion and the rounds run."""
     messages = list(prepared.result.messages)
     budget = prepared.result.ledger.input_budget
+    # Ours are the tools offered: a client tool of the same name is the client's to run.
+    names = {t["function"]["name"] for t in extra}
     rounds = 0
     while True:
         tools = extra if extra and rounds < relay.config.history_rounds else None
         data = await upstream.post(messages, extra_tools=tools)
         calls = history_tools.calls_of(data)
-        ours = [c for c in calls if c["function"].get("name") in history_tools.NAMES]
+        ours = [c for c in calls if c["function"].get("name") in names]
         if tools is None or not ours or len(ours) != len(calls):
-            return data, rounds
+            return history_tools.without_calls(data, names), rounds
         rounds += 1
         asked = {"role": "assistant", "content": None, "tool_calls": ours}
         used = await relay.call(history_tools.request_tokens, messages + [asked], chat.model)
