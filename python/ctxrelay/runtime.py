@@ -139,6 +139,15 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
             if isinstance(item, dict):
                 for k, v in item.items():
                     stack.append((k, place, depth + 1))
+                    if k == "OptPairs" and depth == 0 and isinstance(v, list):
+                        # The options cross as [name, value] pairs in one binding the
+                        # caller never wrote: an error names the option.
+                        for pair in v:
+                            name, value = pair if isinstance(pair, list) and len(pair) == 2 \
+                                else ("", pair)
+                            stack.append((name, "an option name", depth + 2))
+                            stack.append((value, f"option {name}", depth + 2))
+                        continue
                     stack.append((v, f"{place} {k!r}" if isinstance(k, str) else place,
                                   depth + 1))
             else:
