@@ -33,6 +33,16 @@ def policy_option_names() -> tuple[str, ...]:
     return _POLICY_NAMES
 
 
+def check_policy(**policy: Any) -> None:
+    """Raise what Prolog's policy/2 raises for these policy options (an unknown or
+    ill-typed option, or a budget that leaves no room for the input); nothing is opened.
+    A service checks its fixed policy once, at start-up, with it."""
+    pairs = [[name, value] for name, value in _policy_pairs(policy)]
+    _check_encodable({"OptPairs": pairs})
+    _prolog.once("ctxrelay:py_options(OptPairs, _Opts), ctxrelay_policy:policy(_Opts, _)",
+                 {"OptPairs": pairs})
+
+
 def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
     names = policy_option_names()
     unknown = sorted(set(policy) - set(names))

@@ -974,3 +974,23 @@ def test_the_client_sees_only_its_own_tool_calls_when_history_tools_are_offered(
         assert message["tool_calls"] == [search]
     finally:
         fake.close()
+
+
+def test_a_policy_that_leaves_no_input_budget_stops_the_relay_at_start(tmp_path):
+    """--max-context-tokens 100 --output-reserve 200 can serve no turn: the relay refuses
+    to start with policy/2's own error, instead of serving and answering every request
+    400 invalid_request_error (as if the client had erred)."""
+    import asyncio
+    from ctxrelay.errors import InvalidArgumentError
+    relay = Relay(ServerConfig(store=tmp_path / "store", upstream="echo", warmup=False,
+                               policy={"max_context_tokens": 100, "output_reserve": 200}))
+    with pytest.raises(InvalidArgumentError, match="no room for the input"):
+        asyncio.run(relay.start())
+    assert relay._runtime is None and relay._executor is None       # nothing left open
+    ok = Relay(ServerConfig(store=tmp_path / "store", upstream="echo", warmup=False,
+                            policy={"max_context_tokens": 1000, "output_reserve": 200}))
+
+    async def start_stop() -> None:
+        await ok.start()
+        await ok.stop()
+    asyncio.run(start_stop())

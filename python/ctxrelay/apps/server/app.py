@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ctxrelay.errors import CtxRelayError, InvalidSessionIdError, UnknownSessionError
-from ctxrelay.runtime import Runtime
+from ctxrelay.runtime import Runtime, check_policy
 
 from . import observe
 from .config import ServerConfig
@@ -77,11 +77,17 @@ class Relay:
                                             thread_name_prefix="ctxrelay-prolog")
         loop = asyncio.get_running_loop()
         try:
+            # A policy that can serve no turn (no input budget, a bad option) stops the
+            # relay here, with policy/2's error, rather than answering every request 400.
+            await loop.run_in_executor(self._executor, functools.partial(
+                check_policy, **self.config.policy, alternation=self.config.alternation,
+                **({"model": self.config.model} if self.config.model else {})))
             self._runtime = await loop.run_in_executor(
                 self._executor, functools.partial(Runtime, self.config.store,
                                                   max_turn_bytes=self.config.max_turn_bytes,
                                                   cache=self.config.cache))
-        except BaseException:
+        except BaseException as e:
+            log.error("ctxrelay relay: cannot start: %s", e)
             self._executor.shutdown(wait=True)
             self._executor = None
             raise
