@@ -245,10 +245,12 @@ async def _until_ready(relay: Relay) -> None:
 async def chat_completions(request: Request) -> Response:
     relay: Relay = request.app.state.relay
     tenant = relay.tenant_of(request)
-    raw = await json_body(request, relay.config.max_body_bytes)
+    raw, size = await json_body(request, relay.config.max_body_bytes)
     if tenant is not None and relay.limits is not None:
+        # The body's bytes as received (a count of the characters of its JSON undercounted
+        # non-ASCII text up to 4x).
         await asyncio.get_running_loop().run_in_executor(
-            None, relay.limits.admit, tenant, len(json.dumps(raw, ensure_ascii=False)))
+            None, relay.limits.admit, tenant, size)
     chat = scoped(parse_chat(raw, request.headers, relay.config), tenant)
     await _until_ready(relay)
     assert relay.gate is not None

@@ -314,8 +314,9 @@ def parse_json(raw: bytes) -> Any:
     return body
 
 
-async def json_body(request: Request, limit: int) -> Any:
-    """The body, refused with 413 past ``limit`` bytes before it is read whole."""
+async def json_body(request: Request, limit: int) -> tuple[Any, int]:
+    """The body parsed and its size in bytes (what body_bytes_per_minute counts), refused
+    with 413 past ``limit`` bytes before it is read whole."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
@@ -325,7 +326,7 @@ async def json_body(request: Request, limit: int) -> Any:
         if size > limit:
             raise _too_large(size, limit)
         chunks.append(chunk)
-    return parse_json(b"".join(chunks))
+    return parse_json(b"".join(chunks)), size
 
 
 def _too_large(size: int, limit: int) -> ApiError:
