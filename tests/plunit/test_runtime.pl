@@ -316,6 +316,11 @@ test(managed_turn_unbound_key_stores_nothing, [N1 == N0]) :-
 test(managed_turn_unbound_key, error(instantiation_error, _)) :-
     fresh_session(St, 1),
     managed_turn(s, "x", _, [store(St), key(_)]).
+%   An empty key is refused, as turn_append/5 and the relay refuse it (it made
+%   the parts' keys ":user" and ":assistant", shared by every empty key).
+test(prepare_empty_key, error(domain_error(idempotency_key, ""), _)) :-
+    fresh_session(St, 1),
+    turn_prepare(s, "x", _, [store(St), key("")]).
 test(prepare_ill_typed_key, error(type_error(text, 42), _)) :-
     fresh_session(St, 1),
     turn_prepare(s, "x", _, [store(St), key(42)]).

@@ -224,6 +224,15 @@ def test_an_option_too_big_for_64_bits_is_named(rt):
     assert rt.turn_count("s") == 0
 
 
+def test_an_empty_turn_key_is_refused_as_an_append_key_is(rt):
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError, match="key is empty"):
+        rt.append("s", "user", "x", key="")
+    with pytest.raises(InvalidArgumentError, match="key is empty"):
+        rt.managed_turn("s", "hello", key="")
+    assert rt.turn_count("s") == 0
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
