@@ -994,3 +994,16 @@ def test_a_policy_that_leaves_no_input_budget_stops_the_relay_at_start(tmp_path)
         await ok.start()
         await ok.stop()
     asyncio.run(start_stop())
+
+
+def test_max_turn_bytes_must_be_positive(tmp_path):
+    """0 meant two limits at once: the store's default turn size (1 MiB, its 0) and a
+    64 KiB body cap (8 x 0 + 64 KiB), so a 100 KB message was 413 request_too_large
+    under a turn limit it did not pass.  It is refused, in the config and on the CLI."""
+    from ctxrelay.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match="max_turn_bytes"):
+        ServerConfig(store=tmp_path / "s", upstream="echo", max_turn_bytes=0)
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["--store", str(tmp_path / "s"), "--upstream", "echo",
+                              "--max-turn-bytes", "0"])
+    assert exc.value.code == 2
