@@ -40,7 +40,7 @@ option_default(warm,                    true,   boolean).
 option_default(system,                  "",     text).
 option_default(provider,                "echo", text).
 option_default(provider_options,        _{},    dict).
-option_default(key,                     none,   any).
+option_default(key,                     none,   key).
 option_default(time_limit,              1.0,    positive_number).
 option_default(threads,                 true,   boolean).
 option_default(embedder,                "",     text).
@@ -192,6 +192,20 @@ option_value(Options, Name, Value) :-
     check_type(Type, Name, Value0, Value).
 
 check_type(any, _, V, V) :- !.
+%   An idempotency key is non-empty text; `none` (the default) means no key.
+%   An unbound one is an error: taken as `none`, it would make a caller's
+%   keyed (retry-safe) turn an unkeyed one, and a retry would store it twice.
+%   An empty one is refused as turn_append/5 and the relay refuse it (its
+%   parts' keys would be ":user" and ":assistant", shared by every empty key).
+check_type(key, _, V, V) :- V == none, !.
+check_type(key, _, V0, V) :-
+    !,
+    must_be(text, V0),
+    text_to_string(V0, V),
+    (   V == ""
+    ->  domain_error(idempotency_key, V0)
+    ;   true
+    ).
 check_type(pack_constraints, _, V0, V) :- !, user_constraints(V0, V).
 check_type(provider_window, _, auto, auto) :- !.
 check_type(context_mode, _, V0, V) :-

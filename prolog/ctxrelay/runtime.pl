@@ -47,6 +47,7 @@ or publishes warm artifacts: warm production is an explicit API.
                        pass(policy/2, 1, _)
                      ]).
 :- predicate_options(turn_commit/4, 4, [info(dict)]).
+:- predicate_options(completion/4, 4, [provider(text), provider_options(dict)]).
 
 %!  completion(+Messages:list(dict), -Reply:string, -Info:dict, +Options) is det.
 %
@@ -56,10 +57,11 @@ or publishes warm artifacts: warm production is an explicit API.
 %   provider_options(Dict) (model, base_url, api_key, timeout, ...).
 %   The managed runtime calls it unchanged.
 %
+%   @error existence_error(option, Opt) for an option it does not take
 %   @error ctxrelay(provider_error, Msg) and friends for provider failures
 completion(Messages, Reply, Info, Options) :-
     must_be(list, Messages),
-    must_be(list, Options),
+    check_options(completion/4, 4, Options),
     option(provider(Provider0), Options, echo),
     must_be(text, Provider0),
     option(provider_options(PO0), Options, _{}),
@@ -114,6 +116,8 @@ managed_turn(Session, Input, Result, Options) :-
 %
 %   @error existence_error(session, Session) for a missing session
 %   @error ctxrelay(key_conflict, Msg) when Key was used for another message
+%   @error ctxrelay(archived_session, Msg) for an archived session (unless
+%          the retried Key's reply is stored: a replay)
 %   @error ctxrelay(context_overflow, Figures) when the pack cannot fit
 turn_prepare(Session, Input, Turn, Options) :-
     prepare(Session, Input, Options, _Policy, Turn).
@@ -206,14 +210,27 @@ pending_key(Key, P0, P, I, I1) :-
     I1 is I + 1.
 
 %   turn_state(+Store, +Session, +Text, +Create, +Keys, -State)
-turn_state(Store, S, _Text, Create, _Keys, State) :-
-    \+ session_exists(Store, S),
+%
+%   An archived session takes no new turns: refused here, before any
+%   model is called (the commit would refuse it only after the call), but
+%   a retried key whose reply is stored still replays it.
+turn_state(Store, S, Text, Create, Keys, State) :-
+    session_state(Store, S, Session),
+    turn_state_(Session, Store, S, Text, Create, Keys, State),
+    (   Session == archived, State \= replay(_, _, _)
+    ->  format(string(Msg), "session '~w' is archived and takes no new turns; \c
+                             append to a new session (it can be read as before)", [S]),
+        throw(error(ctxrelay(archived_session, Msg), _))
+    ;   true
+    ).
+
+turn_state_(none, _Store, S, _Text, Create, _Keys, State) :-
     !,
     (   Create == true
     ->  State = new(0)
     ;   existence_error(session, S)
     ).
-turn_state(Store, S, Text, _, Keys, State) :-
+turn_state_(_, Store, S, Text, _, Keys, State) :-
     (   Keys == none
     ->  turn_count(Store, S, N),
         State = new(N)
@@ -228,8 +245,10 @@ turn_state(Store, S, Text, _, Keys, State) :-
         State = new(N)
     ).
 
-session_exists(Store, S) :-
-    py_api(py_call('ctxrelay.bridge.stores':has_session(Store, S), @(true))).
+%   session_state(+Store, +Session, -State): none, open or archived (one read).
+session_state(Store, S, State) :-
+    py_api(py_call('ctxrelay.bridge.stores':session_state(Store, S), State0)),
+    atom_string(State, State0).
 
 stored_key(Store, S, Key, Turn) :-
     turn_for_key(Store, S, Key, Turn),

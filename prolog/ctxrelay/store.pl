@@ -126,8 +126,11 @@ default_store(Store) :-
     ).
 
 %!  set_default_store(+Store) is det.
-set_default_store(Store) :-
-    must_be(nonvar, Store),
+%
+%   Store is a store object (or what store_ref/2 takes: dir(Directory)).
+%   @error type_error(ctxrelay_store, X) for anything else
+set_default_store(Store0) :-
+    resolve_store(Store0, Store),
     retractall(default_store_(_)),
     assertz(default_store_(Store)).
 

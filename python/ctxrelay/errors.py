@@ -83,6 +83,13 @@ class InvalidArgumentError(CtxRelayError, ValueError):
     kind = "invalid_argument"
 
 
+class StoreClosedError(InvalidArgumentError):
+    """A call on a Runtime after its close(): the Runtime's own state, not the
+    call's arguments (an InvalidArgumentError for callers that caught that)."""
+
+    kind = "store_closed"
+
+
 class InvalidPathError(InvalidArgumentError):
     """A file path given to write to (e.g. an export's ``dest``) cannot be used."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError, StoreClosedError
 from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, RetrievalResult, SessionInfo,
                             SessionStats,
                             Turn, TurnResult)
@@ -31,6 +31,16 @@ def policy_option_names() -> tuple[str, ...]:
         names = _prolog.once("ctxrelay_policy:policy_option_names(L)")["L"]
         _POLICY_NAMES = tuple(str(n) for n in names if str(n) != "key")
     return _POLICY_NAMES
+
+
+def check_policy(**policy: Any) -> None:
+    """Raise what Prolog's policy/2 raises for these policy options (an unknown or
+    ill-typed option, or a budget that leaves no room for the input); nothing is opened.
+    A service checks its fixed policy once, at start-up, with it."""
+    pairs = [[name, value] for name, value in _policy_pairs(policy)]
+    _check_encodable({"OptPairs": pairs})
+    _prolog.once("ctxrelay:py_options(OptPairs, _Opts), ctxrelay_policy:policy(_Opts, _)",
+                 {"OptPairs": pairs})
 
 
 def _policy_pairs(policy: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -139,6 +149,15 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
             if isinstance(item, dict):
                 for k, v in item.items():
                     stack.append((k, place, depth + 1))
+                    if k == "OptPairs" and depth == 0 and isinstance(v, list):
+                        # The options cross as [name, value] pairs in one binding the
+                        # caller never wrote: an error names the option.
+                        for pair in v:
+                            name, value = pair if isinstance(pair, list) and len(pair) == 2 \
+                                else ("", pair)
+                            stack.append((name, "an option name", depth + 2))
+                            stack.append((value, f"option {name}", depth + 2))
+                        continue
                     stack.append((v, f"{place} {k!r}" if isinstance(k, str) else place,
                                   depth + 1))
             else:
@@ -315,13 +334,13 @@ class Runtime:
 
     def _live_store(self) -> Any:
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         return self._store
 
     def _call(self, goal: str, *, opts: list[tuple[str, Any]] | None = None,
               **bindings: Any) -> dict[str, Any]:
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         if "S" in bindings:
             _check_session_id(bindings["S"])
         if opts is not None:
@@ -522,7 +541,7 @@ class Runtime:
         optimum of the model that includes them."""
         _check_session_id(session_id)
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
         bindings = {"St": self._store, "S": session_id, "M": message,
@@ -568,7 +587,7 @@ class Runtime:
         """A turn's derived fields, or None if it has not been derived yet."""
         _check_session_id(session_id)
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
                                     {"St": self._store, "S": session_id, "T": turn_id})
         try:
@@ -719,7 +738,7 @@ class Runtime:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
         _check_session_id(session_id)
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
                             {"St": self._store, "S": session_id, "N": n})["L"]
@@ -738,7 +757,7 @@ class Runtime:
         ``session_id``.
         """
         if self._store is None:
-            raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")

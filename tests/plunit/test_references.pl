@@ -372,6 +372,12 @@ test(text_compound, error(type_error(text, f(x)))) :-
     references(f(x), _).
 test(enumerations_not_text, error(type_error(text, [a|b]))) :-
     enumerations([a|b], _).
+test(tokens_not_list, error(type_error(list, foo))) :-
+    token_references(foo, _).
+test(tokens_unbound, error(instantiation_error)) :-
+    token_references(_, _).
+test(reference_dict_unbound, error(instantiation_error)) :-
+    reference_dict(_, _).
 
 :- end_tests(references_errors).
 

@@ -119,6 +119,23 @@ test(missing_session_is_created_at_commit_only, [Before-After == false-true]) :-
     ( catch(session_info(St, fresh, _), _, fail) -> Before = true ; Before = false ),
     turn_commit(T, "hi", _, []),
     ( catch(session_info(St, fresh, _), _, fail) -> After = true ; After = false ).
+%   An archived session takes no new turns: turn_prepare/4 says so before the
+%   caller's model is called (turn_commit/4 would refuse it only after).
+test(archived_session_refused_at_prepare, error(ctxrelay(archived_session, _), _)) :-
+    fresh_session(St, 2),
+    policy(P),
+    session_archive(St, s),
+    turn_prepare(s, "still there?", _, [store(St)|P]).
+%   ... but a retried key whose turn is stored still replays it (nothing is stored).
+test(archived_session_replays_a_stored_key, [State-Reply == replay-"first answer"]) :-
+    fresh_session(St, 2),
+    policy(P),
+    turn_prepare(s, "q?", T1, [store(St), key("ka")|P]),
+    turn_commit(T1, "first answer", _, []),
+    session_archive(St, s),
+    turn_prepare(s, "q?", T2, [store(St), key("ka")|P]),
+    atom_string(State, T2.commit.state),
+    Reply = T2.commit.reply.
 
 :- end_tests(ctxrelay_turn_phases).
 
@@ -282,5 +299,30 @@ test(search_unknown_option, error(existence_error(option, limit(3)), _)) :-
 test(append_ill_typed_option, error(type_error(text, 42), _)) :-
     fresh_session(St, 0),
     turn_append(St, s, message(user, "x"), _, [key(42)]).
+test(completion_unknown_option, error(existence_error(option, colour(red)), _)) :-
+    completion([_{role:"user", content:"hi"}], _, _, [colour(red)]).
+test(completion_ill_typed_option, error(type_error(dict, nodict), _)) :-
+    completion([_{role:"user", content:"hi"}], _, _, [provider_options(nodict)]).
+%   An unbound key must not quietly turn the idempotent turn into an
+%   unkeyed one (a retry would then store the turn twice).
+test(prepare_unbound_key, error(instantiation_error, _)) :-
+    fresh_session(St, 1),
+    turn_prepare(s, "x", _, [store(St), key(_)]).
+test(managed_turn_unbound_key_stores_nothing, [N1 == N0]) :-
+    fresh_session(St, 1),
+    turn_count(St, s, N0),
+    catch(managed_turn(s, "x", _, [store(St), key(_)]), error(instantiation_error, _), true),
+    turn_count(St, s, N1).
+test(managed_turn_unbound_key, error(instantiation_error, _)) :-
+    fresh_session(St, 1),
+    managed_turn(s, "x", _, [store(St), key(_)]).
+%   An empty key is refused, as turn_append/5 and the relay refuse it (it made
+%   the parts' keys ":user" and ":assistant", shared by every empty key).
+test(prepare_empty_key, error(domain_error(idempotency_key, ""), _)) :-
+    fresh_session(St, 1),
+    turn_prepare(s, "x", _, [store(St), key("")]).
+test(prepare_ill_typed_key, error(type_error(text, 42), _)) :-
+    fresh_session(St, 1),
+    turn_prepare(s, "x", _, [store(St), key(42)]).
 
 :- end_tests(ctxrelay_options).

@@ -38,6 +38,15 @@ test(archived_refuses_append, error(ctxrelay(archived_session, _), _)) :-
     turn_append(St, s, message(user, "hi"), _),
     session_archive(St, s),
     turn_append(St, s, message(user, "again"), _).
+%   Only a store can be the default: anything else was taken, and the next
+%   call on `default` failed with a Python AttributeError.
+test(default_store_must_be_a_store, error(type_error(ctxrelay_store, foo), _)) :-
+    set_default_store(foo).
+test(default_store_kept_after_a_refusal, D == St) :-
+    fresh_store(St),
+    set_default_store(St),
+    catch(set_default_store(foo), error(type_error(_, _), _), true),
+    default_store(D).
 
 :- end_tests(ctxrelay_store_sessions).
 

@@ -215,6 +215,24 @@ def test_closed_runtime_says_so(store_dir):
         rt.sessions()
 
 
+def test_an_option_too_big_for_64_bits_is_named(rt):
+    """An int option that cannot cross janus is refused by its own name (the options
+    cross in one binding, OptPairs, which the caller never wrote)."""
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError, match=r"^option output_reserve is an int of 133 bits"):
+        rt.prepare_turn("s", "hi", output_reserve=10 ** 40)
+    assert rt.turn_count("s") == 0
+
+
+def test_an_empty_turn_key_is_refused_as_an_append_key_is(rt):
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError, match="key is empty"):
+        rt.append("s", "user", "x", key="")
+    with pytest.raises(InvalidArgumentError, match="key is empty"):
+        rt.managed_turn("s", "hello", key="")
+    assert rt.turn_count("s") == 0
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -50,8 +50,11 @@ references(Text, Refs) :-
 %!  token_references(+Tokens, -Refs:list) is det.
 %
 %   references/2 over tokens from text_tokens/2.
+%
+%   @error type_error(list, Tokens), instantiation_error for a partial list
 
 token_references(Tokens, Refs) :-
+    must_be(list, Tokens),          % else scan/3 raises a determinism_error
     scan(Tokens, [], Refs).
 
 scan([], _, []).

@@ -291,8 +291,11 @@ content_matches(Type, Content) :-
 %
 %   (@true and @false are janus' Python booleans).
 %
+%   @error instantiation_error for an unbound Term
 %   @error domain_error(reference, Term) for anything else
 
+reference_dict(Term, _), var(Term) =>
+    instantiation_error(Term).
 reference_dict(ref(Type, Details, S-E), Dict) =>
     Dict = reference{type:Type, details:Details, start:S, end:E}.
 reference_dict(resolved(Ref, Target), Dict) =>

@@ -64,6 +64,8 @@ def _domain_message(domain: str, culprit: Any, said: str) -> str | None:
     if domain == "user_message":
         return ("a managed turn answers a user message; store other roles with append(), or "
                 "pass them before the user's message in a list to prepare_turn()")
+    if domain == "idempotency_key":
+        return "key is empty; pass a non-empty string or None"
     if domain == "policy_option":
         return f"unknown policy option {culprit}; see ctxrelay.runtime.policy_option_names()"
     return None

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 from ctxrelay.retrieval.router import Router, route_plan, turn_record
 from ctxrelay.storage.stores import Stores, find_stores, open_stores
 
@@ -94,8 +94,15 @@ def append(stores: Stores, session_id: str, role: str, content: str,
     return turn_id
 
 
-def has_session(stores: Stores, session_id: str) -> bool:
-    return stores.transcript.has_session(session_id)
+def session_state(stores: Stores, session_id: str) -> str:
+    """``none``, ``open`` or ``archived``: what turn_prepare/4 needs of a session, in
+    one read (an archived session is refused before any model
+    is called)."""
+    try:
+        info = stores.transcript.session(session_id)
+    except UnknownSessionError:
+        return "none"
+    return "archived" if info.archived else "open"
 
 
 def commit_turns(stores: Stores, session_id: str, turns: list, create: bool) -> list[int]:

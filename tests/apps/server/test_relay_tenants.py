@@ -287,6 +287,21 @@ def test_body_bytes_and_stored_bytes_limits(world):
     assert "and one more" not in stored(world, "@epsilon/quota")
 
 
+def test_body_bytes_are_counted_in_utf8_bytes(world):
+    """body_bytes_per_minute counts bytes: a body of 300 'é' (600 bytes of text, about
+    680 with its JSON) passes a limit of 600 bytes, though it has only about 380
+    characters."""
+    key, _ = world.keys.create("zeta", limits={"body_bytes_per_minute": 600})
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "é" * 300}]},
+                      ensure_ascii=False).encode("utf-8")
+    assert len(body) > 600 > len(body.decode("utf-8"))
+    r = httpx.post(f"{world.relay.url}/v1/chat/completions", content=body, timeout=60,
+                   headers={"Authorization": f"Bearer {key}", "CRP-Session-Id": "accents",
+                            "Content-Type": "application/json"})
+    assert r.status_code == 429, r.text
+    assert r.json()["error"]["code"] == "body_bytes_per_minute_exceeded"
+
+
 # ------------------------------------------------------------------------ binding
 
 

@@ -756,3 +756,254 @@ def test_the_relay_runs_the_cold_history_tools_itself(run_relay, upstream):
     assert count_messages(second["messages"], "fake-model").n <= budget
     assert relay.transcript("cold")[-2:] == [("user", "[history] what was the code?"),
                                              ("assistant", answer)]
+
+
+def test_a_closed_store_is_503_not_a_client_error_nor_a_missing_session(run_relay):
+    """A Runtime closed under the relay (in-process use, a tool that closed it) is the
+    server's state: 503 store_closed with Retry-After, never 400 (the request was fine)
+    nor 404 session_not_found for a session that is stored."""
+    relay = run_relay(upstream="echo", policy=POLICY, warmup=False)
+    say(relay.client(), "kept", "hello")
+    relay.relay.call_sync(lambda rt: rt.close())
+    r = httpx.post(f"{relay.url}/v1/chat/completions", headers={"CRP-Session-Id": "kept"},
+                   json={"model": "m", "messages": [{"role": "user", "content": "again"}]})
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "store_closed" and "Retry-After" in r.headers
+    r = httpx.get(f"{relay.url}/v1/sessions/kept/turns")
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "store_closed"
+
+
+def test_tool_calls_are_stored_in_openai_form(relayed):
+    """An assistant message's tool calls are kept as OpenAI sends them back: ``id`` and
+    ``arguments`` strings (a missing or null id is "", an arguments object its JSON),
+    so a pack that renders them again is a valid request; other types are a 400."""
+    url = f"{relayed.url}/v1/chat/completions"
+    calls = [{"id": None, "type": "function", "function": {"name": "f", "arguments": {"a": 1}}},
+             {"type": "function", "function": {"name": "g"}}]
+    r = httpx.post(url, headers={"CRP-Session-Id": "tool-form"}, json={"model": "m", "messages": [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "user", "content": "and?"}]})
+    assert r.status_code == 200, r.text
+    stored = relayed.relay.call_sync(lambda rt: rt.turn("tool-form", 1).metadata["tool_calls"])
+    assert stored == [{"id": "", "name": "f", "arguments": '{"a": 1}'},
+                      {"id": "", "name": "g", "arguments": "{}"}]
+    for bad, param in (({"id": 7, "function": {"name": "f"}}, "messages[0].tool_calls[0].id"),
+                       ({"id": "c", "function": {"name": "f", "arguments": 3}},
+                        "messages[0].tool_calls[0].function.arguments")):
+        r = httpx.post(url, headers={"CRP-Session-Id": "tool-form-bad"}, json={
+            "model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [bad]},
+                                       {"role": "user", "content": "and?"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_history_search_takes_any_text_the_model_asks_for(tmp_path):
+    """context_search's query reaches context/3 as written: an emoji or another character
+    outside the BMP (which json.dumps escaped as a surrogate pair Prolog cannot read),
+    quotes, backslashes and control characters are searched, not an error."""
+    from ctxrelay.apps.server import history_tools
+    from ctxrelay.runtime import Runtime
+    with Runtime(tmp_path / "store") as rt:
+        rt.create_session("h")
+        rt.append("h", "user", 'the deploy 🚀 of 𝔘 went fine: a\\b "quoted"')
+        for query in ("deploy 🚀", "𝔘", "a\\b", '"quoted"', "deploy\tfine\n"):
+            calls = [{"id": "c", "function": {"name": "context_search",
+                                              "arguments": json.dumps({"query": query})}}]
+            result = json.loads(history_tools.run_calls(rt, "h", calls, 2000)[0]["content"])
+            assert "error" not in result, (query, result)
+            assert [t["turn"] for t in result["turns"]] == [1], (query, result)
+
+
+def test_an_archived_session_is_refused_before_the_upstream_is_called(relayed, upstream):
+    """turn_prepare/4 refuses an archived session, so the relay answers 400
+    session_archived without a (billed) upstream call; streamed or not."""
+    say(relayed.client(), "archived", "hello")
+    relayed.relay.call_sync(lambda rt: rt.archive_session("archived"))
+    calls = len(upstream.requests)
+    for stream in (False, True):
+        r = httpx.post(f"{relayed.url}/v1/chat/completions",
+                       headers={"CRP-Session-Id": "archived"},
+                       json={"model": "m", "stream": stream,
+                             "messages": [{"role": "user", "content": "still there?"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "session_archived", r.text
+    assert len(upstream.requests) == calls
+    assert len(relayed.transcript("archived")) == 2
+
+
+def test_a_replayed_tool_call_reply_carries_its_tool_calls(run_relay):
+    """The answer to a retried Idempotency-Key is the stored reply as it was answered:
+    a reply that called tools comes back with its tool calls (and finish_reason
+    tool_calls), streamed or not; without them an agent's retry would lose the calls."""
+    from relay_support import RecordingUpstream
+    fake = RecordingUpstream()
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "quota"}'}}
+    fake.reply = lambda body: {"role": "assistant", "content": None, "tool_calls": [call]}
+    try:
+        relay = run_relay(upstream=fake.base_url, model="m", warmup=False, policy=POLICY)
+        url = f"{relay.url}/v1/chat/completions"
+        headers = {"CRP-Session-Id": "tool-replay", "Idempotency-Key": "tk-1"}
+        body = {"model": "m", "messages": [{"role": "user", "content": "look it up"}],
+                "tools": [{"type": "function", "function": {"name": "lookup",
+                                                            "parameters": {"type": "object"}}}]}
+        first = httpx.post(url, headers=headers, json=body)
+        again = httpx.post(url, headers=headers, json=body)
+        assert first.status_code == again.status_code == 200, again.text
+        assert again.headers["CRP-Idempotent-Replay"] == "true" and len(fake.requests) == 1
+        message = again.json()["choices"][0]["message"]
+        assert message["tool_calls"] == [call] and not message["content"]
+        assert again.json()["choices"][0]["finish_reason"] == "tool_calls"
+        streamed = httpx.post(url, headers=headers, json={**body, "stream": True}).text
+        deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in streamed.splitlines()
+                  if line.startswith("data: {")]
+        assert [c for d in deltas for c in d.get("tool_calls", [])] == [{**call, "index": 0}]
+    finally:
+        fake.close()
+
+
+def test_a_streamed_answer_after_offered_history_tools_carries_the_clients_tool_calls(run_relay):
+    """When the pack hides turns the relay offers its history tools and, with stream: true,
+    sends the final answer as events it writes itself: a call of one of the client's own
+    tools in that answer must reach the client (it was stored, but not streamed)."""
+    from relay_support import RecordingUpstream
+    fake = RecordingUpstream()
+    call = {"id": "call_9", "type": "function",
+            "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+    fake.reply = lambda body: ({"role": "assistant", "content": None, "tool_calls": [call]}
+                               if "[client-tool]" in json.dumps(body["messages"][-1]) else None)
+    try:
+        relay = run_relay(upstream=fake.base_url, model="m", warmup=False,
+                          policy={"max_context_tokens": 1200, "output_reserve": 200,
+                                  "safety_margin": 20, "min_recent_turns": 2})
+        url = f"{relay.url}/v1/chat/completions"
+        headers = {"CRP-Session-Id": "hidden"}
+        for i in range(30):                                   # hide the early turns
+            httpx.post(url, headers=headers, json={"model": "m", "messages": [
+                {"role": "user", "content": f"filler {i}: " + "lorem ipsum dolor sit " * 8}]})
+        calls = len(fake.requests)
+        text = httpx.post(url, headers=headers, json={
+            "model": "m", "stream": True,
+            "messages": [{"role": "user", "content": "[client-tool] look it up"}],
+            "tools": [{"type": "function", "function": {"name": "lookup",
+                                                        "parameters": {"type": "object"}}}]}).text
+        offered = {t["function"]["name"] for t in fake.requests[calls].get("tools") or []}
+        assert "context_search" in offered                 # the history tools were offered
+        deltas = [json.loads(line[6:])["choices"][0] for line in text.splitlines()
+                  if line.startswith("data: {") and json.loads(line[6:])["choices"]]
+        assert [c for d in deltas for c in d["delta"].get("tool_calls", [])] == \
+            [{**call, "index": 0}]
+        assert deltas[-1]["finish_reason"] == "tool_calls"
+    finally:
+        fake.close()
+
+
+def test_a_stream_whose_commit_fails_ends_with_an_error_event(run_relay, upstream):
+    """The turn is stored just before [DONE]; when that fails (here: the store lost while
+    committing) the stream ends with the error as an event, as upstream failures do, and
+    no [DONE]: not with a connection cut mid-body that says nothing of the outcome."""
+    from ctxrelay.storage.postgres.connection import CommitOutcomeUnknownError
+    for config in (dict(upstream="echo"), dict(upstream=upstream.base_url, model="fake-model")):
+        relay = run_relay(warmup=False, policy=POLICY, **config)
+
+        async def lost(*_args: Any) -> Any:
+            raise CommitOutcomeUnknownError("lost at 127.0.0.1 (test)")
+
+        relay.relay.commit = lost
+        with httpx.stream("POST", f"{relay.url}/v1/chat/completions",
+                          headers={"CRP-Session-Id": "lost-commit"},
+                          json={"model": "m", "stream": True,
+                                "messages": [{"role": "user", "content": "hello"}]}) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] != "data: [DONE]", lines[-3:]
+        error = json.loads(lines[-1][6:])["error"]
+        assert error["code"] == "store_outcome_unknown" and "127.0.0.1" not in error["message"]
+        assert relay.transcript("lost-commit") == []
+
+
+def test_the_client_sees_only_its_own_tool_calls_when_history_tools_are_offered(run_relay):
+    """The relay runs the calls of the history tools it offered and the client runs its own.
+    A reply that calls both goes to the client without the relay's calls (the client has
+    no such tool), and a tool of the client's that has a history tool's name is the
+    client's: the relay neither offers its own nor runs the model's call of it."""
+    from relay_support import RecordingUpstream
+    fake = RecordingUpstream()
+    search = {"id": "call_s", "type": "function",
+              "function": {"name": "context_search", "arguments": '{"query": "filler"}'}}
+    lookup = {"id": "call_l", "type": "function", "function": {"name": "lookup",
+                                                               "arguments": "{}"}}
+
+    def reply(body: dict[str, Any]) -> dict[str, Any] | None:
+        last = json.dumps(body["messages"][-1])
+        if "[mixed]" in last:
+            return {"role": "assistant", "content": None, "tool_calls": [search, lookup]}
+        if "[own-search]" in last:
+            return {"role": "assistant", "content": None, "tool_calls": [search]}
+        return None
+    fake.reply = reply
+    try:
+        relay = run_relay(upstream=fake.base_url, model="m", warmup=False,
+                          policy={"max_context_tokens": 1200, "output_reserve": 200,
+                                  "safety_margin": 20, "min_recent_turns": 2})
+        url = f"{relay.url}/v1/chat/completions"
+        headers = {"CRP-Session-Id": "mixed"}
+        for i in range(30):                                   # hide the early turns
+            httpx.post(url, headers=headers, json={"model": "m", "messages": [
+                {"role": "user", "content": f"filler {i}: " + "lorem ipsum dolor sit " * 8}]})
+
+        def ask(text: str, tools: list[str]) -> tuple[dict[str, Any], list[str]]:
+            calls = len(fake.requests)
+            r = httpx.post(url, headers=headers, json={
+                "model": "m", "messages": [{"role": "user", "content": text}],
+                "tools": [{"type": "function", "function": {"name": n, "parameters": {}}}
+                          for n in tools]})
+            assert r.status_code == 200, r.text
+            offered = [t["function"]["name"] for t in fake.requests[calls].get("tools") or []]
+            return r.json()["choices"][0]["message"], offered
+
+        message, offered = ask("[mixed] look it up", ["lookup"])
+        assert "context_search" in offered
+        assert message["tool_calls"] == [lookup]
+        stored = relay.relay.call_sync(
+            lambda rt: rt.history("mixed")[-1].metadata["tool_calls"])
+        assert [c["name"] for c in stored] == ["lookup"]
+        calls = len(fake.requests)
+        message, offered = ask("[own-search] look it up", ["context_search"])
+        assert offered.count("context_search") == 1          # the client's, not ours too
+        assert len(fake.requests) == calls + 1                # the relay ran nothing
+        assert message["tool_calls"] == [search]
+    finally:
+        fake.close()
+
+
+def test_a_policy_that_leaves_no_input_budget_stops_the_relay_at_start(tmp_path):
+    """--max-context-tokens 100 --output-reserve 200 can serve no turn: the relay refuses
+    to start with policy/2's own error, instead of serving and answering every request
+    400 invalid_request_error (as if the client had erred)."""
+    import asyncio
+    from ctxrelay.errors import InvalidArgumentError
+    relay = Relay(ServerConfig(store=tmp_path / "store", upstream="echo", warmup=False,
+                               policy={"max_context_tokens": 100, "output_reserve": 200}))
+    with pytest.raises(InvalidArgumentError, match="no room for the input"):
+        asyncio.run(relay.start())
+    assert relay._runtime is None and relay._executor is None       # nothing left open
+    ok = Relay(ServerConfig(store=tmp_path / "store", upstream="echo", warmup=False,
+                            policy={"max_context_tokens": 1000, "output_reserve": 200}))
+
+    async def start_stop() -> None:
+        await ok.start()
+        await ok.stop()
+    asyncio.run(start_stop())
+
+
+def test_max_turn_bytes_must_be_positive(tmp_path):
+    """0 meant two limits at once: the store's default turn size (1 MiB, its 0) and a
+    64 KiB body cap (8 x 0 + 64 KiB), so a 100 KB message was 413 request_too_large
+    under a turn limit it did not pass.  It is refused, in the config and on the CLI."""
+    from ctxrelay.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match="max_turn_bytes"):
+        ServerConfig(store=tmp_path / "s", upstream="echo", max_turn_bytes=0)
+    with pytest.raises(SystemExit) as exc:
+        _parser().parse_args(["--store", str(tmp_path / "s"), "--upstream", "echo",
+                              "--max-turn-bytes", "0"])
+    assert exc.value.code == 2

@@ -31,9 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ctxrelay.errors import CtxRelayError
-from ctxrelay.runtime import Runtime
-from ctxrelay.storage.postgres.connection import DatabaseUnavailableError
+from ctxrelay.errors import CtxRelayError, InvalidSessionIdError, UnknownSessionError
+from ctxrelay.runtime import Runtime, check_policy
 
 from . import observe
 from .config import ServerConfig
@@ -78,11 +77,17 @@ class Relay:
                                             thread_name_prefix="ctxrelay-prolog")
         loop = asyncio.get_running_loop()
         try:
+            # A policy that can serve no turn (no input budget, a bad option) stops the
+            # relay here, with policy/2's error, rather than answering every request 400.
+            await loop.run_in_executor(self._executor, functools.partial(
+                check_policy, **self.config.policy, alternation=self.config.alternation,
+                **({"model": self.config.model} if self.config.model else {})))
             self._runtime = await loop.run_in_executor(
                 self._executor, functools.partial(Runtime, self.config.store,
                                                   max_turn_bytes=self.config.max_turn_bytes,
                                                   cache=self.config.cache))
-        except BaseException:
+        except BaseException as e:
+            log.error("ctxrelay relay: cannot start: %s", e)
             self._executor.shutdown(wait=True)
             self._executor = None
             raise
@@ -240,10 +245,12 @@ async def _until_ready(relay: Relay) -> None:
 async def chat_completions(request: Request) -> Response:
     relay: Relay = request.app.state.relay
     tenant = relay.tenant_of(request)
-    raw = await json_body(request, relay.config.max_body_bytes)
+    raw, size = await json_body(request, relay.config.max_body_bytes)
     if tenant is not None and relay.limits is not None:
+        # The body's bytes as received (a count of the characters of its JSON undercounted
+        # non-ASCII text up to 4x).
         await asyncio.get_running_loop().run_in_executor(
-            None, relay.limits.admit, tenant, len(json.dumps(raw, ensure_ascii=False)))
+            None, relay.limits.admit, tenant, size)
     chat = scoped(parse_chat(raw, request.headers, relay.config), tenant)
     await _until_ready(relay)
     assert relay.gate is not None
@@ -286,10 +293,9 @@ async def session_turns(request: Request) -> Response:
     def read(rt: Runtime) -> list[dict[str, Any]] | None:
         try:
             rt.session(stored)
-        except DatabaseUnavailableError:
-            raise                    # 503: the session may well exist
-        except CtxRelayError:
-            return None
+        except (UnknownSessionError, InvalidSessionIdError):
+            return None              # 404; anything else (a store that is down or
+                                     # closed) is the relay's error, not a missing session
         return [{"turn": t.turn_id, "role": t.role, "content": t.content}
                 for t in rt.history(stored)]
 

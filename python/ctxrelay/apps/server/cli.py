@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in POLICY_FLAGS:
         p.add_argument(f"--{name.replace('_', '-')}", type=_positive_int, dest=name,
                        help=f"policy option {name} (default: the Runtime's)")
-    p.add_argument("--max-turn-bytes", type=_positive_int, default=DEFAULT_MAX_TURN_BYTES,
+    p.add_argument("--max-turn-bytes", type=_at_least_one, default=DEFAULT_MAX_TURN_BYTES,
                    help="largest message stored as a turn, in UTF-8 bytes (default "
                         f"{DEFAULT_MAX_TURN_BYTES:,}); a larger one gets 413")
     p.add_argument("--alternation", choices=["strict", "free"], default="strict",

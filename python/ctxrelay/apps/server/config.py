@@ -87,7 +87,9 @@ class ServerConfig:
         if self.alternation not in ("strict", "free"):
             raise InvalidArgumentError(
                 f"alternation must be 'strict' or 'free', got {self.alternation!r}")
-        for name in ("threads", "session_queue"):
+        # max_turn_bytes 0 is not "no limit": the store would take its default (1 MiB)
+        # while the body cap became 64 KiB.
+        for name in ("threads", "session_queue", "max_turn_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")

@@ -17,6 +17,7 @@ from ctxrelay.errors import (
     InvalidRoleError,
     InvalidSessionIdError,
     KeyConflictError,
+    StoreClosedError,
     TurnTooLargeError,
 )
 
@@ -96,6 +97,14 @@ def from_ctxrelay(exc: CtxRelayError) -> ApiError:
         return unavailable("the relay's store is unavailable right now; nothing of this "
                            f"request was stored, retry after {UNAVAILABLE_RETRY_AFTER} s "
                            "(with the same Idempotency-Key, if it had one)")
+    if isinstance(exc, StoreClosedError):
+        # The relay's Runtime was closed under it: the server's state, not the request's
+        # (an InvalidArgumentError, which would be a 400 below).
+        log.error("ctxrelay relay: the store is closed: %s", exc)
+        return ApiError(503, "the relay's store is closed; nothing of this request was "
+                        "stored; retry later (the relay must be restarted if this persists)",
+                        type="server_error", code="store_closed",
+                        headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)})
     if isinstance(exc, ContextOverflowError):
         observe.OVERFLOWS.inc()
         return ApiError(400, str(exc), param="messages", code="context_length_exceeded")

@@ -66,6 +66,27 @@ def calls_of(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)]
 
 
+def without_calls(data: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """The completion without its calls of the tools ``names`` (the relay's, offered
+    this turn): the answer the client gets, and the turn stores, calls only tools the
+    client has.  A reply that called nothing else is left with no tool calls."""
+    message = ((data.get("choices") or [{}])[0] or {}).get("message")
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not names or not isinstance(calls, list):
+        return data
+    kept = [c for c in calls if not (isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                     and c["function"].get("name") in names)]
+    if len(kept) == len(calls):
+        return data
+    choice = dict(data["choices"][0])
+    choice["message"] = {k: v for k, v in message.items() if k != "tool_calls"}
+    if kept:
+        choice["message"]["tool_calls"] = kept
+    elif choice.get("finish_reason") == "tool_calls":
+        choice["finish_reason"] = "stop"
+    return {**data, "choices": [choice, *data["choices"][1:]]}
+
+
 def request_tokens(rt: Runtime, messages: list[dict[str, Any]], model: str | None) -> int:
     """The exact size of a request, counted as the ledger counts it."""
     return tok.count_messages(messages, model or "gpt-4").n
@@ -126,7 +147,11 @@ def _run(rt: Runtime, session_id: str, name: Any, args: dict[str, Any],
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         k = max(1, min(20, _int(args, "k", 5)))
-        return rt.context(session_id, f"search({json.dumps(query)})", k=k, **bound)
+        # A Prolog string literal: JSON's escapes of quotes, backslashes and control
+        # characters are Prolog's too; the rest stays literal (ensure_ascii would write an
+        # emoji as a surrogate pair, which Prolog refuses: 'Illegal character code').
+        return rt.context(session_id, f"search({json.dumps(query, ensure_ascii=False)})",
+                          k=k, **bound)
     if name == "context_slice":
         start, length = _int(args, "start"), _int(args, "length")
         return rt.context(session_id, f"slice({max(1, start)}, {max(1, length)})", **bound)

@@ -85,8 +85,19 @@ def stored_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise bad_request(f"{where}[{j}] must be {{'id', 'type': 'function', 'function': "
                                "{'name', 'arguments'}}", param=f"{where}[{j}]")
-        out.append({"id": str(call.get("id", "")), "name": fn["name"],
-                    "arguments": fn.get("arguments", "{}")})
+        # Kept as OpenAI sends them back (strings), since packs render them to the
+        # upstream again: str(None) stored an id "None", and an arguments object went
+        # back as an object, which OpenAI-compatible servers refuse.
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise bad_request(f"{where}[{j}].id must be a string", param=f"{where}[{j}].id")
+        arguments = fn.get("arguments")
+        if isinstance(arguments, (dict, list)):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        elif arguments is not None and not isinstance(arguments, str):
+            raise bad_request(f"{where}[{j}].function.arguments must be a JSON string",
+                              param=f"{where}[{j}].function.arguments")
+        out.append({"id": call_id or "", "name": fn["name"], "arguments": arguments or "{}"})
     return out
 
 
@@ -303,8 +314,9 @@ def parse_json(raw: bytes) -> Any:
     return body
 
 
-async def json_body(request: Request, limit: int) -> Any:
-    """The body, refused with 413 past ``limit`` bytes before it is read whole."""
+async def json_body(request: Request, limit: int) -> tuple[Any, int]:
+    """The body parsed and its size in bytes (what body_bytes_per_minute counts), refused
+    with 413 past ``limit`` bytes before it is read whole."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
@@ -314,7 +326,7 @@ async def json_body(request: Request, limit: int) -> Any:
         if size > limit:
             raise _too_large(size, limit)
         chunks.append(chunk)
-    return parse_json(b"".join(chunks))
+    return parse_json(b"".join(chunks)), size
 
 
 def _too_large(size: int, limit: int) -> ApiError:

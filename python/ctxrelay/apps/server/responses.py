@@ -48,13 +48,27 @@ def new_completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
+def openai_tool_calls(stored: Any) -> list[dict[str, Any]]:
+    """A turn's stored tool calls (``{id, name, arguments}``, request.stored_tool_calls)
+    in the form OpenAI answers them."""
+    return [{"id": c.get("id", ""), "type": "function",
+             "function": {"name": c.get("name", ""), "arguments": c.get("arguments", "{}")}}
+            for c in stored or [] if isinstance(c, dict)]
+
+
 def completion_body(content: str, model: str, *, completion_id: str | None = None,
                 created: int | None = None, finish_reason: str = "stop",
-                usage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                usage: Mapping[str, Any] | None = None,
+                tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        # OpenAI's form of a reply that calls tools: content null when it says nothing.
+        message = {"role": "assistant", "content": content or None, "tool_calls": tool_calls}
+        finish_reason = "tool_calls"
     body: dict[str, Any] = {
         "id": completion_id or new_completion_id(), "object": "chat.completion",
         "created": created or int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+        "choices": [{"index": 0, "message": message,
                      "logprobs": None, "finish_reason": finish_reason}]}
     if usage:
         body["usage"] = dict(usage)
@@ -70,8 +84,10 @@ def sse_error(error: ApiError) -> str:
 
 
 def synthetic_stream(content: str, model: str, *, completion_id: str | None = None,
-                      usage: Mapping[str, Any] | None = None) -> list[str]:
-    """A whole reply as OpenAI ``chat.completion.chunk`` events, word by word."""
+                      usage: Mapping[str, Any] | None = None,
+                      tool_calls: list[dict[str, Any]] | None = None) -> list[str]:
+    """A whole reply as OpenAI ``chat.completion.chunk`` events, word by word; its tool
+    calls (OpenAI form) follow in one chunk."""
     cid, created = completion_id or new_completion_id(), int(time.time())
 
     def chunk(delta: dict[str, Any], finish: str | None) -> str:
@@ -81,7 +97,10 @@ def synthetic_stream(content: str, model: str, *, completion_id: str | None = No
     events = [chunk({"role": "assistant", "content": ""}, None)]
     events += [chunk({"content": piece}, None) for piece in re.findall(r"\s*\S+\s*", content)
                or ([content] if content else [])]
-    events.append(chunk({}, "stop"))
+    if tool_calls:
+        events.append(chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)]},
+                            None))
+    events.append(chunk({}, "tool_calls" if tool_calls else "stop"))
     if usage is not None:
         events.append(sse({"id": cid, "object": "chat.completion.chunk", "created": created,
                             "model": model, "choices": [], "usage": dict(usage)}))

@@ -20,15 +20,16 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from ctxrelay import providers
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import CtxRelayError, InvalidArgumentError
 from ctxrelay.runtime import Runtime
 from ctxrelay.types import PreparedTurn, TurnResult
 
 from . import history_tools, observe
-from .errors import ApiError
+from .errors import ApiError, from_ctxrelay, scrubbed
 from .request import ChatRequest, policy_for, turn_messages
 from .responses import (TurnGuard, TurnStream, completion_body, crp_headers,
-                        new_completion_id, sse_error, synthetic_stream, turn_ids_event)
+                        new_completion_id, openai_tool_calls, sse_error, synthetic_stream,
+                        turn_ids_event)
 from .upstream import Upstream, relay_metadata, reply_of
 
 if TYPE_CHECKING:
@@ -85,11 +86,13 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
                    **crp_headers(None, chat, prepared.user_turn, prepared.assistant_turn),
                    "CRP-Idempotent-Replay": "true"}
         model = relayed.get("model") or model
+        calls = openai_tool_calls(meta.get("tool_calls"))   # the reply's, as answered
         if chat.stream:
             return streamed(_stored_stream(chat, prepared.reply or "", model, relayed.get("id"),
-                                           prepared), headers)
+                                           prepared, calls), headers)
         return JSONResponse(completion_body(prepared.reply or "", model,
-                                            completion_id=relayed.get("id")), headers=headers)
+                                            completion_id=relayed.get("id"), tool_calls=calls),
+                            headers=headers)
 
     observe.observe_pack(prepared.result.ledger.total, prepared.result.ledger.input_budget)
     headers = crp_headers(prepared.result, chat, None)
@@ -122,10 +125,13 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
     if rounds:
         meta["relay"]["history_tool_rounds"] = rounds
         headers = {**headers, "CRP-Context-History-Tool-Rounds": str(rounds)}
-    if chat.stream:          # the tool rounds ran unstreamed: the answer goes out as events
+    if chat.stream:          # the tool rounds ran unstreamed: the answer goes out as events,
+                             # with the calls of the client's own tools it makes
         return streamed(_echo_stream(relay, chat, prepared, content, data.get("model") or model,
                                      data.get("id") or new_completion_id(), meta,
-                                     data.get("usage")), headers)
+                                     data.get("usage"),
+                                     openai_tool_calls((tool_meta or {}).get("tool_calls"))),
+                        headers)
     result = await relay.commit(chat, prepared, content, meta)
     return JSONResponse(data, headers={**headers, **_turn_headers(result)})
 
@@ -146,14 +152,16 @@ async def _with_history_tools(relay: Relay, chat: ChatRequest, prepared: Prepare
     the input budget).  Returns the final completion and the rounds run."""
     messages = list(prepared.result.messages)
     budget = prepared.result.ledger.input_budget
+    # Ours are the tools offered: a client tool of the same name is the client's to run.
+    names = {t["function"]["name"] for t in extra}
     rounds = 0
     while True:
         tools = extra if extra and rounds < relay.config.history_rounds else None
         data = await upstream.post(messages, extra_tools=tools)
         calls = history_tools.calls_of(data)
-        ours = [c for c in calls if c["function"].get("name") in history_tools.NAMES]
+        ours = [c for c in calls if c["function"].get("name") in names]
         if tools is None or not ours or len(ours) != len(calls):
-            return data, rounds
+            return history_tools.without_calls(data, names), rounds
         rounds += 1
         asked = {"role": "assistant", "content": None, "tool_calls": ours}
         used = await relay.call(history_tools.request_tokens, messages + [asked], chat.model)
@@ -181,9 +189,10 @@ def _turn_headers(result: TurnResult) -> dict[str, str]:
 
 
 async def _stored_stream(chat: ChatRequest, content: str, model: str, cid: str | None,
-                         prepared: PreparedTurn) -> AsyncIterator[str]:
+                         prepared: PreparedTurn,
+                         tool_calls: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
     """A replayed reply as SSE (nothing is stored)."""
-    for event in synthetic_stream(content, model, completion_id=cid):
+    for event in synthetic_stream(content, model, completion_id=cid, tool_calls=tool_calls):
         yield event
     yield turn_ids_event(prepared.user_turn, prepared.assistant_turn)
     yield "data: [DONE]\n\n"
@@ -191,14 +200,33 @@ async def _stored_stream(chat: ChatRequest, content: str, model: str, cid: str |
 
 async def _echo_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, content: str,
                        model: str, cid: str, meta: dict[str, Any],
-                       usage: Mapping[str, Any] | None) -> AsyncIterator[str]:
-    """The echo reply as SSE; the turn is stored before ``[DONE]``."""
+                       usage: Mapping[str, Any] | None,
+                       tool_calls: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
+    """A whole reply (the echo's, or the upstream's after history tool rounds) as SSE;
+    the turn is stored before ``[DONE]``."""
     for event in synthetic_stream(content, model, completion_id=cid,
-                                  usage=usage if chat.include_usage else None):
+                                  usage=usage if chat.include_usage else None,
+                                  tool_calls=tool_calls):
         yield event
-    result = await relay.commit(chat, prepared, content, meta)
-    yield turn_ids_event(result.user_turn, result.assistant_turn)
-    yield "data: [DONE]\n\n"
+    event, stored = await _commit_event(relay, chat, prepared, content, meta)
+    yield event
+    if stored:
+        yield "data: [DONE]\n\n"
+
+
+async def _commit_event(relay: Relay, chat: ChatRequest, prepared: PreparedTurn, content: str,
+                        meta: dict[str, Any]) -> tuple[str, bool]:
+    """Store a streamed turn: (the event with its ids, True), or (its error as an event,
+    False).  A stream's status went out with its first event, so a failed commit (a store
+    lost while committing: 503 store_outcome_unknown) is told as an error event in place
+    of [DONE], as upstream failures are, not as a connection cut mid-body."""
+    try:
+        result = await relay.commit(chat, prepared, content, meta)
+    except ApiError as e:
+        return sse_error(scrubbed(e, chat.store_session, chat.session_id)), False
+    except CtxRelayError as e:
+        return sse_error(scrubbed(from_ctxrelay(e), chat.store_session, chat.session_id)), False
+    return turn_ids_event(result.user_turn, result.assistant_turn), True
 
 
 async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
@@ -215,12 +243,11 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
     finished = failed = stored = False
     completion_id = model = None
 
-    async def store() -> str:
+    async def store() -> tuple[str, bool]:
         nonlocal stored
         stored = True
         meta = relay_metadata(None, completion_id=completion_id, model=model, headers=headers)
-        result = await relay.commit(chat, prepared, "".join(parts), meta)
-        return turn_ids_event(result.user_turn, result.assistant_turn)
+        return await _commit_event(relay, chat, prepared, "".join(parts), meta)
 
     try:
         try:
@@ -229,7 +256,10 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         if not failed and not stored:
-                            yield await store()
+                            event, ok = await store()
+                            yield event
+                            if not ok:
+                                return          # the error event ends it, not [DONE]
                     else:
                         try:
                             event = json.loads(payload)
@@ -257,7 +287,7 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
             return
         if not stored and not failed:
             if finished:
-                yield await store()
+                yield (await store())[0]
             else:
                 yield sse_error(upstream.bad("a stream that ended before [DONE] or a "
                                              "finish_reason"))
