@@ -814,6 +814,22 @@ def test_history_search_takes_any_text_the_model_asks_for(tmp_path):
             assert [t["turn"] for t in result["turns"]] == [1], (query, result)
 
 
+def test_a_history_call_with_a_null_id_is_answered_with_an_empty_id(tmp_path):
+    """The tool message answers the call's id as stored tool calls keep it: a null id is
+    "" (not the text "None", which no upstream call has)."""
+    from ctxrelay.apps.server import history_tools
+    from ctxrelay.runtime import Runtime
+    with Runtime(tmp_path / "store") as rt:
+        rt.create_session("h")
+        rt.append("h", "user", "the deploy went fine")
+        calls = [{"id": None, "function": {"name": "context_search",
+                                           "arguments": json.dumps({"query": "deploy"})}},
+                 {"id": "c2", "function": {"name": "context_search",
+                                           "arguments": json.dumps({"query": "fine"})}}]
+        answers = history_tools.run_calls(rt, "h", calls, 2000)
+        assert [a["tool_call_id"] for a in answers] == ["", "c2"]
+
+
 def test_an_archived_session_is_refused_before_the_upstream_is_called(relayed, upstream):
     """turn_prepare/4 refuses an archived session, so the relay answers 400
     session_archived without a (billed) upstream call; streamed or not."""

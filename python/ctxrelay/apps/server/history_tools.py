@@ -115,7 +115,8 @@ def run_calls(rt: Runtime, session_id: str, calls: list[dict[str, Any]],
             if shown_id is not None and shown_id != session_id:
                 text = text.replace(session_id, shown_id)
             result = {"error": text}
-        out.append({"role": "tool", "tool_call_id": str(call.get("id", "")),
+        # As request.stored_tool_calls keeps them: a null id is "", not the text "None".
+        out.append({"role": "tool", "tool_call_id": str(call.get("id") or ""),
                     "content": json.dumps(_compact(result), ensure_ascii=False,
                                           separators=(",", ":"))})
     return out
