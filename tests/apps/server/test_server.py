@@ -814,6 +814,22 @@ def test_history_search_takes_any_text_the_model_asks_for(tmp_path):
             assert [t["turn"] for t in result["turns"]] == [1], (query, result)
 
 
+def test_reading_turns_strips_the_session_id_as_a_chat_request_does(echoed):
+    """A chat request's session id is stripped, so " spaced " is stored as "spaced":
+    GET .../turns with the same spelling reads that session, not a 404."""
+    r = httpx.post(f"{echoed.url}/v1/chat/completions",
+                   json={"model": "m", "session_id": " spaced ",
+                         "messages": [{"role": "user", "content": "hello there"}]})
+    assert r.status_code == 200, r.text
+    for spelled in ("spaced", "%20spaced%20"):
+        r = httpx.get(f"{echoed.url}/v1/sessions/{spelled}/turns")
+        assert r.status_code == 200, (spelled, r.text)
+        assert r.json()["session_id"] == "spaced"
+        assert r.json()["data"][0]["content"] == "hello there"
+    blank = httpx.get(f"{echoed.url}/v1/sessions/%20/turns")
+    assert blank.status_code == 404 and blank.json()["error"]["code"] == "session_not_found"
+
+
 def test_a_history_call_with_a_null_id_is_answered_with_an_empty_id(tmp_path):
     """The tool message answers the call's id as stored tool calls keep it: a null id is
     "" (not the text "None", which no upstream call has)."""

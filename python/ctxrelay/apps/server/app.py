@@ -284,8 +284,10 @@ async def session_turns(request: Request) -> Response:
     """``GET /v1/sessions/{id}/turns``: the caller's session, or 404 (another tenant's too)."""
     relay: Relay = request.app.state.relay
     tenant = relay.tenant_of(request)
-    shown = request.path_params["session_id"]
-    if shown.startswith(RESERVED_PREFIX) or (tenant is not None and len(shown) > 180):
+    # Stripped as a chat request's session id is (request._session_id): the same id
+    # names the same session on both routes.
+    shown = request.path_params["session_id"].strip()
+    if not shown or shown.startswith(RESERVED_PREFIX) or (tenant is not None and len(shown) > 180):
         raise _no_session(shown)
     stored = tenant.storage_session(shown) if tenant is not None else shown
     await _until_ready(relay)
