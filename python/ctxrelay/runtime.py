@@ -631,7 +631,7 @@ class Runtime:
             # Bytes cross janus as text only if decodable; binary outputs go straight to Python.
             from ctxrelay.bridge import stores as bridge
             opts = {"freshness": freshness, "key": key}
-            return bridge.record_tool_output(self._store, session_id, tool_name, args or {}, raw,
+            return bridge.record_tool_output(self._live_store(), session_id, tool_name, args or {}, raw,
                                              opts)["scratch_id"]
         opts = [("freshness", freshness)] + ([("key", key)] if key is not None else [])
         if args is not None and not isinstance(args, dict):
@@ -647,7 +647,7 @@ class Runtime:
         """The entry (summary, provenance, freshness), or with ``raw=True`` the whole output."""
         if raw:
             from ctxrelay.bridge import stores as bridge
-            entry = bridge.scratch_entry(self._store, session_id, scratch_id, True)
+            entry = bridge.scratch_entry(self._live_store(), session_id, scratch_id, True)
             return entry["raw"].encode("latin-1") if entry["raw_is_bytes"] else entry["raw"]
         return self._call("ctxrelay:scratch_get(St, S, I, E, [as(python)])", S=session_id,
                           I=scratch_id)["E"]
@@ -704,7 +704,7 @@ class Runtime:
                 "maplist([_D, _T]>>( get_dict(path, _D, _P) -> _T = file(_P)"
                 " ; get_dict(text, _D, _X), _T = text(_X) ), Items, _Srcs),"
                 " ctxrelay:knowledge_ingest(St, _Srcs, R, _Opts)")
-        return _plain(_prolog.once(goal, {"St": self._store, "Items": sources,
+        return _plain(_prolog.once(goal, {"St": self._live_store(), "Items": sources,
                                           "OptPairs": [[k, v] for k, v in opts]})["R"])
 
     # -- storage router

@@ -215,6 +215,33 @@ def test_closed_runtime_says_so(store_dir):
         rt.sessions()
 
 
+SID = "scr_" + "0" * 32
+
+
+@pytest.mark.parametrize("call", [
+    lambda rt: rt.scratch("s", SID, raw=True),
+    lambda rt: rt.scratch("s", SID),
+    lambda rt: rt.record_tool_output("s", "fetch", {}, b"\x89PNG"),
+    lambda rt: rt.record_tool_output("s", "ls", {}, "a\nb\n"),
+    lambda rt: rt.ingest("a text to ingest\nover two lines"),
+    lambda rt: rt.recent("s", 2),
+    lambda rt: rt.derived("s", 1),
+    lambda rt: rt.retrieve("quota"),
+    lambda rt: list(rt.packs("s", "x")),
+    lambda rt: rt.publish_artifact("s", 1, 1, "a summary"),
+    lambda rt: rt.artifacts("s"),
+], ids=["scratch_raw", "scratch", "record_bytes", "record_text", "ingest", "recent",
+        "derived", "retrieve", "packs", "publish_artifact", "artifacts"])
+def test_every_method_of_a_closed_runtime_says_so(store_dir, call):
+    # Not an AttributeError on None or "expected a store, got None": the same
+    # message as every other method, which says what to do.
+    with Runtime(store_dir) as rt:
+        rt.create_session("s")
+        rt.append("s", "user", "first")
+    with pytest.raises(InvalidArgumentError, match="this Runtime is closed"):
+        call(rt)
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
