@@ -627,6 +627,9 @@ class Runtime:
                            raw: str | bytes, *, freshness: str = "VOLATILE",
                            key: str | None = None) -> str:
         """Store ``raw`` as a blob, append the call and its summary as turns; return the scratch id."""
+        if args is not None and not isinstance(args, dict):     # text and bytes alike
+            raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
+                                       f"{type(args).__name__}")
         if isinstance(raw, bytes):
             # Bytes cross janus as text only if decodable; binary outputs go straight to Python.
             from ctxrelay.bridge import stores as bridge
@@ -634,9 +637,6 @@ class Runtime:
             return bridge.record_tool_output(self._live_store(), session_id, tool_name, args or {}, raw,
                                              opts)["scratch_id"]
         opts = [("freshness", freshness)] + ([("key", key)] if key is not None else [])
-        if args is not None and not isinstance(args, dict):
-            raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
-                                       f"{type(args).__name__}")
         from ctxrelay.storage.validation import MAX_ARGS_BYTES, check_json
         _, args_json = check_json(args or {}, "args", InvalidArgumentError,
                                   max_bytes=MAX_ARGS_BYTES)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.errors import UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
 
 
 @pytest.fixture
@@ -81,3 +81,14 @@ def test_other_sessions_cannot_read_a_scratch_id(rt):
     with pytest.raises(Exception) as info:
         rt.scratch("other", sid, raw=True)
     assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("raw", ["text output\n", b"\x89PNG\r\n\x1a\n"], ids=["text", "bytes"])
+@pytest.mark.parametrize("args, fix", [([1, 2], "dict"), ({"f": object()}, "JSON"),
+                                       ("not json", "dict")])
+def test_bad_args_are_refused_the_same_way_for_text_and_binary_outputs(rt, raw, args, fix):
+    # A binary output used to skip the argument checks: a list of args failed with
+    # a raw TypeError from dict(), an object was passed on to the store.
+    with pytest.raises(InvalidArgumentError, match=fix):
+        rt.record_tool_output("s", "fetch", args, raw)
+    assert rt.scratch_entries("s") == [] and len(rt.history("s")) == 1
