@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, KeyConflictError, UnknownSessionError
 
 
 @pytest.fixture
@@ -92,3 +92,21 @@ def test_bad_args_are_refused_the_same_way_for_text_and_binary_outputs(rt, raw, 
     with pytest.raises(InvalidArgumentError, match=fix):
         rt.record_tool_output("s", "fetch", args, raw)
     assert rt.scratch_entries("s") == [] and len(rt.history("s")) == 1
+
+
+@pytest.mark.parametrize("first, again", [
+    (("sql", {"q": "a"}, "rows: 3\n"), ("sql", {"q": "a"}, "rows: 4\n")),
+    (("sql", {"q": "a"}, "rows: 3\n"), ("sql", {"q": "b"}, "rows: 3\n")),
+    (("fetch", {}, b"\x89PNG-1"), ("fetch", {}, b"\x89PNG-2")),
+], ids=["other_output", "other_args", "other_bytes"])
+def test_a_key_reused_for_another_tool_output_is_a_conflict(rt, first, again):
+    # As for append(): the same key with the same output is a retry (same id, nothing
+    # new); with another output it used to return the first entry's id and drop the
+    # new output without a word.
+    sid = rt.record_tool_output("s", *first, key="k1")
+    assert rt.record_tool_output("s", *first, key="k1") == sid
+    turns = len(rt.history("s"))
+    with pytest.raises(KeyConflictError, match="new key"):
+        rt.record_tool_output("s", *again, key="k1")
+    assert len(rt.history("s")) == turns and len(rt.scratch_entries("s")) == 1
+    assert rt.scratch("s", sid, raw=True) == first[2]

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError, KeyConflictError
 from ctxrelay.retrieval.router import Router, route_plan, turn_record
+from ctxrelay.storage.common.scratch.checks import provenance_hash
 from ctxrelay.storage.stores import Stores, find_stores, open_stores
 
 
@@ -211,7 +212,7 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
     args = dict(args or {})
     key = opts.get("key")
     if key is not None:
-        retried = _retried_tool_output(stores, session_id, tool_name, key)
+        retried = _retried_tool_output(stores, session_id, tool_name, key, args, raw)
         if retried is not None:
             return retried
     entry = scratch.put(session_id, tool_name, args, raw,
@@ -232,9 +233,12 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
 
 
 def _retried_tool_output(stores: Stores, session_id: str, tool_name: str,
-                         key: str) -> dict | None:
+                         key: str, args: dict, raw: Any) -> dict | None:
     """A keyed tool output whose call turn is already stored (a retry, possibly after a
-    crash between the two turns): reuse its scratch entry and complete the pair."""
+    crash between the two turns): reuse its scratch entry and complete the pair.  The
+    key names one output: another tool, arguments or output under it is a
+    KeyConflictError, as append() says of a turn (returning the stored id would drop
+    the new output unseen)."""
     st = stores.transcript
     call_turn = st.turn_for_key(session_id, f"{key}:call")
     if call_turn is None:
@@ -244,6 +248,11 @@ def _retried_tool_output(stores: Stores, session_id: str, tool_name: str,
     if not scratch_id:
         return None
     entry = stores.scratch.get(session_id, scratch_id, touch=False)
+    if provenance_hash(tool_name, args, raw) != entry.sha256:
+        raise KeyConflictError(
+            f"key {key!r} was already used for tool output {scratch_id} of session "
+            f"{session_id!r} with a different tool, arguments or output; use a new key for "
+            "a new tool output")
     tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name,
                           tool_call_id=f"call_{scratch_id}",
                           metadata={"scratch_id": scratch_id, "freshness": entry.freshness},
