@@ -418,3 +418,14 @@ def test_retry_finds_the_stored_reply_even_after_other_turns(etcd, counting_prov
     assert etcd.turn_count("ops") == n
     assert (r1b.user_turn, r1b.assistant_turn, r1b.reply) == (r1.user_turn, r1.assistant_turn, r1.reply)
     assert len(counting_provider) == 2
+
+
+def test_an_infinite_time_limit_means_no_limit(rt):
+    # float('inf') passes the policy's positive_number check; the packer's deadline
+    # used to overflow on it (a raw 'evaluation error: float_overflow').  NaN is refused.
+    rt.create_session("s")
+    rt.append("s", "user", "the etcd quota is 8 GiB")
+    r = rt.assemble("s", "what was the quota?", embedder="hashing", time_limit=float("inf"))
+    assert r.status["optimality"] == "optimal"
+    with pytest.raises(InvalidArgumentError, match="positive number"):
+        rt.assemble("s", "what was the quota?", embedder="hashing", time_limit=float("nan"))
