@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 import ctxrelay
 from ctxrelay import Runtime
 from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, InvalidContentError,
-                             InvalidMetadataError, InvalidRoleError, KeyConflictError,
-                             SessionExistsError, UnknownSessionError, UnknownTurnError)
+                             InvalidMetadataError, InvalidPathError, InvalidRoleError,
+                             KeyConflictError, SessionExistsError, UnknownSessionError,
+                             UnknownTurnError)
 
 from conftest import run_swipl
 
@@ -187,6 +188,8 @@ def test_stats(rt):
     (lambda rt: rt.turn("s", 5), UnknownTurnError, "1"),
     (lambda rt: rt.create_session("s"), SessionExistsError, "s"),
     (lambda rt: rt.history("s", 0), InvalidArgumentError, ""),
+    (lambda rt: rt.export("s", 5), InvalidPathError, "file path"),
+    (lambda rt: rt.export("s", ["out.jsonl"]), InvalidPathError, "file path"),
 ])
 def test_bad_input_raises_specific_errors(rt, call, exc, fix):
     rt.create_session("s")

@@ -63,8 +63,12 @@ def write_text(dest: str | os.PathLike[str] | TextIO, text: str) -> None:
             raise
     elif isinstance(dest, io.TextIOBase):
         dest.write(text)
-    else:
+    elif callable(getattr(dest, "write", None)):
         dest.write(text.encode("utf-8"))   # a binary file object
+    else:
+        raise InvalidPathError(
+            f"dest must be a file path or a file object, not {type(dest).__name__}; pass "
+            "a file path such as 'session.jsonl' (or None for the text)")
 
 
 def read_source(source: Any) -> str:
