@@ -414,8 +414,12 @@ class Runtime:
 
     def import_jsonl(self, source: str | os.PathLike[str] | Iterable[str], *,
                      session_id: str | None = None) -> str:
-        """Import a session exported by :meth:`export`; ``source`` is a path or JSONL text."""
-        if isinstance(source, os.PathLike):
+        """Import a session exported by :meth:`export`; ``source`` is a path, JSONL text
+        or its lines.  A str is text when it is blank or starts with ``{`` (as every
+        export does), else a path: the rule of ``TranscriptStore.import_jsonl``."""
+        if isinstance(source, os.PathLike) or (
+                isinstance(source, str) and source.strip()
+                and not source.lstrip().startswith("{")):
             src = "file(P)"
             binding: dict[str, Any] = {"P": os.fspath(source)}
         elif isinstance(source, str):
@@ -428,7 +432,9 @@ class Runtime:
                 raise ImportFormatError(
                     f"source must be a path, JSON Lines text or an iterable of str lines, "
                     f"not {type(source).__name__}; decode bytes first (data.decode('utf-8'))")
-            src, binding = "T", {"T": "".join(lines)}
+            # Lines as a file gives them (with "\n") or as splitlines() does (without).
+            src, binding = "T", {"T": "".join(line if line.endswith("\n") else line + "\n"
+                                              for line in lines)}
         opts = [] if session_id is None else [("session", session_id)]
         return self._call(f"ctxrelay:transcript_import(St, {src}, Id, _Opts)",
                           opts=opts, **binding)["Id"]

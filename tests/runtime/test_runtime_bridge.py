@@ -167,6 +167,27 @@ def test_export_import_round_trip(rt, tmp_path):
     assert rt.import_jsonl(rt.export("s"), session_id="copy2") == "copy2"
 
 
+def test_import_takes_a_str_path_and_lines_as_the_store_does(rt, tmp_path):
+    # The docstring says "a path or JSONL text" and TranscriptStore.import_jsonl reads a
+    # str that is not JSON text as a path; Runtime passed it on as text ("line 1: not
+    # JSON").  Lines without their newline (text.splitlines()) were joined into one.
+    rt.create_session("s", metadata={"a": 1})
+    for i, text in enumerate(TRICKY):
+        rt.append("s", "user" if i % 2 == 0 else "assistant", text)
+    path = tmp_path / "s.jsonl"
+    rt.export("s", path)
+    strip = lambda ts: [(t.turn_id, t.role, t.content, t.timestamp) for t in ts]
+    assert rt.import_jsonl(str(path), session_id="from_str") == "from_str"
+    text = rt.export("s")
+    assert rt.import_jsonl(text.splitlines(), session_id="from_lines") == "from_lines"
+    assert rt.import_jsonl(text.splitlines(True), session_id="from_lines_nl") == "from_lines_nl"
+    for copy in ("from_str", "from_lines", "from_lines_nl"):
+        assert strip(rt.history(copy)) == strip(rt.history("s"))
+    for bad in (str(tmp_path / "missing.jsonl"), "nul\x00in a path", tmp_path / "nul\x00"):
+        with pytest.raises(ctxrelay.errors.ImportFormatError, match="cannot read"):
+            rt.import_jsonl(bad, session_id="nope")
+
+
 def test_stats(rt):
     rt.create_session("s")
     rt.append("s", "user", "h\u00e9llo")

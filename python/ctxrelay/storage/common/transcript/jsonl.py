@@ -78,7 +78,7 @@ def read_source(source: Any) -> str:
         try:
             with open(source, encoding="utf-8", newline="") as handle:
                 return handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:      # ValueError: a NUL in the path, bad UTF-8
             raise ImportFormatError(
                 f"cannot read {os.fspath(source)!r} as UTF-8 JSONL ({exc}); pass "
                 "a file written by export_jsonl") from None
