@@ -75,6 +75,14 @@ def test_unknown_session_writes_nothing(rt, store_dir):
     assert rt.scratch_entries("s") == []
 
 
+def test_listing_an_unknown_session_is_an_error(rt):
+    # It returned [], as for a session with no tool output: a misspelt id went unnoticed.
+    with pytest.raises(UnknownSessionError, match="nope"):
+        rt.scratch_entries("nope")
+    rt.archive_session("s")
+    assert rt.scratch_entries("s") == []        # an archived session is still listed
+
+
 def test_other_sessions_cannot_read_a_scratch_id(rt):
     sid = rt.record_tool_output("s", "sql", {}, "secret,1\n")
     rt.create_session("other")

@@ -282,6 +282,7 @@ def scratch_pin(stores: Stores, session_id: str, scratch_id: str) -> dict:
 
 
 def scratch_list(stores: Stores, session_id: str) -> list[dict]:
+    stores.transcript.session(session_id)      # an unknown session is an error, not []
     scratch = stores.scratch_if_present()
     return [] if scratch is None else [e.to_dict() for e in scratch.list(session_id)]
 

@@ -401,6 +401,15 @@ def test_scratch_record_list_show_raw_pin(ops, tmp_path):
     assert rc == 2 and "scratch id" in err
 
 
+def test_scratch_list_of_an_unknown_session_is_an_error(ops):
+    # Every other session command exits 2 for a misspelt session; this one said
+    # "no tool outputs in opz" and exited 0.
+    rc, out, err = ops("scratch", "list", "opz")
+    assert (rc, out) == (2, "") and "no session 'opz'" in err
+    rc, out, _ = ops("scratch", "list", "ops")
+    assert rc == 0 and "no tool outputs in ops" in out
+
+
 # -- stats ---------------------------------------------------------------------------------------
 
 def test_store_stats(ops):
