@@ -531,8 +531,10 @@ class Runtime:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
-        bindings = {"St": self._store, "S": session_id, "M": message,
+        bindings = {"S": session_id, "M": message,
                     "OptPairs": [[k, v] for k, v in _policy_pairs(policy)]}
+        _check_encodable(bindings)          # as _call does: janus cannot take a surrogate
+        bindings["St"] = self._store
         for n, answer in enumerate(_prolog.solutions(goal, bindings)):
             if limit is not None and n >= limit:
                 return
@@ -575,6 +577,7 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        _check_encodable({"S": session_id, "T": turn_id})
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
                                     {"St": self._store, "S": session_id, "T": turn_id})
         try:
@@ -706,6 +709,7 @@ class Runtime:
         sources = _ingest_sources(paths_or_texts)
         opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
                                     ("progress", progress)) if v is not None]
+        _check_encodable({"Items": sources, "OptPairs": opts})
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "maplist([_D, _T]>>( get_dict(path, _D, _P) -> _T = file(_P)"
                 " ; get_dict(text, _D, _X), _T = text(_X) ), Items, _Srcs),"
@@ -726,6 +730,7 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        _check_encodable({"S": session_id, "N": n})
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
                             {"St": self._store, "S": session_id, "N": n})["L"]
@@ -772,4 +777,5 @@ class Runtime:
             opts.append("namespace(NS)")
             bindings["NS"] = namespace
         goal = f"ctxrelay:retrieve(St, {term}, [{', '.join(opts)}], R)"
+        _check_encodable({k: v for k, v in bindings.items() if k != "St"})
         return _prolog.once(goal, bindings)["R"]

@@ -266,6 +266,29 @@ def test_every_method_of_a_closed_runtime_says_so(store_dir, call):
         call(rt)
 
 
+@pytest.mark.parametrize("call", [
+    lambda rt: list(rt.packs("s", "a\ud800b", embedder="hashing")),
+    lambda rt: list(rt.packs("s", "ab", system="\ud800", embedder="hashing")),
+    lambda rt: rt.retrieve("a\ud800"),
+    lambda rt: rt.retrieve("a", namespace="\ud800"),
+    lambda rt: rt.retrieve("a", session_id="s\ud800", access="recent"),
+    lambda rt: rt.recent("s\ud800", 1),
+    lambda rt: rt.derived("s\ud800", 1),
+    lambda rt: rt.ingest("a\ud800\nb"),
+    lambda rt: rt.ingest("a\nb", namespace="\ud800"),
+], ids=["packs", "packs_option", "retrieve", "retrieve_namespace", "retrieve_session",
+        "recent", "derived", "ingest", "ingest_namespace"])
+def test_a_lone_surrogate_is_refused_before_janus_by_every_method(rt, call):
+    # These methods called janus without the check _call makes: janus failed with
+    # SystemError or a PrologError whose str() raised again, and left a pending
+    # UnicodeEncodeError that made the next, healthy call fail too.
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(ctxrelay.CtxRelayError, match="surrogate"):
+        call(rt)
+    assert rt.turn_count("s") == 1 and rt.history("s")[0].content == "first"
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
