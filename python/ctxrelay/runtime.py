@@ -136,7 +136,16 @@ def _check_encodable(value: Any, where: str = "argument") -> None:
             if depth > MAX_JSON_DEPTH + 4:      # + the argument's own wrappers
                 raise InvalidArgumentError(
                     f"{place} is nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
-            if isinstance(item, dict):
+            if depth == 0 and where == "argument" and isinstance(item, dict):
+                # The goal's bindings: name each value as the caller did (content,
+                # not 'C'; a policy option by its keyword, not 'OptPairs').
+                for k, v in item.items():
+                    if k == "OptPairs" and isinstance(v, (list, tuple)):
+                        stack.extend((pair[1], str(pair[0]), depth + 2) for pair in v
+                                     if isinstance(pair, (list, tuple)) and len(pair) == 2)
+                    else:
+                        stack.append((v, _ARGUMENT_NAMES.get(k, f"argument {k!r}"), depth + 1))
+            elif isinstance(item, dict):
                 for k, v in item.items():
                     stack.append((k, place, depth + 1))
                     stack.append((v, f"{place} {k!r}" if isinstance(k, str) else place,
@@ -245,7 +254,8 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
 
 #: The caller's names of the goals' variables, for error messages.
 _ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
-                   "Q": "query", "OpText": "operation", "Sum": "summary"}
+                   "Q": "query", "OpText": "operation", "Sum": "summary", "NS": "namespace",
+                   "Items": "paths_or_texts"}
 
 
 def _check_session_id(session_id: Any) -> None:

@@ -289,6 +289,24 @@ def test_a_lone_surrogate_is_refused_before_janus_by_every_method(rt, call):
     assert rt.turn_count("s") == 1 and rt.history("s")[0].content == "first"
 
 
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.append("s", "user", "a\ud800"), "content"),
+    (lambda rt: rt.search("s", "a\ud800"), "query"),
+    (lambda rt: rt.assemble("s", "a\ud800", embedder="hashing"), "message"),
+    (lambda rt: rt.assemble("s", "a", system="\ud800", embedder="hashing"), "system"),
+    (lambda rt: rt.assemble("s", "a", max_context_tokens=2 ** 64), "max_context_tokens"),
+    (lambda rt: rt.retrieve("a", namespace="\ud800"), "namespace"),
+], ids=["content", "query", "message", "option", "option_int", "namespace"])
+def test_the_encoding_check_names_the_callers_argument(rt, call, named):
+    # It named the goal's variables: "argument 'C' contains a lone surrogate",
+    # "argument 'OptPairs' is an int of 65 bits".
+    rt.create_session("s")
+    with pytest.raises(ctxrelay.CtxRelayError) as info:
+        call(rt)
+    assert str(info.value).startswith(named + " ")
+    assert "OptPairs" not in str(info.value) and "argument '" not in str(info.value)
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
