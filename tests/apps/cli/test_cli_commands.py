@@ -457,6 +457,13 @@ def test_ingest_directory_then_search_and_show(ops, tmp_path):
     assert as_json(out)["fact_id"] == fact["fact_id"]
 
 
+def test_ingest_text_that_is_not_utf8_is_a_usage_error(ops):
+    # argv bytes that are not UTF-8 arrive as surrogates (surrogateescape); sizing the
+    # text for the progress line raised UnicodeEncodeError with a traceback (exit 1).
+    rc, out, err = ops("ingest", "--text", "quota \udcff", "--no-progress")
+    assert (rc, out) == (2, "") and "surrogate" in err and "Traceback" not in err
+
+
 def test_ingest_missing_path(ops, tmp_path):
     if not hasattr(Runtime, "ingest"):
         pytest.skip("Runtime.ingest is not in this version yet")
