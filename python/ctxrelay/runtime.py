@@ -539,13 +539,19 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}; "
+                                       "pass how many packs to return at most")
+        if limit == 0:
+            return                          # no pack asked for: assemble none
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
         bindings = {"S": session_id, "M": message,
                     "OptPairs": [[k, v] for k, v in _policy_pairs(policy)]}
         _check_encodable(bindings)          # as _call does: janus cannot take a surrogate
         bindings["St"] = self._store
-        for n, answer in enumerate(_prolog.solutions(goal, bindings)):
+        for n, answer in enumerate(_prolog.solutions(goal, bindings, names=_ARGUMENT_NAMES)):
             if limit is not None and n >= limit:
                 return
             yield _result(answer["R"])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from ctxrelay import ContextOverflowError, Runtime
 from ctxrelay import providers
 from ctxrelay.text import tokens
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, InvalidContentError, UnknownSessionError
 
 from conftest import ROOT
 
@@ -230,6 +230,32 @@ def test_alternative_packs_are_best_first_and_distinct(etcd):
     selections = {tuple(sorted((u.id, u.variant) for u in p.pack)) for p in packs}
     assert len(selections) == 4
     assert all(p.ledger.total <= p.ledger.input_budget for p in packs)
+
+
+@pytest.mark.parametrize("bad", ["2", 2.0, True, -1])
+def test_packs_limit_must_be_a_count(rt, bad):
+    # limit="2" failed with TypeError ('>=' not supported between int and str) after the
+    # first pack was assembled; -1 and True were taken quietly.
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        list(rt.packs("s", "x", limit=bad, **POLICY))
+
+
+@pytest.mark.parametrize("kwargs, named, cls", [
+    ({"message": 5}, "message", InvalidContentError),
+    ({"message": "x", "max_retrieved": "big"}, "max_retrieved", InvalidArgumentError),
+])
+def test_packs_names_a_bad_argument_as_assemble_does(rt, kwargs, named, cls):
+    # packs() ran its goal without the argument names: "expected a str, got 5" as an
+    # InvalidArgumentError, where assemble() says "message: expected a str, got 5"
+    # (InvalidContentError).
+    rt.create_session("s")
+    message = kwargs.pop("message")
+    for call in (lambda: rt.assemble("s", message, **kwargs, **POLICY),
+                 lambda: list(rt.packs("s", message, limit=1, **kwargs, **POLICY))):
+        with pytest.raises(cls) as info:
+            call()
+        assert str(info.value).startswith(f"{named}: ")
 
 
 def test_tool_results_never_orphaned(etcd):
