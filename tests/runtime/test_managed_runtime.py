@@ -258,6 +258,21 @@ def test_packs_names_a_bad_argument_as_assemble_does(rt, kwargs, named, cls):
         assert str(info.value).startswith(f"{named}: ")
 
 
+@pytest.mark.parametrize("option, value, shown", [
+    ("max_context_tokens", True, "True"), ("max_facts", False, "False"),
+    ("time_limit", float("nan"), "nan"), ("half_life", float("nan"), "nan"),
+    ("max_retrieved", None, "None"),
+])
+def test_a_bad_policy_value_is_named_by_its_option(rt, option, value, shown):
+    # A bool crosses janus as the atom true/false and a NaN is never equal to itself,
+    # so the error named no option ("expected an int > 0, got 'true'",
+    # "nan is not a valid positive number").
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError) as info:
+        rt.assemble("s", "x", embedder="hashing", **{option: value})
+    assert str(info.value).startswith(f"{option}: ") and shown in str(info.value)
+
+
 def test_tool_results_never_orphaned(etcd):
     for cap in (1200, 1600, 2200, 3000, 5000):
         r = etcd.assemble("ops", "that query result", max_context_tokens=cap,

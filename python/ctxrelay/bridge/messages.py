@@ -9,6 +9,7 @@ argument too: a bad ``session_id`` is an :class:`InvalidSessionIdError`.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ctxrelay import errors
@@ -43,12 +44,18 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown):,} characters)"
 
 
-def _argument(culprit: Any, arguments: dict[str, tuple[str, Any]] | None) -> str | None:
-    """The Python name of the argument whose value the error names, if one matches."""
+def _argument(culprit: Any,
+              arguments: dict[str, tuple[str, Any]] | None) -> tuple[str | None, Any]:
+    """The Python name and value of the argument whose value the error names, if one
+    matches (else None and the culprit).  A bool crossed janus as the atom true or
+    false and comes back as that text; a NaN is not equal to itself."""
     for name, value in (arguments or {}).values():
-        if value is culprit or (type(value) is type(culprit) and value == culprit):
-            return name
-    return None
+        if value is culprit or (type(value) is type(culprit) and value == culprit) \
+                or (isinstance(value, bool) and culprit == ("true" if value else "false")) \
+                or (isinstance(value, float) and isinstance(culprit, float)
+                    and math.isnan(value) and math.isnan(culprit)):
+            return name, value
+    return None, culprit
 
 
 def _domain_message(domain: str, culprit: Any, said: str) -> str | None:
@@ -80,7 +87,7 @@ def exception(info: dict[str, Any],
     if kind not in ("type_error", "domain_error"):
         return None
     expected, culprit = str(info.get("expected", "")), info.get("culprit")
-    name = _argument(culprit, arguments)
+    name, culprit = _argument(culprit, arguments)     # as the caller passed it
     where = f"{name}: " if name else ""
     if kind == "type_error":
         wanted = _PY_TYPES.get(expected, expected.replace("_", " "))
