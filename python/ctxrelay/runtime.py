@@ -628,9 +628,17 @@ class Runtime:
                          producer: str = "api", key: str | None = None,
                          metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """Publish a warm artifact for turns ``start..end``; a range republished gets a new version."""
-        opts = [("decisions", list(decisions)), ("facts", list(facts)),
-                ("unresolved", list(unresolved)), ("entities", list(entities)),
-                ("producer", producer)]
+        lists = {"decisions": decisions, "facts": facts, "unresolved": unresolved,
+                 "entities": entities}
+        for name, value in lists.items():
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+                # list() of a str would store one item per character.
+                from ctxrelay.errors import InvalidArtifactError
+                raise InvalidArtifactError(
+                    f"{name} must be a list of str, not {type(value).__name__}; pass "
+                    f"{name}=[{value!r}] for one item" if isinstance(value, str) else
+                    f"{name} must be a list of str, not {type(value).__name__}")
+        opts = [(name, list(value)) for name, value in lists.items()] + [("producer", producer)]
         opts += [(k, v) for k, v in (("key", key), ("metadata", _json_metadata(metadata)))
                  if v is not None]
         self._call("ctxrelay:warm_publish(St, S, B-E, Sum, _A, _Opts)", opts=opts,

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from ctxrelay import ContextOverflowError, Runtime
 from ctxrelay import providers
 from ctxrelay.text import tokens
-from ctxrelay.errors import InvalidArgumentError, InvalidContentError, UnknownSessionError
+from ctxrelay.errors import (InvalidArgumentError, InvalidArtifactError, InvalidContentError,
+                             UnknownSessionError)
 
 from conftest import ROOT
 
@@ -311,6 +312,20 @@ def test_warm_artifacts_are_offered_and_cover_their_turns(etcd):
         assert not (has_warm and carried & set(range(12, 26))), f"covered turns packed twice at {cap}"
     again = etcd.publish_artifact("ops", 12, 25, "Backups v2 summary.", producer="test")
     assert again["version"] == 2
+
+
+@pytest.mark.parametrize("field", ["decisions", "facts", "unresolved", "entities"])
+def test_an_artifact_list_given_as_one_str_is_refused_not_split(rt, field):
+    # list("restic") stored the artifact with one decision per character; with a
+    # space the error blamed an item the caller never wrote ("decisions[6] is empty").
+    rt.create_session("s")
+    rt.append("s", "user", "we chose restic to S3")
+    for text in ("restic", "restic to S3"):
+        with pytest.raises(InvalidArtifactError, match=f"{field} must be a list"):
+            rt.publish_artifact("s", 1, 1, "summary", **{field: text})
+    assert rt.artifacts("s") == []
+    art = rt.publish_artifact("s", 1, 1, "summary", **{field: ("restic to S3",)})
+    assert art[field] == ["restic to S3"]
 
 
 def test_a_managed_turn_never_publishes_or_summarises(etcd):
