@@ -652,6 +652,7 @@ class Runtime:
 
     def artifacts(self, session_id: str) -> list[dict[str, Any]]:
         self._call("ctxrelay:warm_artifacts(St, S, _L)", S=session_id)   # checks the session
+        # (and its arguments); the artifacts are read from the store, not from Prolog dicts
         warm = self._live_store().warm_if_present()
         return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
 

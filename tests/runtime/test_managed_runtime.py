@@ -328,6 +328,18 @@ def test_an_artifact_list_given_as_one_str_is_refused_not_split(rt, field):
     assert art[field] == ["restic to S3"]
 
 
+@pytest.mark.parametrize("published", [False, True], ids=["no_warm_store", "warm_store"])
+def test_artifacts_of_an_unknown_session_is_an_error(rt, published):
+    # It returned [], as for a session with none: a misspelt id went unnoticed.
+    rt.create_session("s")
+    rt.append("s", "user", "we chose restic to S3")
+    if published:
+        rt.publish_artifact("s", 1, 1, "backups: restic to S3")
+    with pytest.raises(UnknownSessionError, match="nope"):
+        rt.artifacts("nope")
+    assert len(rt.artifacts("s")) == int(published)
+
+
 def test_a_managed_turn_never_publishes_or_summarises(etcd):
     etcd.publish_artifact("ops", 2, 11, "etcd flags, quota 8 GiB, defrag one member at a time.")
     before = etcd.artifacts("ops")

@@ -183,6 +183,7 @@ def publish_artifact(stores: Stores, session_id: str, start: int, end: int,
 
 
 def artifacts(stores: Stores, session_id: str) -> list[dict]:
+    stores.transcript.session(session_id)      # an unknown session is an error, not []
     warm = stores.warm_if_present()
     return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
 
