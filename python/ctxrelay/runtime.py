@@ -803,4 +803,6 @@ class Runtime:
             bindings["NS"] = namespace
         goal = f"ctxrelay:retrieve(St, {term}, [{', '.join(opts)}], R)"
         _check_encodable({k: v for k, v in bindings.items() if k != "St"})
-        return _prolog.once(goal, bindings)["R"]
+        return _prolog.once(goal, bindings, names=self._RETRIEVE_NAMES)["R"]
+
+    _RETRIEVE_NAMES = {"Q": "query", "K": "k", "S": "session_id", "NS": "namespace"}
