@@ -255,7 +255,8 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
 #: The caller's names of the goals' variables, for error messages.
 _ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
                    "Q": "query", "OpText": "operation", "Sum": "summary", "NS": "namespace",
-                   "Items": "paths_or_texts"}
+                   "Items": "paths_or_texts", "K": "k", "Key": "key",
+                   "KeyOrId": "key_or_id"}
 
 
 def _check_session_id(session_id: Any) -> None:
@@ -401,7 +402,7 @@ class Runtime:
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The id of the turn appended with idempotency ``key``, or None."""
-        found = self._call("ctxrelay:turn_for_key(St, S, K, T)", S=session_id, K=key)["T"]
+        found = self._call("ctxrelay:turn_for_key(St, S, Key, T)", S=session_id, Key=key)["T"]
         return None if found in (None, "none") else int(found)
 
     def turn_count(self, session_id: str) -> int:
@@ -595,7 +596,8 @@ class Runtime:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
         _check_encodable({"S": session_id, "T": turn_id})
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
-                                    {"St": self._store, "S": session_id, "T": turn_id})
+                                    {"St": self._store, "S": session_id, "T": turn_id},
+                                    names={"S": "session_id", "T": "turn_id"})
         try:
             answer = next(answers, None)
         finally:
@@ -719,8 +721,8 @@ class Runtime:
     def fact(self, key_or_id: str, *, namespace: str | None = None) -> dict[str, Any]:
         """One fact by id or key (any status)."""
         opts = [("namespace", namespace)] if namespace is not None else []
-        return self._call("ctxrelay:fact_get(St, K, F, [as(python)|_Opts])", opts=opts,
-                          K=key_or_id)["F"]
+        return self._call("ctxrelay:fact_get(St, KeyOrId, F, [as(python)|_Opts])", opts=opts,
+                          KeyOrId=key_or_id)["F"]
 
     def reindex_facts(self, *, namespace: str | None = None) -> dict[str, Any]:
         """Rebuild the knowledge store's ANN index (one namespace, or all) on one thread;
@@ -758,7 +760,8 @@ class Runtime:
         _check_encodable({"S": session_id, "N": n})
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
-                            {"St": self._store, "S": session_id, "N": n})["L"]
+                            {"St": self._store, "S": session_id, "N": n},
+                            names={"S": "session_id", "N": "n"})["L"]
 
     def retrieve(self, query: str, *, session_id: str | None = None,
                  access: str | list[str] | None = None, k: int = 10,

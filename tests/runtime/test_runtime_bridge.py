@@ -307,6 +307,23 @@ def test_the_encoding_check_names_the_callers_argument(rt, call, named):
     assert "OptPairs" not in str(info.value) and "argument '" not in str(info.value)
 
 
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.search("s", "first", k=0), "k"),
+    (lambda rt: rt.turn_for_key("s", 5), "key"),
+    (lambda rt: rt.recent("s", -1), "n"),
+    (lambda rt: rt.derived("s", 0), "turn_id"),
+    (lambda rt: rt.derived("s", "1"), "turn_id"),
+    (lambda rt: rt.fact(5), "key_or_id"),
+])
+def test_a_bad_count_or_id_is_named_in_the_error(rt, call, named):
+    # These said "expected an int > 0, got 0" without naming the argument.
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(InvalidArgumentError) as info:
+        call(rt)
+    assert str(info.value).startswith(f"{named}: ")
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
