@@ -269,6 +269,14 @@ def _check_session_id(session_id: Any) -> None:
             "session's id as text")
 
 
+def _flag(name: str, value: Any) -> bool:
+    """A True/False keyword: bool("no") is True, so anything else is refused (as the
+    policy flags are by Prolog's boolean type)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
 def _text_or_none(name: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -483,7 +491,7 @@ class Runtime:
         commit.  Raises :class:`ContextOverflowError` when the pack cannot fit.
         """
         opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
-        opts.append(("create_session", bool(create_session)))
+        opts.append(("create_session", _flag("create_session", create_session)))
         r = self._call("ctxrelay:turn_prepare(S, M, R, [store(St)|_Opts])",
                        opts=opts, S=session_id, M=_turn_input(message))["R"]
         commit = r["commit"]
@@ -580,11 +588,11 @@ class Runtime:
         """Bring the session's derived fields (embedding, thread, entities, references,
         tool calls) up to date; ``recompute=True`` drops and re-derives them all (after
         changing the embedder), with a progress bar on a terminal."""
-        opts: list[tuple[str, Any]] = [("recompute", bool(recompute))]
+        opts: list[tuple[str, Any]] = [("recompute", _flag("recompute", recompute))]
         if embedder:
             opts.append(("embedder", embedder))
         if progress is not None:
-            opts.append(("progress", bool(progress)))
+            opts.append(("progress", _flag("progress", progress)))
         r = self._call("ctxrelay:turnlog_derive(St, S, [result(R)|_Opts])", S=session_id,
                        opts=opts)
         return _plain(r["R"])
@@ -796,7 +804,7 @@ class Runtime:
             raise InvalidArgumentError("access is an empty list; name at least one access")
         term = terms[0] if len(terms) == 1 else f"blend([{', '.join(terms)}])"
         # Option templates are fixed text: every value crosses in the bindings.
-        opts = ["as(python)", "k(K)"] + (["cache(false)"] if not cache else [])
+        opts = ["as(python)", "k(K)"] + ([] if _flag("cache", cache) else ["cache(false)"])
         bindings: dict[str, Any] = {"St": self._store, "Q": query, "K": k}
         if session_id is not None:
             opts.append("session(S)")

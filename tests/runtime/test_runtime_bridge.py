@@ -324,6 +324,23 @@ def test_a_bad_count_or_id_is_named_in_the_error(rt, call, named):
     assert str(info.value).startswith(f"{named}: ")
 
 
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.prepare_turn("new", "hi", create_session="no", embedder="hashing"),
+     "create_session"),
+    (lambda rt: rt.derive("s", embedder="hashing", recompute="no"), "recompute"),
+    (lambda rt: rt.derive("s", embedder="hashing", progress="no"), "progress"),
+    (lambda rt: rt.retrieve("first", cache="no"), "cache"),
+    (lambda rt: rt.ingest("a text\nto ingest", progress="no"), "progress"),
+])
+def test_a_flag_must_be_a_bool_as_every_policy_flag_is(rt, call, named):
+    # bool("no") is True: create_session="no" created the session, recompute="no"
+    # re-derived every turn, while retrieval="no" (a policy flag) is refused.
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(InvalidArgumentError, match=named):
+        call(rt)
+
+
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
