@@ -124,6 +124,16 @@ def test_a_goal_without_its_predicate_says_which_predicate_is_missing(rt: Runtim
         rt.assemble("ops", QUESTION, **POLICY, constraints=[goal])
 
 
+def test_a_goal_with_arguments_as_text_is_called_with_the_model(rt: Runtime) -> None:
+    # Text such as "my_rule(300)" never reached the goal: pack/5 refused it (above).
+    import janus_swi as janus
+    janus.consult("text_goal_rule", "text_goal_cap(Cap, Model) :- "
+                  "get_dict(budget, Model, B), nb_setval(text_goal_cap, Cap-B).")
+    r = rt.assemble("ops", QUESTION, **POLICY, constraints=["text_goal_cap(300)"])
+    got = janus.query_once("nb_getval(text_goal_cap, C-B)")
+    assert got["C"] == 300 and 0 < got["B"] <= r.ledger.input_budget
+
+
 @pytest.mark.parametrize("bad", ["count(all) #=< 1", 42, [42], [("",)], [()]])
 def test_the_keyword_wants_a_list_of_text_or_tuples(rt: Runtime, bad) -> None:
     with pytest.raises(InvalidConstraintError):
