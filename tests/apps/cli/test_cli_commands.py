@@ -401,6 +401,17 @@ def test_scratch_record_list_show_raw_pin(ops, tmp_path):
     assert rc == 2 and "scratch id" in err
 
 
+def test_scratch_record_of_a_file_it_cannot_read_is_a_usage_error(ops, tmp_path):
+    # A missing file or a directory died with a FileNotFoundError / IsADirectoryError
+    # traceback (exit 1) instead of the CLI's error line (exit 2), as import says.
+    for bad in (tmp_path / "missing.txt", tmp_path):
+        rc, out, err = ops("scratch", "record", "ops", "kubectl", str(bad))
+        assert (rc, out) == (2, "") and "Traceback" not in err
+        assert f"ctxrelay: error: {bad} is not a file" in err
+    rc, out, _ = ops("scratch", "list", "ops")
+    assert "no tool outputs in ops" in out                 # nothing was recorded
+
+
 def test_scratch_list_of_an_unknown_session_is_an_error(ops):
     # Every other session command exits 2 for a misspelt session; this one said
     # "no tool outputs in opz" and exited 0.
