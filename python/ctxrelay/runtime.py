@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
+from ctxrelay.bridge.crossing import check_encodable
 from ctxrelay.errors import InvalidArgumentError
 from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, RetrievalResult, SessionInfo,
                             SessionStats,
@@ -110,74 +110,6 @@ def _result(r: dict[str, Any]) -> TurnResult:
                       utility=float(r["utility"]), status=status,
                       reply=r.get("reply"), user_turn=r.get("user_turn"),
                       assistant_turn=r.get("assistant_turn"))
-
-
-def _check_encodable(value: Any, where: str = "argument") -> None:
-    """Refuse text UTF-8 cannot hold before it reaches janus: a lone surrogate
-    makes janus fail with a pending UnicodeEncodeError that breaks the next
-    call too.  Iterative and depth-bounded: janus converts recursively, so a
-    deeper value would raise RecursionError (or worse) on the way in or out."""
-    if where == "argument" and _all_text_encodable(value):
-        return                      # the common case, in C: no walk needed
-    from ctxrelay.errors import InvalidArgumentError, InvalidContentError
-    from ctxrelay.storage.validation import MAX_JSON_DEPTH, check_utf8
-    stack = [(value, where, 0)]
-    while stack:
-        item, place, depth = stack.pop()
-        if isinstance(item, str):
-            check_utf8(item, place, InvalidContentError)
-        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 63:
-            # Every int parameter fits 64 bits; a larger one fails deep in the
-            # bridge (a 5,000-digit int cannot even be printed in a message).
-            raise InvalidArgumentError(
-                f"{place} is an int of {item.bit_length()} bits; pass a value in the "
-                "signed 64-bit range")
-        elif isinstance(item, (dict, list, tuple)):
-            if depth > MAX_JSON_DEPTH + 4:      # + the argument's own wrappers
-                raise InvalidArgumentError(
-                    f"{place} is nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
-            if depth == 0 and where == "argument" and isinstance(item, dict):
-                # The goal's bindings: name each value as the caller did (content,
-                # not 'C'; a policy option by its keyword, not 'OptPairs').
-                for k, v in item.items():
-                    if k == "OptPairs" and isinstance(v, (list, tuple)):
-                        stack.extend((pair[1], str(pair[0]), depth + 2) for pair in v
-                                     if isinstance(pair, (list, tuple)) and len(pair) == 2)
-                    else:
-                        stack.append((v, _ARGUMENT_NAMES.get(k, f"argument {k!r}"), depth + 1))
-            elif isinstance(item, dict):
-                for k, v in item.items():
-                    stack.append((k, place, depth + 1))
-                    stack.append((v, f"{place} {k!r}" if isinstance(k, str) else place,
-                                  depth + 1))
-            else:
-                stack.extend((v, place, depth + 1) for v in item)
-
-
-_LONG_DIGITS = re.compile(r"\d{19}")
-
-
-def _opaque(_: Any) -> None:
-    return None                      # not data the walk checks either
-
-
-def _all_text_encodable(value: Any) -> bool:
-    """Whether every string in ``value`` is valid UTF-8, checked in one C pass.
-
-    The pass reaches what :func:`_check_encodable` walks (str, dict, list, tuple)
-    and, like the walk, passes over other objects (a store handle); False when
-    a key is not JSON-able (the walk then finds what is wrong, if anything).  A
-    prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
-    strings: walking them in Python cost more than storing the turn."""
-    import json
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=_opaque)
-        text.encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
-        return False
-    # A run of 19 digits may be an int beyond 64 bits (or only text): the walk
-    # tells which.  Depth needs no test here: what json.dumps nests, janus does.
-    return _LONG_DIGITS.search(text) is None
 
 
 def _json_metadata(metadata: Any) -> Any:
@@ -347,7 +279,7 @@ class Runtime:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
-        _check_encodable(bindings)
+        check_encodable(bindings, _ARGUMENT_NAMES)
         return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
@@ -558,7 +490,7 @@ class Runtime:
                 "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
         bindings = {"S": session_id, "M": message,
                     "OptPairs": [[k, v] for k, v in _policy_pairs(policy)]}
-        _check_encodable(bindings)          # as _call does: janus cannot take a surrogate
+        check_encodable(bindings, _ARGUMENT_NAMES)      # as _call does: no surrogate to janus
         bindings["St"] = self._store
         for n, answer in enumerate(_prolog.solutions(goal, bindings, names=_ARGUMENT_NAMES)):
             if limit is not None and n >= limit:
@@ -602,7 +534,7 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
-        _check_encodable({"S": session_id, "T": turn_id})
+        check_encodable({"S": session_id, "T": turn_id}, _ARGUMENT_NAMES)
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
                                     {"St": self._store, "S": session_id, "T": turn_id},
                                     names={"S": "session_id", "T": "turn_id"})
@@ -744,7 +676,7 @@ class Runtime:
         sources = _ingest_sources(paths_or_texts)
         opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
                                     ("progress", progress)) if v is not None]
-        _check_encodable({"Items": sources, "OptPairs": opts})
+        check_encodable({"Items": sources, "OptPairs": opts}, _ARGUMENT_NAMES)
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "maplist([_D, _T]>>( get_dict(path, _D, _P) -> _T = file(_P)"
                 " ; get_dict(text, _D, _X), _T = text(_X) ), Items, _Srcs),"
@@ -765,7 +697,7 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise InvalidArgumentError("this Runtime is closed; open a new Runtime(store_dir)")
-        _check_encodable({"S": session_id, "N": n})
+        check_encodable({"S": session_id, "N": n}, _ARGUMENT_NAMES)
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
                             {"St": self._store, "S": session_id, "N": n},
@@ -813,7 +745,7 @@ class Runtime:
             opts.append("namespace(NS)")
             bindings["NS"] = namespace
         goal = f"ctxrelay:retrieve(St, {term}, [{', '.join(opts)}], R)"
-        _check_encodable({k: v for k, v in bindings.items() if k != "St"})
+        check_encodable({k: v for k, v in bindings.items() if k != "St"}, _ARGUMENT_NAMES)
         return _prolog.once(goal, bindings, names=self._RETRIEVE_NAMES)["R"]
 
     _RETRIEVE_NAMES = {"Q": "query", "K": "k", "S": "session_id", "NS": "namespace"}
