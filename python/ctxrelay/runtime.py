@@ -449,14 +449,27 @@ class Runtime:
                 f"{type(prepared).__name__}")
         if not isinstance(reply, str):
             raise InvalidArgumentError(f"reply must be a str, not {type(reply).__name__}")
+        if not isinstance(provider, str):
+            raise InvalidArgumentError(f"provider must be a str, not {type(provider).__name__}")
         answer: Any = reply if metadata is None else \
             {"content": reply, "metadata": json_object(metadata, "metadata")}
+        info = {"provider": provider, "usage": json_object(usage or {}, "usage")}
+        # The turn is stored in this Runtime's store: the one it was prepared on (its
+        # handle, or the same store opened again since), never another one.
+        commit, store = prepared.turn["commit"], self._live_store()
+        held = commit.get("store")
+        if held is not store:
+            if getattr(getattr(held, "spec", None), "key", None) != store.spec.key:
+                raise InvalidArgumentError(
+                    "this turn was prepared on another store; commit it with the Runtime "
+                    "that prepared it (or prepare it again on this one)")
+            commit = {**commit, "store": store}
         # turn_commit/4 reads the turn's `commit` and `headers` only, and hands the rest
         # back unchanged: the pack (messages, ledger, units: thousands of strings) stays
         # on this side instead of crossing janus twice more and being converted again.
-        turn = {"commit": prepared.turn["commit"], "headers": prepared.turn["headers"]}
+        turn = {"commit": commit, "headers": prepared.turn["headers"]}
         r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=turn, A=answer,
-                       I={"provider": provider, "usage": dict(usage or {})})["R"]
+                       I=info)["R"]
         return dataclasses.replace(
             prepared.result, headers={str(k): v for k, v in r["headers"].items()},
             reply=r.get("reply"), user_turn=r.get("user_turn"),

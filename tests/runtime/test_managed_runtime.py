@@ -497,3 +497,33 @@ def test_an_infinite_time_limit_means_no_limit(rt):
     assert r.status["optimality"] == "optimal"
     with pytest.raises(InvalidArgumentError, match="positive number"):
         rt.assemble("s", "what was the quota?", embedder="hashing", time_limit=float("nan"))
+
+
+def test_a_prepared_turn_is_committed_to_the_store_of_the_runtime_that_commits_it(tmp_path):
+    # commit_turn wrote to the store the turn was prepared on, whatever Runtime it
+    # was called on: another store's Runtime stored the turn in the first store.  And
+    # after the preparing Runtime closed, a new Runtime on the same store failed with
+    # "store ... is closed; reopen it with ctxrelay.storage.lmdb.transcript.open_store".
+    a, b = tmp_path / "a", tmp_path / "b"
+    with Runtime(a) as ra, Runtime(b) as rb:
+        ra.create_session("s")
+        rb.create_session("s")
+        prepared = ra.prepare_turn("s", "hello", embedder="hashing")
+        with pytest.raises(InvalidArgumentError, match="another store"):
+            rb.commit_turn(prepared, "reply")
+        assert (ra.turn_count("s"), rb.turn_count("s")) == (0, 0)
+        later = ra.prepare_turn("s", "hello again", embedder="hashing")
+    with Runtime(a) as reopened:
+        r = reopened.commit_turn(later, "reply")
+        assert (r.user_turn, r.assistant_turn) == (1, 2) and reopened.turn_count("s") == 2
+
+
+@pytest.mark.parametrize("kwargs, named", [({"usage": 5}, "usage"), ({"usage": [1]}, "usage"),
+                                           ({"provider": 5}, "provider")])
+def test_commit_turn_checks_usage_and_provider(rt, kwargs, named):
+    # usage=5 failed with TypeError ('int' object is not iterable) from dict().
+    rt.create_session("s")
+    prepared = rt.prepare_turn("s", "hello", embedder="hashing")
+    with pytest.raises(InvalidArgumentError, match=named):
+        rt.commit_turn(prepared, "reply", **kwargs)
+    assert rt.turn_count("s") == 0
