@@ -527,3 +527,20 @@ def test_commit_turn_checks_usage_and_provider(rt, kwargs, named):
     with pytest.raises(InvalidArgumentError, match=named):
         rt.commit_turn(prepared, "reply", **kwargs)
     assert rt.turn_count("s") == 0
+
+
+def test_a_new_message_with_openai_tool_calls_is_refused_not_dropped(rt):
+    # prepare_turn dropped the top-level tool_calls of an OpenAI-shaped message: the
+    # pack held the tool result after an assistant message without its call (a request
+    # an OpenAI endpoint refuses) and the transcript lost the call.
+    rt.create_session("s")
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    new = [{"role": "assistant", "content": "", "tool_calls": calls},
+           {"role": "tool", "tool_call_id": "c1", "content": "out"},
+           {"role": "user", "content": "and?"}]
+    with pytest.raises(InvalidArgumentError, match="tool_calls.*metadata"):
+        rt.prepare_turn("s", new, embedder="hashing")
+    new[0] = {"role": "assistant", "content": "",
+              "metadata": {"tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]}}
+    p = rt.prepare_turn("s", new, embedder="hashing")
+    assert p.result.messages[-3]["tool_calls"][0]["function"]["name"] == "f"

@@ -71,6 +71,10 @@ def _domain_message(domain: str, culprit: Any, said: str) -> str | None:
     if domain == "user_message":
         return ("a managed turn answers a user message; store other roles with append(), or "
                 "pass them before the user's message in a list to prepare_turn()")
+    if domain == "message_field":
+        return (f"a new message has the field {culprit}, which a stored turn does not "
+                "keep; pass role, content, name, tool_call_id and metadata (tool calls as "
+                "metadata={'tool_calls': [{'id': ..., 'name': ..., 'arguments': ...}]})")
     if domain == "policy_option":
         return f"unknown policy option {culprit}; see ctxrelay.runtime.policy_option_names()"
     return None
