@@ -367,9 +367,10 @@ class Runtime:
                      session_id: str | None = None) -> str:
         """Import a session exported by :meth:`export`; ``source`` is a path, JSONL text
         or its lines.  A str is text when it is blank or starts with ``{`` (as every
-        export does), else a path: the rule of ``TranscriptStore.import_jsonl``."""
+        export does), else a path when it is one line (text with a line break is
+        always text, so a damaged export is reported as such, not as a file name)."""
         if isinstance(source, os.PathLike) or (
-                isinstance(source, str) and source.strip()
+                isinstance(source, str) and source.strip() and "\n" not in source
                 and not source.lstrip().startswith("{")):
             src = "file(P)"
             binding: dict[str, Any] = {"P": os.fspath(source)}

@@ -186,6 +186,9 @@ def test_import_takes_a_str_path_and_lines_as_the_store_does(rt, tmp_path):
     for bad in (str(tmp_path / "missing.jsonl"), "nul\x00in a path", tmp_path / "nul\x00"):
         with pytest.raises(ctxrelay.errors.ImportFormatError, match="cannot read"):
             rt.import_jsonl(bad, session_id="nope")
+    # Text with a line break stays text: a BOM before the header is a format error.
+    with pytest.raises(ctxrelay.errors.ImportFormatError, match="line 1"):
+        rt.import_jsonl("\ufeff" + text, session_id="bom")
 
 
 def test_stats(rt):
