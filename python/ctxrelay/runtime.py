@@ -559,7 +559,9 @@ class Runtime:
         return None if answer is None else _plain(answer["D"])
 
     def threads(self, session_id: str) -> list[dict[str, Any]]:
-        """The session's topic threads: id, label, latest turn ids, last active turn, state."""
+        """The session's topic threads, dicts with ``thread_id``, ``label``, ``turn_ids``
+        (the latest), ``turn_count``, ``recent_turns``, ``user_turns``, ``last_active_turn``
+        and ``state``."""
         return _plain(self._call("ctxrelay:topic_threads(St, S, X)", S=session_id)["X"])
 
     def thread(self, session_id: str, thread_id: str) -> dict[str, Any]:

@@ -36,6 +36,8 @@ def test_derive_then_threads_and_their_state(rt):
     assert rt.derived("s", 99) is None
     threads = rt.threads("s")
     assert threads and all(t["thread_id"].startswith("T") for t in threads)
+    assert set(threads[0]) == {"thread_id", "label", "turn_ids", "turn_count", "recent_turns",
+                               "user_turns", "last_active_turn", "state"}   # as documented
     first = rt.thread("s", d["thread_id"])
     assert 1 in first["turn_ids"]
     assert any("we run etcd" in c.lower() for c in first["state"]["established"])
