@@ -75,6 +75,17 @@ def test_unknown_session_writes_nothing(rt, store_dir):
     assert rt.scratch_entries("s") == []
 
 
+@pytest.mark.parametrize("raw", ["some output\n", b"\x89PNG"], ids=["text", "bytes"])
+def test_an_archived_session_takes_no_tool_output_and_keeps_no_blob(rt, raw):
+    # The blob and its entry were written before the call turn was refused
+    # (ArchivedSessionError): every refused call left an orphan entry behind.
+    from ctxrelay.errors import ArchivedSessionError
+    rt.archive_session("s")
+    with pytest.raises(ArchivedSessionError, match="archived"):
+        rt.record_tool_output("s", "sql", {}, raw)
+    assert rt.scratch_entries("s") == [] and len(rt.history("s")) == 1
+
+
 def test_listing_an_unknown_session_is_an_error(rt):
     # It returned [], as for a session with no tool output: a misspelt id went unnoticed.
     with pytest.raises(UnknownSessionError, match="nope"):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError, KeyConflictError
+from ctxrelay.errors import ArchivedSessionError, InvalidArgumentError, KeyConflictError
 from ctxrelay.retrieval.router import Router, route_plan, turn_record
 from ctxrelay.storage.common.scratch.checks import provenance_hash
 from ctxrelay.storage.stores import Stores, find_stores, open_stores
@@ -200,7 +200,7 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
     """
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
     st = stores.transcript
-    st.session(session_id)                     # unknown session: fail before writing a blob
+    info = st.session(session_id)              # unknown session: fail before writing a blob
     scratch = stores.scratch
     if isinstance(args, str):
         try:
@@ -216,6 +216,10 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
         retried = _retried_tool_output(stores, session_id, tool_name, key, args, raw)
         if retried is not None:
             return retried
+    if info.archived:                          # as append() would, but before the blob
+        raise ArchivedSessionError(
+            f"session {session_id!r} is archived and takes no new turns; record the "
+            "output in a new session (it can be read as before)")
     entry = scratch.put(session_id, tool_name, args, raw,
                         freshness=opts.get("freshness") or "VOLATILE")
     call_id = f"call_{entry.scratch_id}"
