@@ -272,6 +272,10 @@ def test_a_bad_policy_value_is_named_by_its_option(rt, option, value, shown):
     with pytest.raises(InvalidArgumentError) as info:
         rt.assemble("s", "x", embedder="hashing", **{option: value})
     assert str(info.value).startswith(f"{option}: ") and shown in str(info.value)
+    if isinstance(value, bool):       # beside a valid flag of the same value: named by neither
+        with pytest.raises(InvalidArgumentError) as info:
+            rt.assemble("s", "x", embedder="hashing", retrieval=value, **{option: value})
+        assert not str(info.value).startswith("retrieval")
 
 
 def test_tool_results_never_orphaned(etcd):

@@ -49,13 +49,17 @@ def _argument(culprit: Any,
     """The Python name and value of the argument whose value the error names, if one
     matches (else None and the culprit).  A bool crossed janus as the atom true or
     false and comes back as that text; a NaN is not equal to itself."""
-    for name, value in (arguments or {}).values():
-        if value is culprit or (type(value) is type(culprit) and value == culprit) \
-                or (isinstance(value, bool) and culprit == ("true" if value else "false")) \
-                or (isinstance(value, float) and isinstance(culprit, float)
-                    and math.isnan(value) and math.isnan(culprit)):
+    given = list((arguments or {}).values())
+    for name, value in given:
+        if value is culprit or (type(value) is type(culprit) and value == culprit):
             return name, value
-    return None, culprit
+    # Only one bool (or NaN) may match: with retrieval=True beside max_context_tokens=True
+    # the error cannot tell which it is about, so it names neither.
+    loose = [(name, value) for name, value in given
+             if (isinstance(value, bool) and culprit == ("true" if value else "false"))
+             or (isinstance(value, float) and isinstance(culprit, float)
+                 and math.isnan(value) and math.isnan(culprit))]
+    return loose[0] if len(loose) == 1 else (None, culprit)
 
 
 def _domain_message(domain: str, culprit: Any, said: str) -> str | None:
