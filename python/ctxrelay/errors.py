@@ -83,6 +83,12 @@ class InvalidArgumentError(CtxRelayError, ValueError):
     kind = "invalid_argument"
 
 
+class EmbedderMismatchError(InvalidArgumentError):
+    """A session's turn log was derived with another embedder than the one asked for."""
+
+    kind = "turnlog_embedder_mismatch"
+
+
 class InvalidPathError(InvalidArgumentError):
     """A file path given to write to (e.g. an export's ``dest``) cannot be used."""
 

@@ -571,6 +571,17 @@ def test_derive_brings_the_turn_log_up_to_date(ops):
     assert rc == 0 and out.startswith("ops: 3 turn(s) derived with hashing")
 
 
+def test_derive_with_another_embedder_hints_at_the_cli_spelling(ops):
+    # The library's message names Runtime.derive(..., recompute=True); docs/cli.md promises
+    # a hint line where the CLI command differs from the Python call the message names.
+    assert ops("derive", "ops", "--embedder", "hashing")[0] == 0
+    rc, _, err = ops("derive", "ops", "--embedder", "minilm-onnx", "--no-progress")
+    assert rc == 2 and "was derived with" in err
+    assert "ctxrelay: hint: 'ctxrelay derive SESSION --embedder NAME --recompute'" in err
+    rc, out, _ = ops("--json", "derive", "ops", "--embedder", "minilm-onnx")
+    assert as_json(out)["error"]["kind"] == "turnlog_embedder_mismatch"
+
+
 def test_the_cli_roles_are_the_library_roles() -> None:
     # The parser keeps its own copy so that `ctxrelay --help` imports no library module.
     from ctxrelay.apps.cli.common import ROLES as CLI_ROLES
