@@ -180,7 +180,8 @@ session_of(Steps, Options, Session) :-
     ->  text_to_string(S0, Session)
     ;   member(P:_, Steps), memberchk(P, [log, pointer])
     ->  throw(error(existence_error(option, session),
-                    context(retrieve/4, "this access reads a session: pass session(Id)")))
+                    context(retrieve/4, "this access reads a session: pass session(Id) \c
+                                       (Python: retrieve(..., session_id=Id))")))
     ;   Session = @none
     ).
 

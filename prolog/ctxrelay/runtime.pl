@@ -115,6 +115,8 @@ managed_turn(Session, Input, Result, Options) :-
 %   instead of being an error; default false).
 %
 %   @error existence_error(session, Session) for a missing session
+%   @error domain_error(message_field, Key) for a field of an earlier
+%          message other than those (tool calls go in its metadata)
 %   @error ctxrelay(key_conflict, Msg) when Key was used for another message
 %   @error ctxrelay(archived_session, Msg) for an archived session (unless
 %          the retried Key's reply is stored: a replay)
@@ -181,10 +183,19 @@ pending_message(M, P) :-
     ),
     must_be(text, Content0),
     text_to_string(Content0, Content),
+    forall(get_dict(Key, M, _), message_field(Key)),
     P0 = message{role:Role, content:Content},
     foldl(copy_field(M), [name, tool_call_id, metadata], P0, P).
 pending_message(M, _) :-
     type_error(ctxrelay_message, M).
+
+%   A field a stored turn does not keep is refused rather than dropped
+%   (OpenAI's tool_calls belong in metadata, as the relay stores them).
+message_field(Key) :-
+    (   memberchk(Key, [role, content, name, tool_call_id, metadata])
+    ->  true
+    ;   domain_error(message_field, Key)
+    ).
 
 copy_field(From, Key, D0, D) :-
     (   get_dict(Key, From, V), V \== @(none), V \== null

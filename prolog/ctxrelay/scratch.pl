@@ -87,6 +87,9 @@ scratch_pin(Store0, Session, Id) :-
     promote_scratch_entry(Store, Session, Id, _, []).
 
 %!  scratch_entries(+Store, +Session, -Entries:list(dict)) is det.
+%
+%   The session's tool outputs (archived sessions too).
+%   @error existence_error(session, Session) for an unknown session.
 scratch_entries(Store0, Session, Entries) :-
     store_ref(Store0, Store),
     must_be(text, Session),

@@ -62,6 +62,7 @@ turnlog_derive(Store0, Session, Options) :-
 %!  turn_derived(+Store, +Session, +TurnId, -Derived) is semidet.
 %
 %   The derived fields of a turn; fails if it has not been derived yet.
+%   @error existence_error(session, Session) for an unknown session.
 turn_derived(Store0, Session, TurnId, Derived) :-
     store_ref(Store0, Store),
     must_be(text, Session),

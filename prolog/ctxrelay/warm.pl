@@ -77,6 +77,7 @@ check_publish_option(_, Value, String) :-
 %!  warm_artifacts(+Store, +Session, -Artifacts:list(dict)) is det.
 %
 %   The latest version of every published range of Session.
+%   @error existence_error(session, Session) for an unknown session.
 warm_artifacts(Store0, Session, Artifacts) :-
     store_ref(Store0, Store),
     must_be(text, Session),

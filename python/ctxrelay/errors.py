@@ -90,6 +90,12 @@ class StoreClosedError(InvalidArgumentError):
     kind = "store_closed"
 
 
+class EmbedderMismatchError(InvalidArgumentError):
+    """A session's turn log was derived with another embedder than the one asked for."""
+
+    kind = "turnlog_embedder_mismatch"
+
+
 class InvalidPathError(InvalidArgumentError):
     """A file path given to write to (e.g. an export's ``dest``) cannot be used."""
 

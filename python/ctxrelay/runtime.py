@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
 from ctxrelay.bridge import engine as _prolog
+from ctxrelay.bridge.crossing import check_encodable
 from ctxrelay.errors import InvalidArgumentError, StoreClosedError
 from ctxrelay.types import (Hit, Ledger, PackUnit, PreparedTurn, RetrievalResult, SessionInfo,
                             SessionStats,
@@ -38,7 +38,7 @@ def check_policy(**policy: Any) -> None:
     ill-typed option, or a budget that leaves no room for the input); nothing is opened.
     A service checks its fixed policy once, at start-up, with it."""
     pairs = [[name, value] for name, value in _policy_pairs(policy)]
-    _check_encodable({"OptPairs": pairs})
+    check_encodable({"OptPairs": pairs}, _ARGUMENT_NAMES)
     _prolog.once("ctxrelay:py_options(OptPairs, _Opts), ctxrelay_policy:policy(_Opts, _)",
                  {"OptPairs": pairs})
 
@@ -122,74 +122,6 @@ def _result(r: dict[str, Any]) -> TurnResult:
                       assistant_turn=r.get("assistant_turn"))
 
 
-def _check_encodable(value: Any, where: str = "argument") -> None:
-    """Refuse text UTF-8 cannot hold before it reaches janus: a lone surrogate
-    makes janus fail with a pending UnicodeEncodeError that breaks the next
-    call too.  Iterative and depth-bounded: janus converts recursively, so a
-    deeper value would raise RecursionError (or worse) on the way in or out."""
-    if where == "argument" and _all_text_encodable(value):
-        return                      # the common case, in C: no walk needed
-    from ctxrelay.errors import InvalidArgumentError, InvalidContentError
-    from ctxrelay.storage.validation import MAX_JSON_DEPTH, check_utf8
-    stack = [(value, where, 0)]
-    while stack:
-        item, place, depth = stack.pop()
-        if isinstance(item, str):
-            check_utf8(item, place, InvalidContentError)
-        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 63:
-            # Every int parameter fits 64 bits; a larger one fails deep in the
-            # bridge (a 5,000-digit int cannot even be printed in a message).
-            raise InvalidArgumentError(
-                f"{place} is an int of {item.bit_length()} bits; pass a value in the "
-                "signed 64-bit range")
-        elif isinstance(item, (dict, list, tuple)):
-            if depth > MAX_JSON_DEPTH + 4:      # + the argument's own wrappers
-                raise InvalidArgumentError(
-                    f"{place} is nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
-            if isinstance(item, dict):
-                for k, v in item.items():
-                    stack.append((k, place, depth + 1))
-                    if k == "OptPairs" and depth == 0 and isinstance(v, list):
-                        # The options cross as [name, value] pairs in one binding the
-                        # caller never wrote: an error names the option.
-                        for pair in v:
-                            name, value = pair if isinstance(pair, list) and len(pair) == 2 \
-                                else ("", pair)
-                            stack.append((name, "an option name", depth + 2))
-                            stack.append((value, f"option {name}", depth + 2))
-                        continue
-                    stack.append((v, f"{place} {k!r}" if isinstance(k, str) else place,
-                                  depth + 1))
-            else:
-                stack.extend((v, place, depth + 1) for v in item)
-
-
-_LONG_DIGITS = re.compile(r"\d{19}")
-
-
-def _opaque(_: Any) -> None:
-    return None                      # not data the walk checks either
-
-
-def _all_text_encodable(value: Any) -> bool:
-    """Whether every string in ``value`` is valid UTF-8, checked in one C pass.
-
-    The pass reaches what :func:`_check_encodable` walks (str, dict, list, tuple)
-    and, like the walk, passes over other objects (a store handle); False when
-    a key is not JSON-able (the walk then finds what is wrong, if anything).  A
-    prepared turn handed back to :meth:`Runtime.commit_turn` is thousands of
-    strings: walking them in Python cost more than storing the turn."""
-    import json
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=_opaque)
-        text.encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
-        return False
-    # A run of 19 digits may be an int beyond 64 bits (or only text): the walk
-    # tells which.  Depth needs no test here: what json.dumps nests, janus does.
-    return _LONG_DIGITS.search(text) is None
-
-
 def _json_metadata(metadata: Any) -> Any:
     """Metadata crosses janus as JSON text: as a dict its keys would become
     Prolog atoms, which cut a NUL and mangle Latin-1 characters."""
@@ -264,7 +196,9 @@ def json_object(value: Any, name: str) -> dict[str, Any]:
 
 #: The caller's names of the goals' variables, for error messages.
 _ARGUMENT_NAMES = {"S": "session_id", "M": "message", "C": "content", "Role": "role",
-                   "Q": "query", "OpText": "operation", "Sum": "summary"}
+                   "Q": "query", "OpText": "operation", "Sum": "summary", "NS": "namespace",
+                   "Items": "paths_or_texts", "K": "k", "Key": "key",
+                   "KeyOrId": "key_or_id"}
 
 
 def _check_session_id(session_id: Any) -> None:
@@ -275,6 +209,14 @@ def _check_session_id(session_id: Any) -> None:
         raise InvalidSessionIdError(
             f"session_id must be a str, not {type(session_id).__name__}; pass the "
             "session's id as text")
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A True/False keyword: bool("no") is True, so anything else is refused (as the
+    policy flags are by Prolog's boolean type)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
+    return value
 
 
 def _text_or_none(name: str, value: Any) -> str | None:
@@ -347,7 +289,7 @@ class Runtime:
             # Values cross in the bindings dict; Prolog builds Name(Value).
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
-        _check_encodable(bindings)
+        check_encodable(bindings, _ARGUMENT_NAMES)
         return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
@@ -410,7 +352,7 @@ class Runtime:
 
     def turn_for_key(self, session_id: str, key: str) -> int | None:
         """The id of the turn appended with idempotency ``key``, or None."""
-        found = self._call("ctxrelay:turn_for_key(St, S, K, T)", S=session_id, K=key)["T"]
+        found = self._call("ctxrelay:turn_for_key(St, S, Key, T)", S=session_id, Key=key)["T"]
         return None if found in (None, "none") else int(found)
 
     def turn_count(self, session_id: str) -> int:
@@ -433,8 +375,13 @@ class Runtime:
 
     def import_jsonl(self, source: str | os.PathLike[str] | Iterable[str], *,
                      session_id: str | None = None) -> str:
-        """Import a session exported by :meth:`export`; ``source`` is a path or JSONL text."""
-        if isinstance(source, os.PathLike):
+        """Import a session exported by :meth:`export`; ``source`` is a path, JSONL text
+        or its lines.  A str is text when it is blank or starts with ``{`` (as every
+        export does), else a path when it is one line (text with a line break is
+        always text, so a damaged export is reported as such, not as a file name)."""
+        if isinstance(source, os.PathLike) or (
+                isinstance(source, str) and source.strip() and "\n" not in source
+                and not source.lstrip().startswith("{")):
             src = "file(P)"
             binding: dict[str, Any] = {"P": os.fspath(source)}
         elif isinstance(source, str):
@@ -447,7 +394,9 @@ class Runtime:
                 raise ImportFormatError(
                     f"source must be a path, JSON Lines text or an iterable of str lines, "
                     f"not {type(source).__name__}; decode bytes first (data.decode('utf-8'))")
-            src, binding = "T", {"T": "".join(lines)}
+            # Lines as a file gives them (with "\n") or as splitlines() does (without).
+            src, binding = "T", {"T": "".join(line if line.endswith("\n") else line + "\n"
+                                              for line in lines)}
         opts = [] if session_id is None else [("session", session_id)]
         return self._call(f"ctxrelay:transcript_import(St, {src}, Id, _Opts)",
                           opts=opts, **binding)["Id"]
@@ -485,7 +434,7 @@ class Runtime:
         commit.  Raises :class:`ContextOverflowError` when the pack cannot fit.
         """
         opts = _policy_pairs(policy) + ([("key", key)] if key is not None else [])
-        opts.append(("create_session", bool(create_session)))
+        opts.append(("create_session", _flag("create_session", create_session)))
         r = self._call("ctxrelay:turn_prepare(S, M, R, [store(St)|_Opts])",
                        opts=opts, S=session_id, M=_turn_input(message))["R"]
         commit = r["commit"]
@@ -511,14 +460,27 @@ class Runtime:
                 f"{type(prepared).__name__}")
         if not isinstance(reply, str):
             raise InvalidArgumentError(f"reply must be a str, not {type(reply).__name__}")
+        if not isinstance(provider, str):
+            raise InvalidArgumentError(f"provider must be a str, not {type(provider).__name__}")
         answer: Any = reply if metadata is None else \
             {"content": reply, "metadata": json_object(metadata, "metadata")}
+        info = {"provider": provider, "usage": json_object(usage or {}, "usage")}
+        # The turn is stored in this Runtime's store: the one it was prepared on (its
+        # handle, or the same store opened again since), never another one.
+        commit, store = prepared.turn["commit"], self._live_store()
+        held = commit.get("store")
+        if held is not store:
+            if getattr(getattr(held, "spec", None), "key", None) != store.spec.key:
+                raise InvalidArgumentError(
+                    "this turn was prepared on another store; commit it with the Runtime "
+                    "that prepared it (or prepare it again on this one)")
+            commit = {**commit, "store": store}
         # turn_commit/4 reads the turn's `commit` and `headers` only, and hands the rest
         # back unchanged: the pack (messages, ledger, units: thousands of strings) stays
         # on this side instead of crossing janus twice more and being converted again.
-        turn = {"commit": prepared.turn["commit"], "headers": prepared.turn["headers"]}
+        turn = {"commit": commit, "headers": prepared.turn["headers"]}
         r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=turn, A=answer,
-                       I={"provider": provider, "usage": dict(usage or {})})["R"]
+                       I=info)["R"]
         return dataclasses.replace(
             prepared.result, headers={str(k): v for k, v in r["headers"].items()},
             reply=r.get("reply"), user_turn=r.get("user_turn"),
@@ -542,11 +504,19 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}; "
+                                       "pass how many packs to return at most")
+        if limit == 0:
+            return                          # no pack asked for: assemble none
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "ctxrelay:assemble(S, M, R, [store(St)|_Opts])")
-        bindings = {"St": self._store, "S": session_id, "M": message,
+        bindings = {"S": session_id, "M": message,
                     "OptPairs": [[k, v] for k, v in _policy_pairs(policy)]}
-        for n, answer in enumerate(_prolog.solutions(goal, bindings)):
+        check_encodable(bindings, _ARGUMENT_NAMES)      # as _call does: no surrogate to janus
+        bindings["St"] = self._store
+        for n, answer in enumerate(_prolog.solutions(goal, bindings, names=_ARGUMENT_NAMES)):
             if limit is not None and n >= limit:
                 return
             yield _result(answer["R"])
@@ -574,11 +544,11 @@ class Runtime:
         """Bring the session's derived fields (embedding, thread, entities, references,
         tool calls) up to date; ``recompute=True`` drops and re-derives them all (after
         changing the embedder), with a progress bar on a terminal."""
-        opts: list[tuple[str, Any]] = [("recompute", bool(recompute))]
+        opts: list[tuple[str, Any]] = [("recompute", _flag("recompute", recompute))]
         if embedder:
             opts.append(("embedder", embedder))
         if progress is not None:
-            opts.append(("progress", bool(progress)))
+            opts.append(("progress", _flag("progress", progress)))
         r = self._call("ctxrelay:turnlog_derive(St, S, [result(R)|_Opts])", S=session_id,
                        opts=opts)
         return _plain(r["R"])
@@ -588,8 +558,10 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        check_encodable({"S": session_id, "T": turn_id}, _ARGUMENT_NAMES)
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
-                                    {"St": self._store, "S": session_id, "T": turn_id})
+                                    {"St": self._store, "S": session_id, "T": turn_id},
+                                    names={"S": "session_id", "T": "turn_id"})
         try:
             answer = next(answers, None)
         finally:
@@ -597,7 +569,9 @@ class Runtime:
         return None if answer is None else _plain(answer["D"])
 
     def threads(self, session_id: str) -> list[dict[str, Any]]:
-        """The session's topic threads: id, label, latest turn ids, last active turn, state."""
+        """The session's topic threads, dicts with ``thread_id``, ``label``, ``turn_ids``
+        (the latest), ``turn_count``, ``recent_turns``, ``user_turns``, ``last_active_turn``
+        and ``state``."""
         return _plain(self._call("ctxrelay:topic_threads(St, S, X)", S=session_id)["X"])
 
     def thread(self, session_id: str, thread_id: str) -> dict[str, Any]:
@@ -622,9 +596,17 @@ class Runtime:
                          producer: str = "api", key: str | None = None,
                          metadata: dict[str, Any] | None = None) -> dict[str, Any]:
         """Publish a warm artifact for turns ``start..end``; a range republished gets a new version."""
-        opts = [("decisions", list(decisions)), ("facts", list(facts)),
-                ("unresolved", list(unresolved)), ("entities", list(entities)),
-                ("producer", producer)]
+        lists = {"decisions": decisions, "facts": facts, "unresolved": unresolved,
+                 "entities": entities}
+        for name, value in lists.items():
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+                # list() of a str would store one item per character.
+                from ctxrelay.errors import InvalidArtifactError
+                raise InvalidArtifactError(
+                    f"{name} must be a list of str, not {type(value).__name__}; pass "
+                    f"{name}=[{value!r}] for one item" if isinstance(value, str) else
+                    f"{name} must be a list of str, not {type(value).__name__}")
+        opts = [(name, list(value)) for name, value in lists.items()] + [("producer", producer)]
         opts += [(k, v) for k, v in (("key", key), ("metadata", _json_metadata(metadata)))
                  if v is not None]
         self._call("ctxrelay:warm_publish(St, S, B-E, Sum, _A, _Opts)", opts=opts,
@@ -638,6 +620,7 @@ class Runtime:
 
     def artifacts(self, session_id: str) -> list[dict[str, Any]]:
         self._call("ctxrelay:warm_artifacts(St, S, _L)", S=session_id)   # checks the session
+        # (and its arguments); the artifacts are read from the store, not from Prolog dicts
         warm = self._live_store().warm_if_present()
         return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
 
@@ -646,16 +629,16 @@ class Runtime:
                            raw: str | bytes, *, freshness: str = "VOLATILE",
                            key: str | None = None) -> str:
         """Store ``raw`` as a blob, append the call and its summary as turns; return the scratch id."""
+        if args is not None and not isinstance(args, dict):     # text and bytes alike
+            raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
+                                       f"{type(args).__name__}")
         if isinstance(raw, bytes):
             # Bytes cross janus as text only if decodable; binary outputs go straight to Python.
             from ctxrelay.bridge import stores as bridge
             opts = {"freshness": freshness, "key": key}
-            return bridge.record_tool_output(self._store, session_id, tool_name, args or {}, raw,
+            return bridge.record_tool_output(self._live_store(), session_id, tool_name, args or {}, raw,
                                              opts)["scratch_id"]
         opts = [("freshness", freshness)] + ([("key", key)] if key is not None else [])
-        if args is not None and not isinstance(args, dict):
-            raise InvalidArgumentError(f"args must be a dict of the tool's arguments, not "
-                                       f"{type(args).__name__}")
         from ctxrelay.storage.validation import MAX_ARGS_BYTES, check_json
         _, args_json = check_json(args or {}, "args", InvalidArgumentError,
                                   max_bytes=MAX_ARGS_BYTES)
@@ -666,7 +649,7 @@ class Runtime:
         """The entry (summary, provenance, freshness), or with ``raw=True`` the whole output."""
         if raw:
             from ctxrelay.bridge import stores as bridge
-            entry = bridge.scratch_entry(self._store, session_id, scratch_id, True)
+            entry = bridge.scratch_entry(self._live_store(), session_id, scratch_id, True)
             return entry["raw"].encode("latin-1") if entry["raw_is_bytes"] else entry["raw"]
         return self._call("ctxrelay:scratch_get(St, S, I, E, [as(python)])", S=session_id,
                           I=scratch_id)["E"]
@@ -704,8 +687,8 @@ class Runtime:
     def fact(self, key_or_id: str, *, namespace: str | None = None) -> dict[str, Any]:
         """One fact by id or key (any status)."""
         opts = [("namespace", namespace)] if namespace is not None else []
-        return self._call("ctxrelay:fact_get(St, K, F, [as(python)|_Opts])", opts=opts,
-                          K=key_or_id)["F"]
+        return self._call("ctxrelay:fact_get(St, KeyOrId, F, [as(python)|_Opts])", opts=opts,
+                          KeyOrId=key_or_id)["F"]
 
     def reindex_facts(self, *, namespace: str | None = None) -> dict[str, Any]:
         """Rebuild the knowledge store's ANN index (one namespace, or all) on one thread;
@@ -719,11 +702,12 @@ class Runtime:
         sources = _ingest_sources(paths_or_texts)
         opts = [(k, v) for k, v in (("namespace", namespace), ("source_type", source_type),
                                     ("progress", progress)) if v is not None]
+        check_encodable({"Items": sources, "OptPairs": opts}, _ARGUMENT_NAMES)
         goal = ("ctxrelay:py_options(OptPairs, _Opts), "
                 "maplist([_D, _T]>>( get_dict(path, _D, _P) -> _T = file(_P)"
                 " ; get_dict(text, _D, _X), _T = text(_X) ), Items, _Srcs),"
                 " ctxrelay:knowledge_ingest(St, _Srcs, R, _Opts)")
-        return _plain(_prolog.once(goal, {"St": self._store, "Items": sources,
+        return _plain(_prolog.once(goal, {"St": self._live_store(), "Items": sources,
                                           "OptPairs": [[k, v] for k, v in opts]})["R"])
 
     # -- storage router
@@ -739,9 +723,11 @@ class Runtime:
         _check_session_id(session_id)
         if self._store is None:
             raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        check_encodable({"S": session_id, "N": n}, _ARGUMENT_NAMES)
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
-                            {"St": self._store, "S": session_id, "N": n})["L"]
+                            {"St": self._store, "S": session_id, "N": n},
+                            names={"S": "session_id", "N": "n"})["L"]
 
     def retrieve(self, query: str, *, session_id: str | None = None,
                  access: str | list[str] | None = None, k: int = 10,
@@ -776,7 +762,7 @@ class Runtime:
             raise InvalidArgumentError("access is an empty list; name at least one access")
         term = terms[0] if len(terms) == 1 else f"blend([{', '.join(terms)}])"
         # Option templates are fixed text: every value crosses in the bindings.
-        opts = ["as(python)", "k(K)"] + (["cache(false)"] if not cache else [])
+        opts = ["as(python)", "k(K)"] + ([] if _flag("cache", cache) else ["cache(false)"])
         bindings: dict[str, Any] = {"St": self._store, "Q": query, "K": k}
         if session_id is not None:
             opts.append("session(S)")
@@ -785,4 +771,7 @@ class Runtime:
             opts.append("namespace(NS)")
             bindings["NS"] = namespace
         goal = f"ctxrelay:retrieve(St, {term}, [{', '.join(opts)}], R)"
-        return _prolog.once(goal, bindings)["R"]
+        check_encodable({k: v for k, v in bindings.items() if k != "St"}, _ARGUMENT_NAMES)
+        return _prolog.once(goal, bindings, names=self._RETRIEVE_NAMES)["R"]
+
+    _RETRIEVE_NAMES = {"Q": "query", "K": "k", "S": "session_id", "NS": "namespace"}

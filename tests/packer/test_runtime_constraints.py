@@ -115,6 +115,25 @@ def test_a_malformed_constraint_is_named(rt: Runtime, bad, culprit) -> None:
     assert culprit in str(e.value) and e.value.constraint
 
 
+@pytest.mark.parametrize("goal", ["no_such_rule(1)", ("no_such_rule", 1), "no_such_rule"])
+def test_a_goal_without_its_predicate_says_which_predicate_is_missing(rt: Runtime, goal) -> None:
+    # As text with arguments, a goal passed the policy check and then failed in the
+    # packer with "Domain error: `pack_constraint' expected, found `'no_such_rule(1)''",
+    # where the tuple or a bare name says which predicate is missing.
+    with pytest.raises(InvalidConstraintError, match="no predicate .*no_such_rule/"):
+        rt.assemble("ops", QUESTION, **POLICY, constraints=[goal])
+
+
+def test_a_goal_with_arguments_as_text_is_called_with_the_model(rt: Runtime) -> None:
+    # Text such as "my_rule(300)" never reached the goal: pack/5 refused it (above).
+    import janus_swi as janus
+    janus.consult("text_goal_rule", "text_goal_cap(Cap, Model) :- "
+                  "get_dict(budget, Model, B), nb_setval(text_goal_cap, Cap-B).")
+    r = rt.assemble("ops", QUESTION, **POLICY, constraints=["text_goal_cap(300)"])
+    got = janus.query_once("nb_getval(text_goal_cap, C-B)")
+    assert got["C"] == 300 and 0 < got["B"] <= r.ledger.input_budget
+
+
 @pytest.mark.parametrize("bad", ["count(all) #=< 1", 42, [42], [("",)], [()]])
 def test_the_keyword_wants_a_list_of_text_or_tuples(rt: Runtime, bad) -> None:
     with pytest.raises(InvalidConstraintError):

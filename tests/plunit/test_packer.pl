@@ -521,6 +521,14 @@ test(no_alternatives_after_a_cut_search, N == 1) :-
     hard(Units, Budget),
     aggregate_all(count, pack(Units, [], Budget, _, [time_limit(0.02)]), N).
 
+%   A float infinity (Python's float('inf') through the time_limit policy
+%   option) means no limit, as the atom inf does; it used to overflow in
+%   deadline/2 (evaluation_error(float_overflow)).
+test(float_infinity_is_no_limit, S == optimal) :-
+    units(Us), constraints(Cs),
+    Inf is inf,
+    pack_best(Us, Cs, 500, pack(_, _, _, S), [time_limit(Inf)]).
+
 test(greedy_is_admissible_and_not_better, true(U =< Opt)) :-
     units(Us), constraints(Cs),
     pack_greedy(Us, Cs, 500, pack(Sel, Cost, U, _)),

@@ -98,6 +98,13 @@ test(earlier_messages_enter_the_pack_and_commit_together, [Roles == ["assistant"
     turn_commit(Turn, "ok", _, []),
     transcript_history(St, s, last(3), Ts),
     maplist([D, Ro]>>get_dict(role, D, Ro), Ts, Roles).
+%   A field a stored turn does not take (OpenAI's top-level tool_calls) was
+%   dropped without a word: the pack held a tool result without its call.
+test(an_unknown_message_field_is_refused, error(domain_error(message_field, tool_calls), _)) :-
+    fresh_session(St, 4),
+    policy(P),
+    turn_prepare(s, [_{role:assistant, content:"", tool_calls:[]},
+                     _{role:user, content:"and now?"}], _, [store(St)|P]).
 test(retried_key_replays, [State-Reply == replay-"first answer"]) :-
     fresh_session(St, 4),
     policy(P),

@@ -159,3 +159,48 @@ def test_a_ranking_reads_as_a_sequence_of_scored_turns(tmp_path):
     assert items[0].score == 1.0                          # normalised to the best
     assert ranked[1:3] == items[1:3] and ranked[-1] == items[-1]
     assert ranked.scores == sorted(ranked.scores, reverse=True)
+
+
+def test_a_recall_reads_its_index_while_another_thread_extends_it(tmp_path, monkeypatch):
+    # Two threads on one session shared its index unlocked: one extended it (for a
+    # turn appended meanwhile) while the other scored it, so the reader ranked turns
+    # past its `upto`, or its arrays changed length mid-way (numpy: "all keys need to
+    # be the same shape", a managed turn failed).  Now the reader holds the index:
+    # the writer waits for it.
+    import threading
+    from ctxrelay.retrieval import recall as recall_module
+    st = _store(tmp_path, _conversation())
+    recall(st, "s", "puppy", upto=8)                     # the index exists, upto 8
+    scoring, extended = threading.Event(), threading.Event()
+    real = recall_module.score_turns
+
+    def slow_score(*args, **kwargs):
+        if threading.current_thread().name == "reader":
+            scoring.set()
+            extended.wait(1.0)                           # the writer cannot get in now
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(recall_module, "score_turns", slow_score)
+    found: dict[str, object] = {}
+
+    def reader():
+        try:
+            found["ranked"] = recall(st, "s", "puppy race audit", upto=8)[0]
+        except Exception as exc:                       # noqa: BLE001 (reported below)
+            found["error"] = exc
+
+    def writer():
+        scoring.wait(5.0)
+        for text in ("a puppy race", "another puppy audit"):
+            st.transcript.append("s", "user", text, name="Ann", timestamp=_ts(9, 9))
+        found["writer"] = recall(st, "s", "puppy", upto=10)[0]
+        extended.set()
+
+    threads = [threading.Thread(target=reader, name="reader"), threading.Thread(target=writer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert "error" not in found, found.get("error")
+    assert {r.turn_id for r in found["ranked"]} == set(range(1, 9))
+    assert {r.turn_id for r in found["writer"]} == set(range(1, 11))

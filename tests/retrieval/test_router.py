@@ -260,6 +260,19 @@ def test_runtime_recent_is_the_transcript_tail(rt):
     assert rt.recent("s", 2) == rt.last("s", 2)
 
 
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.retrieve("x", access="recent"), "session_id"),
+    (lambda rt: rt.retrieve("x", k=0), "k: "),
+    (lambda rt: rt.retrieve("x", k="3"), "k: "),
+])
+def test_a_bad_retrieve_call_is_an_invalid_argument_that_names_it(rt, call, named):
+    # A session access without session_id raised the base CtxRelayError, worded for
+    # Prolog ("pass session(Id)"); k=0 said "expected an int > 0, got 0" unnamed.
+    with pytest.raises(InvalidArgumentError) as info:
+        call(rt)
+    assert named in str(info.value)
+
+
 def test_search_fuses_ann_and_bm25_and_the_repeat_is_a_cache_hit(rt):
     first = rt.retrieve("how many daily restic snapshots do we keep?", k=3)
     assert isinstance(first, RetrievalResult)

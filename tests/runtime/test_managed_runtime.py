@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from ctxrelay import ContextOverflowError, Runtime
 from ctxrelay import providers
 from ctxrelay.text import tokens
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import (InvalidArgumentError, InvalidArtifactError, InvalidContentError,
+                             UnknownSessionError)
 
 from conftest import ROOT
 
@@ -232,6 +233,51 @@ def test_alternative_packs_are_best_first_and_distinct(etcd):
     assert all(p.ledger.total <= p.ledger.input_budget for p in packs)
 
 
+@pytest.mark.parametrize("bad", ["2", 2.0, True, -1])
+def test_packs_limit_must_be_a_count(rt, bad):
+    # limit="2" failed with TypeError ('>=' not supported between int and str) after the
+    # first pack was assembled; -1 and True were taken quietly.
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        list(rt.packs("s", "x", limit=bad, **POLICY))
+
+
+@pytest.mark.parametrize("kwargs, named, cls", [
+    ({"message": 5}, "message", InvalidContentError),
+    ({"message": "x", "max_retrieved": "big"}, "max_retrieved", InvalidArgumentError),
+])
+def test_packs_names_a_bad_argument_as_assemble_does(rt, kwargs, named, cls):
+    # packs() ran its goal without the argument names: "expected a str, got 5" as an
+    # InvalidArgumentError, where assemble() says "message: expected a str, got 5"
+    # (InvalidContentError).
+    rt.create_session("s")
+    message = kwargs.pop("message")
+    for call in (lambda: rt.assemble("s", message, **kwargs, **POLICY),
+                 lambda: list(rt.packs("s", message, limit=1, **kwargs, **POLICY))):
+        with pytest.raises(cls) as info:
+            call()
+        assert str(info.value).startswith(f"{named}: ")
+
+
+@pytest.mark.parametrize("option, value, shown", [
+    ("max_context_tokens", True, "True"), ("max_facts", False, "False"),
+    ("time_limit", float("nan"), "nan"), ("half_life", float("nan"), "nan"),
+    ("max_retrieved", None, "None"),
+])
+def test_a_bad_policy_value_is_named_by_its_option(rt, option, value, shown):
+    # A bool crosses janus as the atom true/false and a NaN is never equal to itself,
+    # so the error named no option ("expected an int > 0, got 'true'",
+    # "nan is not a valid positive number").
+    rt.create_session("s")
+    with pytest.raises(InvalidArgumentError) as info:
+        rt.assemble("s", "x", embedder="hashing", **{option: value})
+    assert str(info.value).startswith(f"{option}: ") and shown in str(info.value)
+    if isinstance(value, bool):       # beside a valid flag of the same value: named by neither
+        with pytest.raises(InvalidArgumentError) as info:
+            rt.assemble("s", "x", embedder="hashing", retrieval=value, **{option: value})
+        assert not str(info.value).startswith("retrieval")
+
+
 def test_tool_results_never_orphaned(etcd):
     for cap in (1200, 1600, 2200, 3000, 5000):
         r = etcd.assemble("ops", "that query result", max_context_tokens=cap,
@@ -270,6 +316,32 @@ def test_warm_artifacts_are_offered_and_cover_their_turns(etcd):
         assert not (has_warm and carried & set(range(12, 26))), f"covered turns packed twice at {cap}"
     again = etcd.publish_artifact("ops", 12, 25, "Backups v2 summary.", producer="test")
     assert again["version"] == 2
+
+
+@pytest.mark.parametrize("field", ["decisions", "facts", "unresolved", "entities"])
+def test_an_artifact_list_given_as_one_str_is_refused_not_split(rt, field):
+    # list("restic") stored the artifact with one decision per character; with a
+    # space the error blamed an item the caller never wrote ("decisions[6] is empty").
+    rt.create_session("s")
+    rt.append("s", "user", "we chose restic to S3")
+    for text in ("restic", "restic to S3"):
+        with pytest.raises(InvalidArtifactError, match=f"{field} must be a list"):
+            rt.publish_artifact("s", 1, 1, "summary", **{field: text})
+    assert rt.artifacts("s") == []
+    art = rt.publish_artifact("s", 1, 1, "summary", **{field: ("restic to S3",)})
+    assert art[field] == ["restic to S3"]
+
+
+@pytest.mark.parametrize("published", [False, True], ids=["no_warm_store", "warm_store"])
+def test_artifacts_of_an_unknown_session_is_an_error(rt, published):
+    # It returned [], as for a session with none: a misspelt id went unnoticed.
+    rt.create_session("s")
+    rt.append("s", "user", "we chose restic to S3")
+    if published:
+        rt.publish_artifact("s", 1, 1, "backups: restic to S3")
+    with pytest.raises(UnknownSessionError, match="nope"):
+        rt.artifacts("nope")
+    assert len(rt.artifacts("s")) == int(published)
 
 
 def test_a_managed_turn_never_publishes_or_summarises(etcd):
@@ -418,3 +490,61 @@ def test_retry_finds_the_stored_reply_even_after_other_turns(etcd, counting_prov
     assert etcd.turn_count("ops") == n
     assert (r1b.user_turn, r1b.assistant_turn, r1b.reply) == (r1.user_turn, r1.assistant_turn, r1.reply)
     assert len(counting_provider) == 2
+
+
+def test_an_infinite_time_limit_means_no_limit(rt):
+    # float('inf') passes the policy's positive_number check; the packer's deadline
+    # used to overflow on it (a raw 'evaluation error: float_overflow').  NaN is refused.
+    rt.create_session("s")
+    rt.append("s", "user", "the etcd quota is 8 GiB")
+    r = rt.assemble("s", "what was the quota?", embedder="hashing", time_limit=float("inf"))
+    assert r.status["optimality"] == "optimal"
+    with pytest.raises(InvalidArgumentError, match="positive number"):
+        rt.assemble("s", "what was the quota?", embedder="hashing", time_limit=float("nan"))
+
+
+def test_a_prepared_turn_is_committed_to_the_store_of_the_runtime_that_commits_it(tmp_path):
+    # commit_turn wrote to the store the turn was prepared on, whatever Runtime it
+    # was called on: another store's Runtime stored the turn in the first store.  And
+    # after the preparing Runtime closed, a new Runtime on the same store failed with
+    # "store ... is closed; reopen it with ctxrelay.storage.lmdb.transcript.open_store".
+    a, b = tmp_path / "a", tmp_path / "b"
+    with Runtime(a) as ra, Runtime(b) as rb:
+        ra.create_session("s")
+        rb.create_session("s")
+        prepared = ra.prepare_turn("s", "hello", embedder="hashing")
+        with pytest.raises(InvalidArgumentError, match="another store"):
+            rb.commit_turn(prepared, "reply")
+        assert (ra.turn_count("s"), rb.turn_count("s")) == (0, 0)
+        later = ra.prepare_turn("s", "hello again", embedder="hashing")
+    with Runtime(a) as reopened:
+        r = reopened.commit_turn(later, "reply")
+        assert (r.user_turn, r.assistant_turn) == (1, 2) and reopened.turn_count("s") == 2
+
+
+@pytest.mark.parametrize("kwargs, named", [({"usage": 5}, "usage"), ({"usage": [1]}, "usage"),
+                                           ({"provider": 5}, "provider")])
+def test_commit_turn_checks_usage_and_provider(rt, kwargs, named):
+    # usage=5 failed with TypeError ('int' object is not iterable) from dict().
+    rt.create_session("s")
+    prepared = rt.prepare_turn("s", "hello", embedder="hashing")
+    with pytest.raises(InvalidArgumentError, match=named):
+        rt.commit_turn(prepared, "reply", **kwargs)
+    assert rt.turn_count("s") == 0
+
+
+def test_a_new_message_with_openai_tool_calls_is_refused_not_dropped(rt):
+    # prepare_turn dropped the top-level tool_calls of an OpenAI-shaped message: the
+    # pack held the tool result after an assistant message without its call (a request
+    # an OpenAI endpoint refuses) and the transcript lost the call.
+    rt.create_session("s")
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    new = [{"role": "assistant", "content": "", "tool_calls": calls},
+           {"role": "tool", "tool_call_id": "c1", "content": "out"},
+           {"role": "user", "content": "and?"}]
+    with pytest.raises(InvalidArgumentError, match="tool_calls.*metadata"):
+        rt.prepare_turn("s", new, embedder="hashing")
+    new[0] = {"role": "assistant", "content": "",
+              "metadata": {"tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]}}
+    p = rt.prepare_turn("s", new, embedder="hashing")
+    assert p.result.messages[-3]["tool_calls"][0]["function"]["name"] == "f"

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 import ctxrelay
 from ctxrelay import Runtime
 from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, InvalidContentError,
-                             InvalidMetadataError, InvalidRoleError, KeyConflictError,
-                             SessionExistsError, UnknownSessionError, UnknownTurnError)
+                             InvalidMetadataError, InvalidPathError, InvalidRoleError,
+                             KeyConflictError, SessionExistsError, UnknownSessionError,
+                             UnknownTurnError)
 
 from conftest import run_swipl
 
@@ -166,6 +167,30 @@ def test_export_import_round_trip(rt, tmp_path):
     assert rt.import_jsonl(rt.export("s"), session_id="copy2") == "copy2"
 
 
+def test_import_takes_a_str_path_and_lines_as_the_store_does(rt, tmp_path):
+    # The docstring says "a path or JSONL text" and TranscriptStore.import_jsonl reads a
+    # str that is not JSON text as a path; Runtime passed it on as text ("line 1: not
+    # JSON").  Lines without their newline (text.splitlines()) were joined into one.
+    rt.create_session("s", metadata={"a": 1})
+    for i, text in enumerate(TRICKY):
+        rt.append("s", "user" if i % 2 == 0 else "assistant", text)
+    path = tmp_path / "s.jsonl"
+    rt.export("s", path)
+    strip = lambda ts: [(t.turn_id, t.role, t.content, t.timestamp) for t in ts]
+    assert rt.import_jsonl(str(path), session_id="from_str") == "from_str"
+    text = rt.export("s")
+    assert rt.import_jsonl(text.splitlines(), session_id="from_lines") == "from_lines"
+    assert rt.import_jsonl(text.splitlines(True), session_id="from_lines_nl") == "from_lines_nl"
+    for copy in ("from_str", "from_lines", "from_lines_nl"):
+        assert strip(rt.history(copy)) == strip(rt.history("s"))
+    for bad in (str(tmp_path / "missing.jsonl"), "nul\x00in a path", tmp_path / "nul\x00"):
+        with pytest.raises(ctxrelay.errors.ImportFormatError, match="cannot read"):
+            rt.import_jsonl(bad, session_id="nope")
+    # Text with a line break stays text: a BOM before the header is a format error.
+    with pytest.raises(ctxrelay.errors.ImportFormatError, match="line 1"):
+        rt.import_jsonl("\ufeff" + text, session_id="bom")
+
+
 def test_stats(rt):
     rt.create_session("s")
     rt.append("s", "user", "h\u00e9llo")
@@ -187,6 +212,8 @@ def test_stats(rt):
     (lambda rt: rt.turn("s", 5), UnknownTurnError, "1"),
     (lambda rt: rt.create_session("s"), SessionExistsError, "s"),
     (lambda rt: rt.history("s", 0), InvalidArgumentError, ""),
+    (lambda rt: rt.export("s", 5), InvalidPathError, "file path"),
+    (lambda rt: rt.export("s", ["out.jsonl"]), InvalidPathError, "file path"),
 ])
 def test_bad_input_raises_specific_errors(rt, call, exc, fix):
     rt.create_session("s")
@@ -219,7 +246,7 @@ def test_an_option_too_big_for_64_bits_is_named(rt):
     """An int option that cannot cross janus is refused by its own name (the options
     cross in one binding, OptPairs, which the caller never wrote)."""
     rt.create_session("s")
-    with pytest.raises(InvalidArgumentError, match=r"^option output_reserve is an int of 133 bits"):
+    with pytest.raises(InvalidArgumentError, match=r"^output_reserve is an int of 133 bits"):
         rt.prepare_turn("s", "hi", output_reserve=10 ** 40)
     assert rt.turn_count("s") == 0
 
@@ -231,6 +258,108 @@ def test_an_empty_turn_key_is_refused_as_an_append_key_is(rt):
     with pytest.raises(InvalidArgumentError, match="key is empty"):
         rt.managed_turn("s", "hello", key="")
     assert rt.turn_count("s") == 0
+
+
+SID = "scr_" + "0" * 32
+
+
+@pytest.mark.parametrize("call", [
+    lambda rt: rt.scratch("s", SID, raw=True),
+    lambda rt: rt.scratch("s", SID),
+    lambda rt: rt.record_tool_output("s", "fetch", {}, b"\x89PNG"),
+    lambda rt: rt.record_tool_output("s", "ls", {}, "a\nb\n"),
+    lambda rt: rt.ingest("a text to ingest\nover two lines"),
+    lambda rt: rt.recent("s", 2),
+    lambda rt: rt.derived("s", 1),
+    lambda rt: rt.retrieve("quota"),
+    lambda rt: list(rt.packs("s", "x")),
+    lambda rt: rt.publish_artifact("s", 1, 1, "a summary"),
+    lambda rt: rt.artifacts("s"),
+], ids=["scratch_raw", "scratch", "record_bytes", "record_text", "ingest", "recent",
+        "derived", "retrieve", "packs", "publish_artifact", "artifacts"])
+def test_every_method_of_a_closed_runtime_says_so(store_dir, call):
+    # Not an AttributeError on None or "expected a store, got None": the same
+    # message as every other method, which says what to do.
+    with Runtime(store_dir) as rt:
+        rt.create_session("s")
+        rt.append("s", "user", "first")
+    with pytest.raises(InvalidArgumentError, match="this Runtime is closed"):
+        call(rt)
+
+
+@pytest.mark.parametrize("call", [
+    lambda rt: list(rt.packs("s", "a\ud800b", embedder="hashing")),
+    lambda rt: list(rt.packs("s", "ab", system="\ud800", embedder="hashing")),
+    lambda rt: rt.retrieve("a\ud800"),
+    lambda rt: rt.retrieve("a", namespace="\ud800"),
+    lambda rt: rt.retrieve("a", session_id="s\ud800", access="recent"),
+    lambda rt: rt.recent("s\ud800", 1),
+    lambda rt: rt.derived("s\ud800", 1),
+    lambda rt: rt.ingest("a\ud800\nb"),
+    lambda rt: rt.ingest("a\nb", namespace="\ud800"),
+], ids=["packs", "packs_option", "retrieve", "retrieve_namespace", "retrieve_session",
+        "recent", "derived", "ingest", "ingest_namespace"])
+def test_a_lone_surrogate_is_refused_before_janus_by_every_method(rt, call):
+    # These methods called janus without the check _call makes: janus failed with
+    # SystemError or a PrologError whose str() raised again, and left a pending
+    # UnicodeEncodeError that made the next, healthy call fail too.
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(ctxrelay.CtxRelayError, match="surrogate"):
+        call(rt)
+    assert rt.turn_count("s") == 1 and rt.history("s")[0].content == "first"
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.append("s", "user", "a\ud800"), "content"),
+    (lambda rt: rt.search("s", "a\ud800"), "query"),
+    (lambda rt: rt.assemble("s", "a\ud800", embedder="hashing"), "message"),
+    (lambda rt: rt.assemble("s", "a", system="\ud800", embedder="hashing"), "system"),
+    (lambda rt: rt.assemble("s", "a", max_context_tokens=2 ** 64), "max_context_tokens"),
+    (lambda rt: rt.retrieve("a", namespace="\ud800"), "namespace"),
+], ids=["content", "query", "message", "option", "option_int", "namespace"])
+def test_the_encoding_check_names_the_callers_argument(rt, call, named):
+    # It named the goal's variables: "argument 'C' contains a lone surrogate",
+    # "argument 'OptPairs' is an int of 65 bits".
+    rt.create_session("s")
+    with pytest.raises(ctxrelay.CtxRelayError) as info:
+        call(rt)
+    assert str(info.value).startswith(named + " ")
+    assert "OptPairs" not in str(info.value) and "argument '" not in str(info.value)
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.search("s", "first", k=0), "k"),
+    (lambda rt: rt.turn_for_key("s", 5), "key"),
+    (lambda rt: rt.recent("s", -1), "n"),
+    (lambda rt: rt.derived("s", 0), "turn_id"),
+    (lambda rt: rt.derived("s", "1"), "turn_id"),
+    (lambda rt: rt.fact(5), "key_or_id"),
+])
+def test_a_bad_count_or_id_is_named_in_the_error(rt, call, named):
+    # These said "expected an int > 0, got 0" without naming the argument.
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(InvalidArgumentError) as info:
+        call(rt)
+    assert str(info.value).startswith(f"{named}: ")
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda rt: rt.prepare_turn("new", "hi", create_session="no", embedder="hashing"),
+     "create_session"),
+    (lambda rt: rt.derive("s", embedder="hashing", recompute="no"), "recompute"),
+    (lambda rt: rt.derive("s", embedder="hashing", progress="no"), "progress"),
+    (lambda rt: rt.retrieve("first", cache="no"), "cache"),
+    (lambda rt: rt.ingest("a text\nto ingest", progress="no"), "progress"),
+])
+def test_a_flag_must_be_a_bool_as_every_policy_flag_is(rt, call, named):
+    # bool("no") is True: create_session="no" created the session, recompute="no"
+    # re-derived every turn, while retrieval="no" (a policy flag) is refused.
+    rt.create_session("s")
+    rt.append("s", "user", "first")
+    with pytest.raises(InvalidArgumentError, match=named):
+        call(rt)
 
 
 def test_store_path_under_a_file_is_a_clear_error(tmp_path):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.errors import UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, KeyConflictError, UnknownSessionError
 
 
 @pytest.fixture
@@ -75,9 +75,57 @@ def test_unknown_session_writes_nothing(rt, store_dir):
     assert rt.scratch_entries("s") == []
 
 
+@pytest.mark.parametrize("raw", ["some output\n", b"\x89PNG"], ids=["text", "bytes"])
+def test_an_archived_session_takes_no_tool_output_and_keeps_no_blob(rt, raw):
+    # The blob and its entry were written before the call turn was refused
+    # (ArchivedSessionError): every refused call left an orphan entry behind.
+    from ctxrelay.errors import ArchivedSessionError
+    rt.archive_session("s")
+    with pytest.raises(ArchivedSessionError, match="archived"):
+        rt.record_tool_output("s", "sql", {}, raw)
+    assert rt.scratch_entries("s") == [] and len(rt.history("s")) == 1
+
+
+def test_listing_an_unknown_session_is_an_error(rt):
+    # It returned [], as for a session with no tool output: a misspelt id went unnoticed.
+    with pytest.raises(UnknownSessionError, match="nope"):
+        rt.scratch_entries("nope")
+    rt.archive_session("s")
+    assert rt.scratch_entries("s") == []        # an archived session is still listed
+
+
 def test_other_sessions_cannot_read_a_scratch_id(rt):
     sid = rt.record_tool_output("s", "sql", {}, "secret,1\n")
     rt.create_session("other")
     with pytest.raises(Exception) as info:
         rt.scratch("other", sid, raw=True)
     assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("raw", ["text output\n", b"\x89PNG\r\n\x1a\n"], ids=["text", "bytes"])
+@pytest.mark.parametrize("args, fix", [([1, 2], "dict"), ({"f": object()}, "JSON"),
+                                       ("not json", "dict")])
+def test_bad_args_are_refused_the_same_way_for_text_and_binary_outputs(rt, raw, args, fix):
+    # A binary output used to skip the argument checks: a list of args failed with
+    # a raw TypeError from dict(), an object was passed on to the store.
+    with pytest.raises(InvalidArgumentError, match=fix):
+        rt.record_tool_output("s", "fetch", args, raw)
+    assert rt.scratch_entries("s") == [] and len(rt.history("s")) == 1
+
+
+@pytest.mark.parametrize("first, again", [
+    (("sql", {"q": "a"}, "rows: 3\n"), ("sql", {"q": "a"}, "rows: 4\n")),
+    (("sql", {"q": "a"}, "rows: 3\n"), ("sql", {"q": "b"}, "rows: 3\n")),
+    (("fetch", {}, b"\x89PNG-1"), ("fetch", {}, b"\x89PNG-2")),
+], ids=["other_output", "other_args", "other_bytes"])
+def test_a_key_reused_for_another_tool_output_is_a_conflict(rt, first, again):
+    # As for append(): the same key with the same output is a retry (same id, nothing
+    # new); with another output it used to return the first entry's id and drop the
+    # new output without a word.
+    sid = rt.record_tool_output("s", *first, key="k1")
+    assert rt.record_tool_output("s", *first, key="k1") == sid
+    turns = len(rt.history("s"))
+    with pytest.raises(KeyConflictError, match="new key"):
+        rt.record_tool_output("s", *again, key="k1")
+    assert len(rt.history("s")) == turns and len(rt.scratch_entries("s")) == 1
+    assert rt.scratch("s", sid, raw=True) == first[2]

@@ -36,9 +36,21 @@ def test_derive_then_threads_and_their_state(rt):
     assert rt.derived("s", 99) is None
     threads = rt.threads("s")
     assert threads and all(t["thread_id"].startswith("T") for t in threads)
+    assert set(threads[0]) == {"thread_id", "label", "turn_ids", "turn_count", "recent_turns",
+                               "user_turns", "last_active_turn", "state"}   # as documented
     first = rt.thread("s", d["thread_id"])
     assert 1 in first["turn_ids"]
     assert any("we run etcd" in c.lower() for c in first["state"]["established"])
+
+
+def test_derived_of_an_unknown_session_is_an_error(rt):
+    # It returned None, as for a turn not derived yet; threads() of the same id raises.
+    from ctxrelay.errors import UnknownSessionError
+    rt.derive("s", embedder="hashing")
+    for call in (lambda: rt.derived("nope", 1), lambda: rt.threads("nope")):
+        with pytest.raises(UnknownSessionError, match="nope"):
+            call()
+    assert rt.derived("s", 99) is None                  # a turn not derived: None, as before
 
 
 def test_set_thread_state_overrides_the_derived_one(rt):

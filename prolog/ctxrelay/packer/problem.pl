@@ -270,9 +270,12 @@ py_bool(B0, B) :-
                  *******************************/
 
 %   deadline(+TimeLimit, -Deadline): the wall-clock time at which a
-%   search started now must stop (`inf`: never).
+%   search started now must stop (`inf`: never).  A float infinity (what
+%   Python's float('inf') becomes) is `inf` too: adding it to the clock
+%   would raise evaluation_error(float_overflow).
 
 deadline(inf, inf) :- !.
+deadline(Limit, inf) :- Limit =:= inf, !.
 deadline(Limit, Deadline) :-
     get_time(Now),
     Deadline is Now+Limit.

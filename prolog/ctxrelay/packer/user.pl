@@ -77,11 +77,11 @@ normalise(C0, Term) :-
     source_term(C0, C1),
     (   structural(C1)
     ->  Term = C1
-    ;   user_constraint(C1, user(Term0, _)),
-        (   text_constraint(C0)
+    ;   user_constraint(C1, user(Term0, Ast)),
+        (   text_constraint(C0), Ast \= goal(_)
         ->  Term = C0                       % checked; kept as written, for messages
-        ;   Term = Term0
-        )
+        ;   Term = Term0                    % a goal as constraint(Goal): pack/5 reads
+        )                                   % text only as a relation or constraint(_)
     ).
 
 structural(C) :-

@@ -62,6 +62,7 @@ _ISO_CLASSES: dict[str, type[errors.CtxRelayError]] = {
 _EXISTENCE_CLASSES: dict[str, type[errors.CtxRelayError]] = {
     "session": errors.UnknownSessionError,
     "turn": errors.UnknownTurnError,
+    "option": errors.InvalidArgumentError,      # an option missing or unknown: the call's fault
 }
 
 
@@ -141,8 +142,11 @@ def _arguments(bindings: dict[str, Any] | None,
     return found
 
 
-def solutions(goal: str, bindings: dict[str, Any] | None = None):
-    """Iterate over the solutions of a nondeterministic goal, closing the query."""
+def solutions(goal: str, bindings: dict[str, Any] | None = None, *,
+              names: dict[str, str] | None = None):
+    """Iterate over the solutions of a nondeterministic goal, closing the query.
+
+    ``names`` names the bindings in error messages, as for :func:`once`."""
     ensure_loaded()
     q = janus.query(goal, bindings or {})
     try:
@@ -150,7 +154,7 @@ def solutions(goal: str, bindings: dict[str, Any] | None = None):
             try:
                 answer = q.next()
             except janus.PrologError as exc:
-                raise translate(exc) from None
+                raise translate(exc, _arguments(bindings, names)) from None
             if answer is None:
                 return
             yield answer

@@ -9,6 +9,7 @@ argument too: a bad ``session_id`` is an :class:`InvalidSessionIdError`.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ctxrelay import errors
@@ -43,12 +44,22 @@ def _shown(value: Any) -> str:
     return shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown):,} characters)"
 
 
-def _argument(culprit: Any, arguments: dict[str, tuple[str, Any]] | None) -> str | None:
-    """The Python name of the argument whose value the error names, if one matches."""
-    for name, value in (arguments or {}).values():
+def _argument(culprit: Any,
+              arguments: dict[str, tuple[str, Any]] | None) -> tuple[str | None, Any]:
+    """The Python name and value of the argument whose value the error names, if one
+    matches (else None and the culprit).  A bool crossed janus as the atom true or
+    false and comes back as that text; a NaN is not equal to itself."""
+    given = list((arguments or {}).values())
+    for name, value in given:
         if value is culprit or (type(value) is type(culprit) and value == culprit):
-            return name
-    return None
+            return name, value
+    # Only one bool (or NaN) may match: with retrieval=True beside max_context_tokens=True
+    # the error cannot tell which it is about, so it names neither.
+    loose = [(name, value) for name, value in given
+             if (isinstance(value, bool) and culprit == ("true" if value else "false"))
+             or (isinstance(value, float) and isinstance(culprit, float)
+                 and math.isnan(value) and math.isnan(culprit))]
+    return loose[0] if len(loose) == 1 else (None, culprit)
 
 
 def _domain_message(domain: str, culprit: Any, said: str) -> str | None:
@@ -66,6 +77,10 @@ def _domain_message(domain: str, culprit: Any, said: str) -> str | None:
                 "pass them before the user's message in a list to prepare_turn()")
     if domain == "idempotency_key":
         return "key is empty; pass a non-empty string or None"
+    if domain == "message_field":
+        return (f"a new message has the field {culprit}, which a stored turn does not "
+                "keep; pass role, content, name, tool_call_id and metadata (tool calls as "
+                "metadata={'tool_calls': [{'id': ..., 'name': ..., 'arguments': ...}]})")
     if domain == "policy_option":
         return f"unknown policy option {culprit}; see ctxrelay.runtime.policy_option_names()"
     return None
@@ -82,7 +97,7 @@ def exception(info: dict[str, Any],
     if kind not in ("type_error", "domain_error"):
         return None
     expected, culprit = str(info.get("expected", "")), info.get("culprit")
-    name = _argument(culprit, arguments)
+    name, culprit = _argument(culprit, arguments)     # as the caller passed it
     where = f"{name}: " if name else ""
     if kind == "type_error":
         wanted = _PY_TYPES.get(expected, expected.replace("_", " "))

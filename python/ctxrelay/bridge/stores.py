@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import (ArchivedSessionError, InvalidArgumentError, KeyConflictError,
+                             UnknownSessionError)
 from ctxrelay.retrieval.router import Router, route_plan, turn_record
+from ctxrelay.storage.common.scratch.checks import provenance_hash
 from ctxrelay.storage.stores import Stores, find_stores, open_stores
 
 
@@ -189,6 +191,7 @@ def publish_artifact(stores: Stores, session_id: str, start: int, end: int,
 
 
 def artifacts(stores: Stores, session_id: str) -> list[dict]:
+    stores.transcript.session(session_id)      # an unknown session is an error, not []
     warm = stores.warm_if_present()
     return [] if warm is None else [a.to_dict() for a in warm.latest(session_id)]
 
@@ -205,7 +208,7 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
     """
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
     st = stores.transcript
-    st.session(session_id)                     # unknown session: fail before writing a blob
+    info = st.session(session_id)              # unknown session: fail before writing a blob
     scratch = stores.scratch
     if isinstance(args, str):
         try:
@@ -218,9 +221,13 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
     args = dict(args or {})
     key = opts.get("key")
     if key is not None:
-        retried = _retried_tool_output(stores, session_id, tool_name, key)
+        retried = _retried_tool_output(stores, session_id, tool_name, key, args, raw)
         if retried is not None:
             return retried
+    if info.archived:                          # as append() would, but before the blob
+        raise ArchivedSessionError(
+            f"session {session_id!r} is archived and takes no new turns; record the "
+            "output in a new session (it can be read as before)")
     entry = scratch.put(session_id, tool_name, args, raw,
                         freshness=opts.get("freshness") or "VOLATILE")
     call_id = f"call_{entry.scratch_id}"
@@ -239,9 +246,12 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
 
 
 def _retried_tool_output(stores: Stores, session_id: str, tool_name: str,
-                         key: str) -> dict | None:
+                         key: str, args: dict, raw: Any) -> dict | None:
     """A keyed tool output whose call turn is already stored (a retry, possibly after a
-    crash between the two turns): reuse its scratch entry and complete the pair."""
+    crash between the two turns): reuse its scratch entry and complete the pair.  The
+    key names one output: another tool, arguments or output under it is a
+    KeyConflictError, as append() says of a turn (returning the stored id would drop
+    the new output unseen)."""
     st = stores.transcript
     call_turn = st.turn_for_key(session_id, f"{key}:call")
     if call_turn is None:
@@ -251,6 +261,11 @@ def _retried_tool_output(stores: Stores, session_id: str, tool_name: str,
     if not scratch_id:
         return None
     entry = stores.scratch.get(session_id, scratch_id, touch=False)
+    if provenance_hash(tool_name, args, raw) != entry.sha256:
+        raise KeyConflictError(
+            f"key {key!r} was already used for tool output {scratch_id} of session "
+            f"{session_id!r} with a different tool, arguments or output; use a new key for "
+            "a new tool output")
     tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name,
                           tool_call_id=f"call_{scratch_id}",
                           metadata={"scratch_id": scratch_id, "freshness": entry.freshness},
@@ -280,6 +295,7 @@ def scratch_pin(stores: Stores, session_id: str, scratch_id: str) -> dict:
 
 
 def scratch_list(stores: Stores, session_id: str) -> list[dict]:
+    stores.transcript.session(session_id)      # an unknown session is an error, not []
     scratch = stores.scratch_if_present()
     return [] if scratch is None else [e.to_dict() for e in scratch.list(session_id)]
 

@@ -35,6 +35,7 @@ def api_derive(stores: Any, session_id: str, embedder: str = "", recompute: bool
 def api_derived(stores: Any, session_id: str, turn_id: int) -> Any:
     d = stores.turnlog.derived(session_id, int(turn_id))
     if d is None:
+        stores.transcript.session(session_id)     # an unknown session is an error, not None
         return None
     return {"turn_id": d.turn_id, "thread_id": d.thread_id, "entities": list(d.entities),
             "references": list(d.references), "tool_calls": list(d.tool_calls),

@@ -28,6 +28,7 @@ reached through the store's inverted index (and ``context/3``).
 from __future__ import annotations
 
 import calendar
+import contextlib
 import datetime as dt
 import functools
 import math
@@ -188,6 +189,8 @@ class _SessionIndex:
     _arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     _groups: tuple[np.ndarray, list[np.ndarray]] | None = None
     _dense_at: tuple[Any, ...] | None = None
+    # Held while the index is extended or read: threads share one index per session.
+    lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Turn ids, lengths and sittings as arrays, made again only after turns are added."""
@@ -257,7 +260,17 @@ class RecallIndex:
         return stores.state("recall", cls)
 
     def session(self, store: Any, session_id: str, upto: int) -> _SessionIndex:
-        """The index of ``session_id`` covering turns up to ``upto`` (brought up to date)."""
+        """The index of ``session_id`` covering turns up to ``upto`` (brought up to date).
+        Another thread may extend it as soon as this returns: a caller that reads it
+        beside other threads uses :meth:`reading`."""
+        with self.reading(store, session_id, upto) as idx:
+            return idx
+
+    @contextlib.contextmanager
+    def reading(self, store: Any, session_id: str, upto: int):
+        """:meth:`session`'s index, held until the block ends: no thread extends or
+        rebuilds it meanwhile (one that needs later turns waits), so the block reads
+        turns ``..upto`` and arrays of one length throughout."""
         with self._lock:
             idx = self._sessions.pop(session_id, None)
             if idx is None or idx.upto > upto:
@@ -265,20 +278,27 @@ class RecallIndex:
             self._sessions[session_id] = idx
             while len(self._sessions) > _SESSIONS_CACHED:
                 self._sessions.popitem(last=False)
-        if idx.upto < upto:
-            lo = max(idx.upto + 1, upto - HORIZON + 1)
-            for start in range(lo, upto + 1, 256):
-                for turn in store.history(session_id, start, min(upto, start + 255)):
-                    idx.add(turn)
-            if len(idx.ids) > HORIZON + HORIZON // 4:
-                # Rebuild over the horizon only: amortised, positions stay dense.
-                fresh = _SessionIndex()
-                for turn in store.history(session_id, upto - HORIZON + 1, upto):
-                    fresh.add(turn)
-                with self._lock:
-                    self._sessions[session_id] = fresh
-                idx = fresh
-        return idx
+        with contextlib.ExitStack() as held:
+            held.enter_context(idx.lock)
+            if idx.upto > upto:
+                # Another thread took it past ``upto`` since it was picked: this call
+                # reads an index of its own (a rare race; not kept).
+                idx = _SessionIndex()
+            if idx.upto < upto:
+                lo = max(idx.upto + 1, upto - HORIZON + 1)
+                for start in range(lo, upto + 1, 256):
+                    for turn in store.history(session_id, start, min(upto, start + 255)):
+                        idx.add(turn)
+                if len(idx.ids) > HORIZON + HORIZON // 4:
+                    # Rebuild over the horizon only: amortised, positions stay dense.
+                    fresh = _SessionIndex()
+                    for turn in store.history(session_id, upto - HORIZON + 1, upto):
+                        fresh.add(turn)
+                    held.enter_context(fresh.lock)     # held before others can see it
+                    with self._lock:
+                        self._sessions[session_id] = fresh
+                    idx = fresh
+            yield idx
 
 
 class Scored(NamedTuple):
@@ -418,7 +438,14 @@ def recall(stores: Any, session_id: str, query: str, *, upto: int,
     """
     store = stores.transcript
     query = derived_text(query)
-    idx = RecallIndex.of(stores).session(store, session_id, upto)
+    with RecallIndex.of(stores).reading(store, session_id, upto) as idx:
+        return _recall(stores, store, idx, session_id, query, upto, dense, embedder,
+                       dense_generation)
+
+
+def _recall(stores: Any, store: Any, idx: _SessionIndex, session_id: str, query: str,
+            upto: int, dense: Any, embedder: Any,
+            dense_generation: Any) -> tuple[Ranking, dict[str, Any]]:
     info: dict[str, Any] = {"horizon_turns": len(idx.ids)}
     sims: dict[int, float] | None = None
     names = participants_of(idx)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import EmbedderMismatchError, UnknownSessionError
 from ctxrelay.memo import keep
 from ctxrelay.text import threads as thread_numbers
 from ctxrelay.text.bounds import derived_text, embedding_texts
@@ -342,7 +342,7 @@ class TurnLogBase:
             raise UnknownSessionError(
                 f"no session {session_id!r}; create the session before deriving its turn log")
         if state and state.get("model_id") != embedder.model_id:
-            raise InvalidArgumentError(
+            raise EmbedderMismatchError(
                 f"the turn log of {session_id!r} was derived with {state['model_id']!r}, not "
                 f"{embedder.model_id!r}; leave the embedder unset to use the session's own, or "
                 "re-derive the session with the new one (Runtime.derive(session, embedder=..., "

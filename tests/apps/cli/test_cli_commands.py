@@ -401,6 +401,26 @@ def test_scratch_record_list_show_raw_pin(ops, tmp_path):
     assert rc == 2 and "scratch id" in err
 
 
+def test_scratch_record_of_a_file_it_cannot_read_is_a_usage_error(ops, tmp_path):
+    # A missing file or a directory died with a FileNotFoundError / IsADirectoryError
+    # traceback (exit 1) instead of the CLI's error line (exit 2), as import says.
+    for bad in (tmp_path / "missing.txt", tmp_path):
+        rc, out, err = ops("scratch", "record", "ops", "kubectl", str(bad))
+        assert (rc, out) == (2, "") and "Traceback" not in err
+        assert f"ctxrelay: error: {bad} is not a file" in err
+    rc, out, _ = ops("scratch", "list", "ops")
+    assert "no tool outputs in ops" in out                 # nothing was recorded
+
+
+def test_scratch_list_of_an_unknown_session_is_an_error(ops):
+    # Every other session command exits 2 for a misspelt session; this one said
+    # "no tool outputs in opz" and exited 0.
+    rc, out, err = ops("scratch", "list", "opz")
+    assert (rc, out) == (2, "") and "no session 'opz'" in err
+    rc, out, _ = ops("scratch", "list", "ops")
+    assert rc == 0 and "no tool outputs in ops" in out
+
+
 # -- stats ---------------------------------------------------------------------------------------
 
 def test_store_stats(ops):
@@ -446,6 +466,13 @@ def test_ingest_directory_then_search_and_show(ops, tmp_path):
     rc, out, err = ops("--json", "facts", "show", fact["fact_id"])
     assert rc == 0, err
     assert as_json(out)["fact_id"] == fact["fact_id"]
+
+
+def test_ingest_text_that_is_not_utf8_is_a_usage_error(ops):
+    # argv bytes that are not UTF-8 arrive as surrogates (surrogateescape); sizing the
+    # text for the progress line raised UnicodeEncodeError with a traceback (exit 1).
+    rc, out, err = ops("ingest", "--text", "quota \udcff", "--no-progress")
+    assert (rc, out) == (2, "") and "surrogate" in err and "Traceback" not in err
 
 
 def test_ingest_missing_path(ops, tmp_path):
@@ -542,6 +569,17 @@ def test_derive_brings_the_turn_log_up_to_date(ops):
     assert as_json(out)["derived"] == 0                    # nothing new to derive
     rc, out, _ = ops("derive", "ops", "--embedder", "hashing", "--recompute")
     assert rc == 0 and out.startswith("ops: 3 turn(s) derived with hashing")
+
+
+def test_derive_with_another_embedder_hints_at_the_cli_spelling(ops):
+    # The library's message names Runtime.derive(..., recompute=True); docs/cli.md promises
+    # a hint line where the CLI command differs from the Python call the message names.
+    assert ops("derive", "ops", "--embedder", "hashing")[0] == 0
+    rc, _, err = ops("derive", "ops", "--embedder", "minilm-onnx", "--no-progress")
+    assert rc == 2 and "was derived with" in err
+    assert "ctxrelay: hint: 'ctxrelay derive SESSION --embedder NAME --recompute'" in err
+    rc, out, _ = ops("--json", "derive", "ops", "--embedder", "minilm-onnx")
+    assert as_json(out)["error"]["kind"] == "turnlog_embedder_mismatch"
 
 
 def test_the_cli_roles_are_the_library_roles() -> None:

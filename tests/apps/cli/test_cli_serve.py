@@ -82,3 +82,16 @@ def test_the_serve_example_of_the_help_runs(tmp_path):
     history = subprocess.run([str(SCRIPT), "--store", str(tmp_path / "store"), "--json",
                               "history", "s1"], capture_output=True, text=True, env=script_env())
     assert [t["role"] for t in json.loads(history.stdout)["turns"]] == ["user", "assistant"]
+
+
+def test_serve_on_a_store_path_that_is_a_file_is_a_usage_error(tmp_path):
+    # The relay started uvicorn, failed in its lifespan and exited 3 with a traceback in
+    # a JSON log line; the CLI's contract is one error line and exit 2 for a bad store.
+    pytest.importorskip("uvicorn")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "serve", "--store", str(blocker),
+                           "--upstream", "echo", "--port", "0", "--no-warmup"],
+                          capture_output=True, text=True, env=script_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "is a file, not a directory" in proc.stderr and "Traceback" not in proc.stderr

@@ -111,6 +111,9 @@ _HINTS = {
     "unknown_session": "'ctxrelay sessions' lists the sessions; 'ctxrelay sessions create ID' "
                        "(or --create on append/turn) makes one",
     "session_exists": "pick another id, or for import pass --session NEW_ID",
+    "turnlog_embedder_mismatch": "'ctxrelay derive SESSION --embedder NAME --recompute' "
+                                 "re-derives the session with another embedder; or leave "
+                                 "--embedder out",
 }
 
 

@@ -30,7 +30,10 @@ def _describe(items: list[Any]) -> str:
     parts = [f"{len(xs)} {one if len(xs) == 1 else many}"
              for xs, one, many in ((files, "file", "files"), (dirs, "directory", "directories"),
                                    (texts, "text", "texts")) if xs]
-    size = sum(f.stat().st_size for f in files) + sum(len(t.encode()) for t in texts)
+    # surrogatepass: a text from argv that is not UTF-8 is sized here and refused,
+    # with its message, by Runtime.ingest (not by a UnicodeEncodeError here).
+    size = sum(f.stat().st_size for f in files) + sum(
+        len(t.encode("utf-8", "surrogatepass")) for t in texts)
     known = f" ({_size(size)}{' + directories' if dirs else ''})" if files or texts else ""
     return "ingesting " + ", ".join(parts) + known
 

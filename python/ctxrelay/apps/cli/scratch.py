@@ -5,9 +5,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from ctxrelay.apps.cli.common import EXIT_OK, json_object, open_runtime
+from ctxrelay.apps.cli.common import EXIT_OK, CLIError, json_object, open_runtime
 from ctxrelay.apps.cli.output import emit_json, field_lines, out, table, yes
 from ctxrelay.apps.cli.parser import Commands
+
+
+def _read_file(name: str) -> bytes:
+    """The tool output FILE's bytes; a missing or unreadable file is a usage error."""
+    try:
+        return Path(name).read_bytes()
+    except OSError as exc:
+        raise CLIError(f"{name} is not a file it can read ({exc.strerror}); pass the file "
+                       "holding the tool's output (or '-' for stdin)") from None
 
 
 def cmd_scratch(args: argparse.Namespace) -> int:
@@ -46,7 +55,7 @@ def cmd_scratch(args: argparse.Namespace) -> int:
             entry = rt.scratch(args.session, args.scratch_id)
         else:                                           # record
             raw_bytes = (sys.stdin.buffer.read() if args.file in (None, "-")
-                         else Path(args.file).read_bytes())
+                         else _read_file(args.file))
             try:
                 raw_text: str | bytes = raw_bytes.decode("utf-8")
             except UnicodeDecodeError:

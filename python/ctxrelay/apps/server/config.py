@@ -72,6 +72,12 @@ class ServerConfig:
         if spec.scheme == "lmdb":                # a directory, however it is spelled
             object.__setattr__(self, "store", Path(spec.location) if spec.is_url
                                else Path(self.store))
+            if self.store.exists() and not self.store.is_dir():
+                # Refused here, before the server starts: opened in its lifespan, the
+                # store's error was a traceback in a log line and exit status 3.
+                raise InvalidArgumentError(
+                    f"store {self.store} is a file, not a directory; pass a directory "
+                    "(it is created if missing) or a store URL")
         else:
             object.__setattr__(self, "store", str(self.store))
         if self.upstream != "echo":

@@ -63,8 +63,12 @@ def write_text(dest: str | os.PathLike[str] | TextIO, text: str) -> None:
             raise
     elif isinstance(dest, io.TextIOBase):
         dest.write(text)
-    else:
+    elif callable(getattr(dest, "write", None)):
         dest.write(text.encode("utf-8"))   # a binary file object
+    else:
+        raise InvalidPathError(
+            f"dest must be a file path or a file object, not {type(dest).__name__}; pass "
+            "a file path such as 'session.jsonl' (or None for the text)")
 
 
 def read_source(source: Any) -> str:
@@ -74,7 +78,7 @@ def read_source(source: Any) -> str:
         try:
             with open(source, encoding="utf-8", newline="") as handle:
                 return handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:      # ValueError: a NUL in the path, bad UTF-8
             raise ImportFormatError(
                 f"cannot read {os.fspath(source)!r} as UTF-8 JSONL ({exc}); pass "
                 "a file written by export_jsonl") from None
