@@ -21,7 +21,7 @@ These predicates are the Prolog face of ctxrelay.knowledge.fabric.FactStore.
 */
 
 :- predicate_options(fact_add/4, 4,
-                     [key(text), source(text), importance(number), ttl(text),
+                     [key(text), source(text), importance(number), ttl(any),
                       namespace(text), metadata(any)]).
 :- predicate_options(facts_search/4, 4, [k(positive_integer), namespace(text)]).
 :- predicate_options(fact_get/4, 4, [namespace(text), as(oneof([dict, python]))]).
@@ -32,7 +32,8 @@ These predicates are the Prolog face of ctxrelay.knowledge.fabric.FactStore.
 %!  fact_add(+Store, +Content, -FactId, +Options) is det.
 %
 %   Store a fact.  Options: key(Name) (exact lookup later), source(S),
-%   importance(0..1), ttl(ISO8601 duration), namespace(NS), metadata(Dict).
+%   importance(0..1), ttl(TTL) (an ISO 8601 duration such as "P90D", seconds
+%   as a number, or none; the CKF checks it), namespace(NS), metadata(Dict).
 fact_add(Store0, Content, Id, Options) :-
     check_options(fact_add/4, 4, Options),
     store_ref(Store0, Store),

@@ -663,9 +663,10 @@ class Runtime:
 
     # -- knowledge (CKF) ------------------------------------------------------
     def add_fact(self, content: str, *, key: str | None = None, source: str | None = None,
-                 importance: float | None = None, ttl: str | None = None,
+                 importance: float | None = None, ttl: str | float | None = None,
                  namespace: str | None = None, metadata: dict[str, Any] | None = None) -> str:
-        """Store a fact in the knowledge fabric; returns its id."""
+        """Store a fact in the knowledge fabric; returns its id.  ``ttl`` is an ISO 8601
+        duration (``"P90D"``), seconds, or ``"none"``, as ``FactStore.add_fact`` takes it."""
         if not isinstance(content, str):    # janus would turn bytes into text
             from ctxrelay.storage.validation import check_content
             check_content(content)

@@ -23,6 +23,19 @@ def test_add_fact_lookup_by_key_and_search(rt):
     assert hits and "Restic" in hits[0]["content"]
 
 
+def test_a_ttl_is_a_duration_or_seconds_as_the_ckf_takes_it(rt):
+    # The facade refused seconds ("expected a str") though FactStore.add_fact and its
+    # own error message take them.
+    from ctxrelay.errors import InvalidArgumentError
+    by_seconds = rt.add_fact("The staging certificate is renewed by hand.", ttl=3600)
+    by_duration = rt.add_fact("The on-call rota changes every Monday.", ttl="PT1H")
+    assert rt.fact(by_seconds)["ttl_seconds"] == rt.fact(by_duration)["ttl_seconds"] == 3600
+    with pytest.raises(InvalidArgumentError, match="ttl"):
+        rt.add_fact("A fact with a bad ttl.", ttl=-5)
+    with pytest.raises(InvalidArgumentError, match="ttl"):
+        rt.add_fact("A fact with a bool ttl.", ttl=True)
+
+
 def test_namespaces_are_isolated(rt):
     rt.add_fact("tenant A secret: the launch code is 1234", namespace="a")
     assert all("1234" not in h["content"] for h in rt.facts("launch code", namespace="b"))
