@@ -668,7 +668,9 @@ def test_a_message_over_the_turn_size_limit_is_413_and_stores_nothing(run_relay)
     before = relay.transcript("limits")
     big = "x" * 60_000
     for messages in ([{"role": "user", "content": big}],
-                     [{"role": "assistant", "content": big}, {"role": "user", "content": "hi"}]):
+                     [{"role": "assistant", "content": big}, {"role": "user", "content": "hi"}],
+                     [{"role": "system", "content": big}, {"role": "user", "content": "hi"}],
+                     [{"role": "developer", "content": big}, {"role": "user", "content": "hi"}]):
         r = httpx.post(url, headers={"CRP-Session-Id": "limits"},
                        json={"model": "m", "messages": messages})
         assert r.status_code == 413 and r.json()["error"]["code"] == "turn_too_large", r.text

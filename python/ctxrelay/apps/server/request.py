@@ -150,7 +150,15 @@ def parse_chat(body: Any, headers: Mapping[str, str], config: ServerConfig) -> C
             raise bad_request(f"{where} must be an object with role and content", param=where)
         role = m.get("role")
         if role in _SYSTEM_ROLES:
-            system.append(_text_content(m.get("content"), f"{where}.content"))
+            text = _text_content(m.get("content"), f"{where}.content")
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > config.max_turn_bytes:
+                # Not stored as a turn, so the store never sizes it: refused here as a
+                # stored message over the limit is (it could never fit a window anyway).
+                raise ApiError(413, f"{where}.content is {size:,} bytes, over the relay's "
+                               f"--max-turn-bytes ({config.max_turn_bytes:,}); shorten it",
+                               param=f"{where}.content", code="turn_too_large")
+            system.append(text)
             continue
         if role not in _TURN_ROLES:
             raise bad_request(f"{where}.role is {role!r}; use one of system, developer, "
