@@ -376,12 +376,11 @@ class Runtime:
     def import_jsonl(self, source: str | os.PathLike[str] | Iterable[str], *,
                      session_id: str | None = None) -> str:
         """Import a session exported by :meth:`export`; ``source`` is a path, JSONL text
-        or its lines.  A str is text when it is blank or starts with ``{`` (as every
-        export does), else a path when it is one line (text with a line break is
-        always text, so a damaged export is reported as such, not as a file name)."""
-        if isinstance(source, os.PathLike) or (
-                isinstance(source, str) and source.strip() and "\n" not in source
-                and not source.lstrip().startswith("{")):
+        or its lines.  A str is text or a path as the store's own import tells them
+        (``jsonl.is_jsonl_text``: blank, starting with ``{`` or with a line break is text)."""
+        from ctxrelay.storage.common.transcript.jsonl import is_jsonl_text
+        if isinstance(source, os.PathLike) or (isinstance(source, str)
+                                               and not is_jsonl_text(source)):
             src = "file(P)"
             binding: dict[str, Any] = {"P": os.fspath(source)}
         elif isinstance(source, str):

@@ -684,6 +684,10 @@ def test_import_empty_text_and_bad_source(store, tmp_path):
     with pytest.raises(ImportFormatError, match="session_id="):
         store.import_jsonl('{"type": "session"}\n')
     assert store.import_jsonl('{"type": "session"}\n', session_id="bare") == "bare"
+    # A str with a line break is text, as Runtime.import_jsonl takes it (one rule,
+    # jsonl.is_jsonl_text): a BOM before the header is a format error, not a file name.
+    with pytest.raises(ImportFormatError, match="line 1"):
+        store.import_jsonl('\ufeff{"type": "session"}\n', session_id="bom")
 
 
 # -- the store itself -------------------------------------------------------

@@ -125,7 +125,8 @@ class TranscriptBase:
         """Create a session from :meth:`export_jsonl` output; returns its id.
 
         ``source`` is a path, a file object, or the JSONL text itself (a str
-        whose first non-blank character is ``{``, or an empty str).  The whole
+        that :func:`~ctxrelay.storage.common.transcript.jsonl.is_jsonl_text` says is
+        text: blank, starting with ``{``, or with a line break).  The whole
         file is checked first and written in one transaction: a bad file
         leaves the store unchanged.  Token counts are recomputed with this
         store's tokenizer.

@@ -34,7 +34,7 @@ def _export_target(dest: str | os.PathLike[str]) -> str:
     return target
 
 
-__all__ = ["write_text", "read_source", "Header", "parse_jsonl", "guard"]
+__all__ = ["write_text", "is_jsonl_text", "read_source", "Header", "parse_jsonl", "guard"]
 
 
 def write_text(dest: str | os.PathLike[str] | TextIO, text: str) -> None:
@@ -71,8 +71,16 @@ def write_text(dest: str | os.PathLike[str] | TextIO, text: str) -> None:
             "a file path such as 'session.jsonl' (or None for the text)")
 
 
+def is_jsonl_text(source: str) -> bool:
+    """Whether a str given as an import's source is the JSONL text, not a path: it is
+    blank, starts with ``{`` (as every export does), or has a line break (so a damaged
+    export, one with a BOM before its header say, is reported as JSONL, not as a file
+    name that cannot be opened)."""
+    return not source.strip() or "\n" in source or source.lstrip().startswith("{")
+
+
 def read_source(source: Any) -> str:
-    if isinstance(source, str) and (not source.strip() or source.lstrip().startswith("{")):
+    if isinstance(source, str) and is_jsonl_text(source):
         return source
     if isinstance(source, (str, os.PathLike)):
         try:
