@@ -281,8 +281,7 @@ class Runtime:
 
     def _call(self, goal: str, *, opts: list[tuple[str, Any]] | None = None,
               **bindings: Any) -> dict[str, Any]:
-        if self._store is None:
-            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        store = self._live_store()
         if "S" in bindings:
             _check_session_id(bindings["S"])
         if opts is not None:
@@ -290,7 +289,7 @@ class Runtime:
             goal = "ctxrelay:py_options(OptPairs, _Opts), " + goal
             bindings["OptPairs"] = [[name, value] for name, value in opts]
         check_encodable(bindings, _ARGUMENT_NAMES)
-        return _prolog.once(goal, {"St": self._store, **bindings}, names=_ARGUMENT_NAMES)
+        return _prolog.once(goal, {"St": store, **bindings}, names=_ARGUMENT_NAMES)
 
     # -- sessions --------------------------------------------------------
     def create_session(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> SessionInfo:
@@ -501,8 +500,7 @@ class Runtime:
         With ``constraints=[...]`` every pack satisfies them; the first is the
         optimum of the model that includes them."""
         _check_session_id(session_id)
-        if self._store is None:
-            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        store = self._live_store()
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 0):
             raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}; "
@@ -514,7 +512,7 @@ class Runtime:
         bindings = {"S": session_id, "M": message,
                     "OptPairs": [[k, v] for k, v in _policy_pairs(policy)]}
         check_encodable(bindings, _ARGUMENT_NAMES)      # as _call does: no surrogate to janus
-        bindings["St"] = self._store
+        bindings["St"] = store
         for n, answer in enumerate(_prolog.solutions(goal, bindings, names=_ARGUMENT_NAMES)):
             if limit is not None and n >= limit:
                 return
@@ -555,11 +553,10 @@ class Runtime:
     def derived(self, session_id: str, turn_id: int) -> dict[str, Any] | None:
         """A turn's derived fields, or None if it has not been derived yet."""
         _check_session_id(session_id)
-        if self._store is None:
-            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        store = self._live_store()
         check_encodable({"S": session_id, "T": turn_id}, _ARGUMENT_NAMES)
         answers = _prolog.solutions("ctxrelay:turn_derived(St, S, T, D)",
-                                    {"St": self._store, "S": session_id, "T": turn_id},
+                                    {"St": store, "S": session_id, "T": turn_id},
                                     names={"S": "session_id", "T": "turn_id"})
         try:
             answer = next(answers, None)
@@ -721,12 +718,11 @@ class Runtime:
     def recent(self, session_id: str, n: int) -> list[Turn]:
         """The session's last ``n`` turns from its rolling log (pointer reads), oldest first."""
         _check_session_id(session_id)
-        if self._store is None:
-            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        store = self._live_store()
         check_encodable({"S": session_id, "N": n}, _ARGUMENT_NAMES)
         # as(python): the Turn list crosses janus as one reference, not n dicts.
         return _prolog.once("ctxrelay:recent_turns(St, S, N, L, [as(python)])",
-                            {"St": self._store, "S": session_id, "N": n},
+                            {"St": store, "S": session_id, "N": n},
                             names={"S": "session_id", "N": "n"})["L"]
 
     def retrieve(self, query: str, *, session_id: str | None = None,
@@ -742,8 +738,7 @@ class Runtime:
         fetched concurrently and fused.  Accesses that read a session need
         ``session_id``.
         """
-        if self._store is None:
-            raise StoreClosedError("this Runtime is closed; open a new Runtime(store_dir)")
+        store = self._live_store()
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, not {type(query).__name__}; "
                                        "pass the query text (or the key / scratch id)")
@@ -763,7 +758,7 @@ class Runtime:
         term = terms[0] if len(terms) == 1 else f"blend([{', '.join(terms)}])"
         # Option templates are fixed text: every value crosses in the bindings.
         opts = ["as(python)", "k(K)"] + ([] if _flag("cache", cache) else ["cache(false)"])
-        bindings: dict[str, Any] = {"St": self._store, "Q": query, "K": k}
+        bindings: dict[str, Any] = {"Q": query, "K": k}
         if session_id is not None:
             opts.append("session(S)")
             bindings["S"] = session_id
@@ -771,7 +766,5 @@ class Runtime:
             opts.append("namespace(NS)")
             bindings["NS"] = namespace
         goal = f"ctxrelay:retrieve(St, {term}, [{', '.join(opts)}], R)"
-        check_encodable({k: v for k, v in bindings.items() if k != "St"}, _ARGUMENT_NAMES)
-        return _prolog.once(goal, bindings, names=self._RETRIEVE_NAMES)["R"]
-
-    _RETRIEVE_NAMES = {"Q": "query", "K": "k", "S": "session_id", "NS": "namespace"}
+        check_encodable(bindings, _ARGUMENT_NAMES)
+        return _prolog.once(goal, {"St": store, **bindings}, names=_ARGUMENT_NAMES)["R"]
