@@ -27,10 +27,12 @@ where Kind is the `kind` attribute of the Python exception class
 %!  py_api(:Goal, +Culprit) is det.
 %
 %   Run Goal, which calls Python, and rethrow Python exceptions as
-%   Prolog error terms.  Culprit is session(Id) or turn(Session, Turn)
-%   and lets unknown-session/turn errors name what was missing.
+%   Prolog error terms.  Culprit is session(Id), turn(Session, Turn) or
+%   thread(Session, Thread) and lets unknown-session/turn/thread errors
+%   name what was missing.
 %
-%   @error existence_error(session, Id), existence_error(turn, S-T)
+%   @error existence_error(session, Id), existence_error(turn, S-T),
+%          existence_error(thread, S-Thread)
 %   @error ctxrelay(Kind, Message) for every other Python-side failure
 
 py_api(Goal) :-
@@ -57,6 +59,8 @@ python_kind(Class, _Obj, python(Class)).
 iso_formal(unknown_session, session(Id), existence_error(session, Id)).
 iso_formal(unknown_session, turn(Id, _), existence_error(session, Id)).
 iso_formal(unknown_turn, turn(Session, Turn), existence_error(turn, Session-Turn)).
+iso_formal(unknown_session, thread(Id, _), existence_error(session, Id)).
+iso_formal(unknown_thread, thread(Session, Thread), existence_error(thread, Session-Thread)).
 
 %!  py_call_plain(+Call, -Result) is det.
 %

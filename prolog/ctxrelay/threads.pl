@@ -80,18 +80,22 @@ topic_threads(Store0, Session, Threads) :-
            session(Session)).
 
 %!  topic_thread(+Store, +Session, +ThreadId, -Thread:dict) is det.
+%
+%   @error existence_error(session, Session) for an unknown session,
+%          existence_error(thread, Session-ThreadId) for an unknown thread.
 topic_thread(Store0, Session, ThreadId, Thread) :-
     store_ref(Store0, Store),
     must_be(text, Session),
     must_be(text, ThreadId),
     py_api(py_call_plain('ctxrelay.bridge.threads':api_thread(Store, Session, ThreadId), Thread),
-           session(Session)).
+           thread(Session, ThreadId)).
 
 %!  thread_state_set(+Store, +Session, +ThreadId, +State:dict) is det.
 %
 %   State has any of established, open_questions, user_constraints (lists
 %   of strings); each field given replaces the derived one from now on,
 %   the others stay derived.
+%   @error existence_error(thread, Session-ThreadId) for an unknown thread.
 thread_state_set(Store0, Session, ThreadId, State) :-
     store_ref(Store0, Store),
     must_be(text, Session),
@@ -99,5 +103,5 @@ thread_state_set(Store0, Session, ThreadId, State) :-
     must_be(dict, State),
     py_api(py_call_plain('ctxrelay.bridge.threads':api_set_thread_state(Store, Session, ThreadId,
                                                                  State), _),
-           session(Session)).
+           thread(Session, ThreadId)).
 

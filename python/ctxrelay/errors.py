@@ -59,6 +59,12 @@ class UnknownTurnError(PlainMessage, CtxRelayError, KeyError):
     kind = "unknown_turn"
 
 
+class UnknownThreadError(PlainMessage, CtxRelayError, KeyError):
+    """No topic thread of that id in the session (``threads()`` lists them)."""
+
+    kind = "unknown_thread"
+
+
 class InvalidRoleError(CtxRelayError, ValueError):
     kind = "invalid_role"
 

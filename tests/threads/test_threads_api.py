@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ctxrelay import Runtime
-from ctxrelay.errors import CtxRelayError
+from ctxrelay.errors import CtxRelayError, UnknownSessionError, UnknownThreadError
 
 from conftest import run_swipl
 
@@ -61,8 +61,12 @@ def test_set_thread_state_overrides_the_derived_one(rt):
     state = rt.thread("s", tid)["state"]
     assert state["established"] == ["certificates rotate without downtime"]
     assert state["open_questions"] == ["which CA signs the peer certs?"]
-    with pytest.raises(CtxRelayError, match="no thread"):
+    with pytest.raises(UnknownThreadError, match="no thread 'T999' in session 's'"):
         rt.set_thread_state("s", "T999", established=["x"])
+    with pytest.raises(UnknownThreadError):
+        rt.thread("s", "T999")
+    with pytest.raises(UnknownSessionError):
+        rt.thread("nobody", tid)
 
 
 def test_recompute_with_another_embedder(rt):
@@ -99,6 +103,12 @@ def test_prolog_predicates(tmp_path):
         "ctxrelay:topic_thread(St, s, Id, T2), get_dict(state, T2, S2), "
         "get_dict(established, S2, [\"done\"]), "
         "catch(ctxrelay:thread_state_set(St, s, Id, notadict), error(type_error(dict, _), _), true), "
+        "catch(ctxrelay:topic_thread(St, s, 'T999', _), error(E1, _), true), "
+        "E1 == existence_error(thread, s-'T999'), "
+        "catch(ctxrelay:thread_state_set(St, s, 'T999', _{}), error(E2, _), true), "
+        "E2 == existence_error(thread, s-'T999'), "
+        "catch(ctxrelay:topic_thread(St, nobody, Id, _), error(E3, _), true), "
+        "E3 == existence_error(session, nobody), "
         "writeln(ok)" % (tmp_path / "store"))
     proc = run_swipl(["-g", "use_module(library(ctxrelay))", "-g", goal, "-t", "halt"])
     assert proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr

@@ -62,6 +62,7 @@ _ISO_CLASSES: dict[str, type[errors.CtxRelayError]] = {
 _EXISTENCE_CLASSES: dict[str, type[errors.CtxRelayError]] = {
     "session": errors.UnknownSessionError,
     "turn": errors.UnknownTurnError,
+    "thread": errors.UnknownThreadError,
     "option": errors.InvalidArgumentError,      # an option missing or unknown: the call's fault
 }
 

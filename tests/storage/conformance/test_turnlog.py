@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, StoreError, UnknownSessionError, UnknownThreadError
 from ctxrelay.storage.interfaces.transcript import Transcript
 from ctxrelay.storage.interfaces.turnlog import TurnLogStore
 from ctxrelay.text.embed import get_embedder
@@ -99,10 +99,12 @@ def test_threads(parts, embedder):
     tid = log.derived("s", 1).thread_id
     log.set_thread_state("s", tid, established=["internal CA"], open_questions=[])
     assert log.thread("s", tid, transcript).state.established == ["internal CA"]
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(UnknownThreadError, match="no thread 'T999' in session 's'"):
         log.thread("s", "T999")
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(UnknownThreadError):
         log.set_thread_state("s", "T999", established=[])
+    with pytest.raises(UnknownThreadError):           # not a thread id at all
+        log.thread("s", "zebra")
 
 
 def test_another_embedder_needs_a_recompute(parts, embedder):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ctxrelay.text.embed import CallableEmbedder, get_embedder
-from ctxrelay.errors import InvalidArgumentError, UnknownSessionError
+from ctxrelay.errors import InvalidArgumentError, UnknownSessionError, UnknownThreadError
 from ctxrelay.storage.lmdb.transcript import TranscriptStore
 from ctxrelay.storage.lmdb.turnlog import TurnLog
 from ctxrelay.storage.turnlog_derivation import extract_entities
@@ -135,7 +135,7 @@ def test_thread_state_is_derived_and_settable(stores):
     assert summary.startswith("Active thread: etcd-cluster.") and "\nOpen: " in summary
     tl.set_thread_state("s", "T1", established=["hand-set"], open_questions=[])
     assert tl.thread("s", "T1", st).state.established == ["hand-set"]
-    with pytest.raises(InvalidArgumentError):
+    with pytest.raises(UnknownThreadError):
         tl.set_thread_state("s", "T9", established=[])
 
 

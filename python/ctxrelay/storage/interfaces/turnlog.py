@@ -27,8 +27,10 @@ Atomicity
     next sync goes on from there.
 Errors
     :class:`~ctxrelay.errors.UnknownSessionError` (sync of a session the
-    transcript does not have), InvalidArgumentError (unknown thread, a turn
-    not derived yet for ``set_references``), StoreFullError, StoreError
+    transcript does not have), :class:`~ctxrelay.errors.UnknownThreadError`
+    (``thread``/``set_thread_state`` of an id the session has not got),
+    InvalidArgumentError (a turn not derived yet for ``set_references``),
+    StoreFullError, StoreError
     (closed), CorruptStoreError.
 Durable and rebuildable
     Everything here is derived from the transcript and the embedder, so all

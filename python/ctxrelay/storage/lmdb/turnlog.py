@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ctxrelay.errors import CorruptStoreError, InvalidArgumentError
+from ctxrelay.errors import CorruptStoreError, InvalidArgumentError, UnknownThreadError
 from ctxrelay.storage.lmdb.base import LmdbStore
 from ctxrelay.storage.lmdb.base import prefixed as base_prefixed
 from ctxrelay.storage import turnlog_derivation as derivation
@@ -269,7 +269,7 @@ class TurnLog(TurnLogBase, LmdbStore):
             txn.get(key, db=self.dbs[b"threads"]) if txn is not None else
             self.read(lambda t: t.get(key, db=self.dbs[b"threads"])))
         if raw is None:
-            raise InvalidArgumentError(
+            raise UnknownThreadError(
                 f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
         return json.loads(raw)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrelay.errors import InvalidArgumentError
+from ctxrelay.errors import InvalidArgumentError, UnknownThreadError
 from ctxrelay.storage import turnlog_derivation as derivation
 from ctxrelay.storage.postgres.part import PgPart
 from ctxrelay.storage.postgres.connection import bump_generation, read_generation
@@ -278,7 +278,7 @@ class PgTurnLog(TurnLogBase, PgPart):
             "SELECT info FROM turnlog_threads WHERE session_id = %s AND num = %s",
             (session_id, num)).fetchone())
         if row is None:
-            raise InvalidArgumentError(
+            raise UnknownThreadError(
                 f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
         return thread_info(session_id, json.loads(row[0]), transcript)
 
@@ -297,7 +297,7 @@ class PgTurnLog(TurnLogBase, PgPart):
                 "SELECT info FROM turnlog_threads WHERE session_id = %s AND num = %s FOR UPDATE",
                 (session_id, num)).fetchone()
             if row is None:
-                raise InvalidArgumentError(
+                raise UnknownThreadError(
                     f"no thread {thread_id!r} in session {session_id!r}; list them with threads()")
             info = derivation.with_state_fields(json.loads(row[0]), fields)
             cur.execute("UPDATE turnlog_threads SET info = %s WHERE session_id = %s AND num = %s",
