@@ -107,9 +107,11 @@ store_open(Dir, Store, Options) :-
 %
 %   Give back the reference of one store_open/2,3; the last one closes
 %   the store (another holder, such as a second Runtime on the same
-%   directory, keeps it open and keeps working).
+%   directory, keeps it open and keeps working).  Closing a closed store
+%   does nothing; any other use of it raises existence_error(ctxrelay_store,
+%   Store), as ISO does for a closed stream.
 store_close(Store0) :-
-    resolve_store(Store0, Store),
+    resolve_store(Store0, Store, any),
     py_api(py_call('ctxrelay.bridge.stores':close(Store), Closed)),
     (   Closed == @true
     ->  retractall(default_store_(Store))
@@ -139,10 +141,16 @@ set_default_store(Store0) :-
 %   Store is the store object that StoreOrAlias names: a store object
 %   itself, `default` (the default store) or dir(Directory).
 %   @error type_error(ctxrelay_store, X) for anything else
+%   @error existence_error(ctxrelay_store, Store) for a closed store
 store_ref(Store0, Store) :-
     resolve_store(Store0, Store).
 
 resolve_store(Store0, Store) :-
+    resolve_store(Store0, Store, open).
+
+%   resolve_store(+StoreOrAlias, -Store, +Need): Need is `open` (the store
+%   is used) or `any` (it is being closed).
+resolve_store(Store0, Store, Need) :-
     must_be(nonvar, Store0),
     (   Store0 == default
     ->  default_store(Store)
@@ -151,9 +159,21 @@ resolve_store(Store0, Store) :-
         text_to_string(Dir, DirS),
         py_api(py_call('ctxrelay.bridge.stores':store_for_dir(DirS), Store))
     ;   is_py_object(Store0)
-    ->  Store = Store0
+    ->  Store = Store0,
+        (   Need == open, closed_store(Store)
+        ->  throw(error(existence_error(ctxrelay_store, Store),
+                        context(_, "the store was closed (store_close/1); open it again \c
+                                    with store_open/2")))
+        ;   true
+        )
     ;   type_error(ctxrelay_store, Store0)
     ).
+
+%   A closed store is caught here, at the edge, so its error names the
+%   Prolog predicates rather than the Python part that found it closed.
+%   An object that is not a store is left to fail where it is used.
+closed_store(Store) :-
+    catch(py_call(Store:closed, @(true)), error(python_error(_, _), _), fail).
 
 is_py_object(X) :-
     blob(X, Type),

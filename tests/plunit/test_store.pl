@@ -47,6 +47,26 @@ test(default_store_kept_after_a_refusal, D == St) :-
     set_default_store(St),
     catch(set_default_store(foo), error(type_error(_, _), _), true),
     default_store(D).
+%   A closed store is an existence error at the edge, naming the Prolog fix
+%   (it was a Python StoreError naming a Python function); closing it again
+%   does nothing, and the data written before the close is there when the
+%   directory is opened again.
+test(closed_store_is_an_existence_error, [E == existence_error(ctxrelay_store, St),
+                                          Turns == 1]) :-
+    getenv('CTXRELAY_TEST_TMP', Tmp),
+    uuid(U),
+    directory_file_path(Tmp, U, Dir),
+    store_open(Dir, St, [default(false)]),
+    session_create(St, s, []),
+    turn_append(St, s, message(user, "kept"), _),
+    store_close(St),
+    catch(turn_append(St, s, message(user, "lost?"), _), error(E, context(_, Said)), true),
+    sub_string(Said, _, _, _, "store_open/2"),
+    catch((turn_count(St, s, _), fail), error(existence_error(ctxrelay_store, _), _), true),
+    store_close(St),
+    store_open(Dir, St2, [default(false)]),
+    turn_count(St2, s, Turns),
+    store_close(St2).
 
 :- end_tests(ctxrelay_store_sessions).
 

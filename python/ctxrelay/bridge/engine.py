@@ -63,6 +63,7 @@ _EXISTENCE_CLASSES: dict[str, type[errors.CtxRelayError]] = {
     "session": errors.UnknownSessionError,
     "turn": errors.UnknownTurnError,
     "thread": errors.UnknownThreadError,
+    "ctxrelay_store": errors.StoreClosedError,    # a store closed under a Prolog handle
     "option": errors.InvalidArgumentError,      # an option missing or unknown: the call's fault
 }
 
