@@ -235,8 +235,10 @@ class Runtime:
     directory (the embedded default) or a store URL such as
     ``lmdb:///abs/dir`` or ``postgresql://…``; ``cache`` is None (in-process),
     ``memory://`` or ``redis://…``.  Runtimes on one
-    store share it (closing one leaves the others working).  Use it as a
-    context manager or call :meth:`close`.
+    store share it (closing one leaves the others working); ``max_turn_bytes``
+    applies when the store is first opened in the process, and a later Runtime on
+    it may repeat it or leave it out but not change it (InvalidArgumentError).
+    Use it as a context manager or call :meth:`close`.
     """
 
     def __init__(self, store_dir: str | os.PathLike[str], *, map_size: int | None = None,

@@ -101,6 +101,30 @@ def test_two_runtimes_on_one_directory_share_it_and_closing_one_never_breaks_the
     assert find_stores(tmp_path / "s") is None
 
 
+def test_a_second_open_may_repeat_the_limits_but_not_change_them(tmp_path):
+    # A relay's --max-turn-bytes on a store a Runtime had open was taken without a
+    # word and never applied: the store kept the first limit.
+    first = Runtime(tmp_path / "s", max_turn_bytes=4096)
+    first.create_session("a")
+    with pytest.raises(InvalidArgumentError,
+                       match=r"already open in this process with max_turn_bytes 4096"):
+        Runtime(tmp_path / "s", max_turn_bytes=8192)
+    with pytest.raises(InvalidArgumentError, match=r"ring_entries \d+"):
+        open_stores(tmp_path / "s", ring_entries=3)
+    same = Runtime(tmp_path / "s", max_turn_bytes=4096)     # the same limit, or none
+    unsaid = Runtime(tmp_path / "s")
+    assert unsaid._store.limits()["max_turn_bytes"] == 4096
+    same.close()
+    unsaid.close()
+    # The refusals took no reference: the first close closes the store.
+    first.append("a", "user", "x" * 4000)
+    first.close()
+    assert find_stores(tmp_path / "s") is None
+    with Runtime(tmp_path / "s", max_turn_bytes=8192) as reopened:  # closed: a new limit
+        reopened.append("a", "user", "y" * 8000)
+        assert [len(t.content) for t in reopened.history("a")] == [4000, 8000]
+
+
 def test_the_dir_alias_names_the_open_store_without_holding_it(tmp_path):
     with Runtime(tmp_path / "s") as rt:
         rt.create_session("a")

@@ -63,11 +63,14 @@ def open_stores(spec: Any, *, cache: Any = None, map_size: int | None = None,
     ``lmdb:///abs/dir``; ``cache`` is None or ``memory://``.  ``map_size``
     (the transcript's initial LMDB map), ``max_turn_bytes`` (the largest turn
     it takes), ``ring_entries`` and ``ring_bytes`` (the rolling log's
-    per-session capacity) apply when the store is first opened in the process.  Use the result as a context manager, or call
-    :meth:`Stores.close` once per call of this function.
+    per-session capacity) apply when the store is first opened in the process; a
+    later call may leave them out or repeat them, not change them (``map_size`` is
+    only where the map starts, so it is not compared).  Use the result as a context
+    manager, or call :meth:`Stores.close` once per call of this function.
 
     @raises InvalidArgumentError for a bad spec (an unknown scheme names the
-        supported ones), or a cache spec other than the one the store is open with.
+        supported ones), or a cache spec or limit other than the one the store is
+        open with.
     """
     store_spec = parse_store_spec(spec)
     cache_spec = parse_cache_spec(cache)
@@ -79,6 +82,18 @@ def open_stores(spec: Any, *, cache: Any = None, map_size: int | None = None,
                     f"store {store_spec} is already open in this process with cache "
                     f"{found.cache_spec.text}; close it first to reopen it with "
                     f"{cache_spec.text}, or pass the same cache")
+            asked = {"max_turn_bytes": max_turn_bytes, "ring_entries": ring_entries,
+                     "ring_bytes": ring_bytes}
+            held = found.limits()
+            differ = [f"{name} {held[name]}" for name, value in asked.items()
+                      if value is not None and value != held[name]]
+            if differ:
+                # Taking the store as it is would leave the caller's limit unapplied
+                # without a word (a relay's --max-turn-bytes, say).
+                raise InvalidArgumentError(
+                    f"store {store_spec} is already open in this process with "
+                    f"{', '.join(differ)}; pass the same value (or none), or close every "
+                    "holder of it first to reopen it with another")
             found._refs += 1
             return found
         stores = Stores(store_spec, cache_spec, map_size=map_size,
@@ -151,6 +166,12 @@ class Stores:
     @property
     def closed(self) -> bool:
         return self._closed or self.transcript.closed
+
+    def limits(self) -> dict[str, int]:
+        """The limits the store was opened with: ``max_turn_bytes`` (the transcript's),
+        ``ring_entries`` and ``ring_bytes`` (the rolling log's per session)."""
+        return {"max_turn_bytes": self.transcript.max_turn_bytes,
+                "ring_entries": self._ring[0], "ring_bytes": self._ring[1]}
 
     def close(self) -> bool:
         """Drop one reference; the last one closes every part.  Returns True when
