@@ -19,7 +19,8 @@ With CRASH_AT=<point> in the environment the worker prints "at <point>" and
 blocks when it reaches that point, so the parent kills it at a known place:
 ``hnsw-saved`` (the ANN file replaced, its LMDB transaction still open),
 ``blob-written`` (a scratch blob durable, its metadata not committed),
-``call-appended`` (a tool call turn stored, its result turn not yet).
+``call-in-transaction`` (a tool call turn written in the transaction that is to
+store its result turn too, before that transaction commits).
 """
 from __future__ import annotations
 
@@ -111,21 +112,21 @@ def run_scratch(store: str, session: str, limit: str) -> None:
     from ctxrelay.storage.lmdb.scratch import blobs
 
     real_write_blob = blobs.BlobDir.write
-    real_append = transcript.TranscriptStore.append
+    real_append_txn = transcript.TranscriptStore._append_txn
 
     def write_blob(self, session_key, scratch_id, data):
         path = real_write_blob(self, session_key, scratch_id, data)
         block_at("blob-written")
         return path
 
-    def append(self, *args, **kw):
-        turn_id = real_append(self, *args, **kw)
-        if (kw.get("key") or "").endswith(":call"):
-            block_at("call-appended")
+    def append_txn(self, txn, session, pending, tokenizer):
+        turn_id = real_append_txn(self, txn, session, pending, tokenizer)
+        if (pending.key or "").endswith(":call"):
+            block_at("call-in-transaction")
         return turn_id
 
     blobs.BlobDir.write = write_blob
-    transcript.TranscriptStore.append = append
+    transcript.TranscriptStore._append_txn = append_txn
     rt = Runtime(store)
     for i in range(int(limit)):
         raw = tool_raw(i)

@@ -230,17 +230,39 @@ def test_scratch_killed_between_blob_and_metadata_leaves_an_invisible_orphan(tmp
         assert [t.role for t in rt.history("t")] == ["user", "assistant", "tool"]
 
 
-def test_scratch_killed_between_call_and_result_is_completed_by_a_retry(tmp_path):
+def test_scratch_killed_between_call_and_result_stores_neither(tmp_path):
+    # The call and its result turn are one transaction: a kill after the call turn
+    # was written leaves no torn pair (it used to leave the call without its result).
     store = tmp_path / "store"
     _scratch_session(store)
-    kill_after(spawn("scratch", store, "t", 5, crash_at="call-appended"),
+    kill_after(spawn("scratch", store, "t", 5, crash_at="call-in-transaction"),
                lambda ls: ls[-1][0] == "at")
     with Runtime(store) as rt:
-        assert [t.role for t in rt.history("t")] == ["user", "assistant"]   # torn pair
+        assert [t.role for t in rt.history("t")] == ["user"]
         sid = rt.record_tool_output("t", "sql", {"q": 0}, tool_raw(0), key="t0")
         turns = rt.history("t")
         assert [t.role for t in turns] == ["user", "assistant", "tool"]
         assert turns[1].metadata["scratch_id"] == sid == turns[2].metadata["scratch_id"]
+        assert rt.scratch("t", sid, raw=True) == tool_raw(0)
+
+
+def test_a_torn_pair_from_an_earlier_version_is_completed_by_a_keyed_retry(tmp_path):
+    # Stores written before the pair was one transaction can hold a call turn
+    # without its result; the retry with the same key completes it.
+    from ctxrelay.storage.lmdb.scratch import ScratchStore
+    store = tmp_path / "store"
+    _scratch_session(store)
+    with ScratchStore(store / "scratch") as scratch:
+        entry = scratch.put("t", "sql", {"q": 0}, tool_raw(0))
+    with TranscriptStore(store) as ts:
+        call = {"id": f"call_{entry.scratch_id}", "name": "sql", "arguments": {"q": 0}}
+        ts.append("t", "assistant", "", metadata={"tool_calls": [call],
+                                                  "scratch_id": entry.scratch_id}, key="t0:call")
+    with Runtime(store) as rt:
+        sid = rt.record_tool_output("t", "sql", {"q": 0}, tool_raw(0), key="t0")
+        turns = rt.history("t")
+        assert sid == entry.scratch_id and [t.role for t in turns] == ["user", "assistant", "tool"]
+        assert turns[2].metadata["scratch_id"] == sid and len(rt.scratch_entries("t")) == 1
 
 
 def test_a_retried_tool_output_with_the_same_key_returns_the_first_entry(tmp_path):
@@ -268,6 +290,11 @@ def test_scratch_writes_killed_at_random_keep_every_acknowledged_output(tmp_path
             call, result = turns[int(call_turn) - 1], turns[int(tool_turn) - 1]
             assert call.metadata["scratch_id"] == sid == result.metadata["scratch_id"]
             assert result.tool_call_id == call.metadata["tool_calls"][0]["id"]
+        # wherever the kill fell, every stored call has its result right after it
+        for n, turn in enumerate(turns):
+            if turn.role == "assistant" and (turn.metadata or {}).get("tool_calls"):
+                assert turns[n + 1].role == "tool" and \
+                    turns[n + 1].metadata["scratch_id"] == turn.metadata["scratch_id"]
         entries = {e["scratch_id"] for e in rt.scratch_entries("t")}
         assert {sid for _, sid, *_ in done} <= entries
     scratch = open_scratch_store(store / "scratch")       # the Runtime's instance

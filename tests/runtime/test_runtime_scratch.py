@@ -86,6 +86,24 @@ def test_an_archived_session_takes_no_tool_output_and_keeps_no_blob(rt, raw):
     assert rt.scratch_entries("s") == [] and len(rt.history("s")) == 1
 
 
+def test_a_summary_over_max_turn_bytes_stores_nothing(tmp_path):
+    # The blob and the call turn were written before the summary turn was refused:
+    # the transcript kept a tool call without its result, the disk an orphan blob.
+    from ctxrelay.errors import TurnTooLargeError
+    with Runtime(tmp_path / "store", max_turn_bytes=200) as rt:
+        rt.create_session("s")
+        rt.append("s", "user", "how many orders failed yesterday?")
+        with pytest.raises(TurnTooLargeError, match="max_turn_bytes"):
+            rt.record_tool_output("s", "sql", {"q": "failed"}, big_csv(), key="k1")
+        assert [t.role for t in rt.history("s")] == ["user"]
+        assert rt.scratch_entries("s") == []
+        assert list((tmp_path / "store" / "scratch").rglob("*.blob")) == []
+        # a small output still fits, and the refused key is free for it
+        sid = rt.record_tool_output("s", "sql", {"q": "n"}, "n\n3\n", key="k1")
+        assert [t.role for t in rt.history("s")] == ["user", "assistant", "tool"]
+        assert [e["scratch_id"] for e in rt.scratch_entries("s")] == [sid]
+
+
 def test_listing_an_unknown_session_is_an_error(rt):
     # It returned [], as for a session with no tool output: a misspelt id went unnoticed.
     with pytest.raises(UnknownSessionError, match="nope"):

@@ -204,7 +204,9 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
 
     The transcript gets an assistant turn carrying the tool call and a tool
     turn carrying only the structure-aware summary (the blob stays on disk),
-    so a pack never holds a call without its result.
+    both in one transaction, so neither a pack nor the transcript ever holds
+    a call without its result.  When the turns are refused (a summary over
+    ``max_turn_bytes``, a full store) the blob is removed again.
     """
     opts = {k: _none_if_unset(v) for k, v in dict(options).items()}
     st = stores.transcript
@@ -232,15 +234,25 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
                         freshness=opts.get("freshness") or "VOLATILE")
     call_id = f"call_{entry.scratch_id}"
     call = {"id": call_id, "name": tool_name, "arguments": args}
-    call_turn = st.append(session_id, "assistant", "", metadata={"tool_calls": [call],
-                                                                 "scratch_id": entry.scratch_id},
-                          key=None if key is None else f"{key}:call")
-    tool_turn = st.append(session_id, "tool", entry.summary, name=tool_name, tool_call_id=call_id,
-                          metadata={"scratch_id": entry.scratch_id, "freshness": entry.freshness},
-                          key=None if key is None else f"{key}:result")
-    router = Router.of(stores)
-    router.log_turn(session_id, call_turn)
-    router.log_turn(session_id, tool_turn)
+    pair = [{"role": "assistant", "content": "",
+             "metadata": {"tool_calls": [call], "scratch_id": entry.scratch_id},
+             "key": None if key is None else f"{key}:call"},
+            {"role": "tool", "content": entry.summary, "name": tool_name,
+             "tool_call_id": call_id,
+             "metadata": {"scratch_id": entry.scratch_id, "freshness": entry.freshness},
+             "key": None if key is None else f"{key}:result"}]
+    try:
+        call_turn, tool_turn = st.append_many(session_id, pair)
+    except BaseException as exc:
+        # No turn names the entry: remove it, unless the store cannot say whether
+        # the turns were stored (then they may name it).
+        if getattr(exc, "kind", None) != "store_outcome_unknown":
+            try:
+                scratch.delete(session_id, entry.scratch_id)
+            except Exception:               # the refusal is what the caller must see
+                pass
+        raise
+    Router.of(stores).log_turns(session_id, [call_turn, tool_turn])
     return {"scratch_id": entry.scratch_id, "call_turn": call_turn, "tool_turn": tool_turn,
             "summary": entry.summary}
 
