@@ -133,7 +133,7 @@ prepare(Session, Input, Options0, Policy, Turn) :-
     must_be(boolean, Create),
     policy(PolicyOptions, Policy0),
     turn_keys(Policy0.key, Pending0, Pending, Keys),
-    turn_state(Store, S, Text, Create, Keys, State),
+    turn_state(Store, S, Text, Pending, Create, Keys, State),
     (   State = new(0) -> Policy = Policy0 ; request_policy(Store, S, Policy0, Policy) ),
     state_history_end(State, HistoryEnd),
     once(assembly(request{store:Store, session:S, text:Text, pending:Pending,
@@ -220,14 +220,14 @@ pending_key(Key, P0, P, I, I1) :-
     P = P0.put(key, K),
     I1 is I + 1.
 
-%   turn_state(+Store, +Session, +Text, +Create, +Keys, -State)
+%   turn_state(+Store, +Session, +Text, +Pending, +Create, +Keys, -State)
 %
 %   An archived session takes no new turns: refused here, before any
 %   model is called (the commit would refuse it only after the call), but
 %   a retried key whose reply is stored still replays it.
-turn_state(Store, S, Text, Create, Keys, State) :-
+turn_state(Store, S, Text, Pending, Create, Keys, State) :-
     session_state(Store, S, Session),
-    turn_state_(Session, Store, S, Text, Create, Keys, State),
+    turn_state_(Session, Store, S, Text, Pending, Create, Keys, State),
     (   Session == archived, State \= replay(_, _, _)
     ->  format(string(Msg), "session '~w' is archived and takes no new turns; \c
                              append to a new session (it can be read as before)", [S]),
@@ -235,22 +235,24 @@ turn_state(Store, S, Text, Create, Keys, State) :-
     ;   true
     ).
 
-turn_state_(none, _Store, S, _Text, Create, _Keys, State) :-
+turn_state_(none, _Store, S, _Text, _Pending, Create, _Keys, State) :-
     !,
     (   Create == true
     ->  State = new(0)
     ;   existence_error(session, S)
     ).
-turn_state_(_, Store, S, Text, _, Keys, State) :-
+turn_state_(_, Store, S, Text, Pending, _, Keys, State) :-
     (   Keys == none
     ->  turn_count(Store, S, N),
         State = new(N)
     ;   stored_key(Store, S, Keys.assistant, AT)
     ->  stored_user_turn(Store, S, Keys, Text, UT),
+        stored_pending(Store, S, Keys, Pending, UT),
         turn_get(Store, S, AT, Reply),
         State = replay(UT, AT, Reply.content)
     ;   stored_key(Store, S, Keys.user, _)
     ->  stored_user_turn(Store, S, Keys, Text, UT),
+        stored_pending(Store, S, Keys, Pending, UT),
         State = resume(UT)
     ;   turn_count(Store, S, N),
         State = new(N)
@@ -283,6 +285,31 @@ stored_user_turn(Store, S, Keys, Text, UT) :-
                [Keys.assistant, Keys.user]),
         throw(error(ctxrelay(corrupt_store, Msg), _))
     ).
+
+%   The earlier messages stored with the key's user turn (in the same
+%   transaction) must be these, no more and no fewer: a retry that sends
+%   other ones is another request under the same key, which a replay would
+%   answer with a reply to messages it never saw.
+stored_pending(Store, S, Keys, Pending, UT) :-
+    length(Pending, N),
+    sub_string(Keys.user, 0, _, 5, Key),            % Keys.user is Key + ":user"
+    atomics_to_string([Key, ":m", N], Beyond),
+    (   forall(member(P, Pending), stored_message(Store, S, P)),
+        \+ stored_key(Store, S, Beyond, _)
+    ->  true
+    ;   format(string(Msg),
+               "key ~q was already used for turn ~w of session ~q with different earlier \c
+                messages (tool results or assistant messages before the user's); use a \c
+                new key for a new turn",
+               [Key, UT, S]),
+        throw(error(ctxrelay(key_conflict, Msg), _))
+    ).
+
+stored_message(Store, S, P) :-
+    stored_key(Store, S, P.key, T),
+    turn_get(Store, S, T, Stored),
+    Stored.role == P.role,
+    Stored.content == P.content.
 
 state_history_end(new(N), N).
 state_history_end(resume(UT), N) :- N is UT - 1.

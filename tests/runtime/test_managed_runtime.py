@@ -211,6 +211,28 @@ def test_retried_turn_with_the_same_key_duplicates_nothing(etcd, counting_provid
     assert len(counting_provider) == 1                    # the stored reply was reused
 
 
+def test_a_retried_key_with_other_earlier_messages_is_a_conflict(etcd, counting_provider):
+    # The key's user message was compared, its earlier messages (a tool result before
+    # the user's) were not: a retry with another tool result replayed the stored
+    # reply, an answer to a result the model never saw.
+    from ctxrelay.errors import KeyConflictError
+
+    def turn(result: str, *more: dict) -> list[dict]:
+        return [{"role": "tool", "content": result, "tool_call_id": "c1", "name": "ls"},
+                *more, {"role": "user", "content": "what did ls show?"}]
+    r1 = etcd.managed_turn("ops", turn("a.txt"), key="req-7", provider="counting", **POLICY)
+    n = etcd.turn_count("ops")
+    again = etcd.managed_turn("ops", turn("a.txt"), key="req-7", provider="counting", **POLICY)
+    assert again.reply == r1.reply and len(counting_provider) == 1
+    note = {"role": "assistant", "content": "listing it"}
+    for other in (turn("b.txt"),                      # another result
+                  turn("a.txt", note),                # one message more
+                  [{"role": "user", "content": "what did ls show?"}]):  # one fewer
+        with pytest.raises(KeyConflictError, match="different earlier messages"):
+            etcd.managed_turn("ops", other, key="req-7", provider="counting", **POLICY)
+    assert etcd.turn_count("ops") == n and len(counting_provider) == 1
+
+
 def test_echo_provider_is_the_default_and_deterministic(etcd):
     r = etcd.managed_turn("ops", "summarise", **POLICY)
     assert r.reply.startswith("echo: ")
