@@ -209,16 +209,21 @@ copy_field(From, Key, D0, D) :-
 %   The idempotency keys of a turn's parts: one rule for every entry
 %   point (the relay sends its Idempotency-Key here).
 turn_keys(none, Pending, Pending, none) :- !.
-turn_keys(Key, Pending0, Pending, keys{user:UK, assistant:AK}) :-
-    must_be(text, Key),
+turn_keys(Key0, Pending0, Pending, keys{key:Key, user:UK, assistant:AK}) :-
+    must_be(text, Key0),
+    text_to_string(Key0, Key),
     atomics_to_string([Key, ":user"], UK),
     atomics_to_string([Key, ":assistant"], AK),
     foldl(pending_key(Key), Pending0, Pending, 0, _).
 
 pending_key(Key, P0, P, I, I1) :-
-    atomics_to_string([Key, ":m", I], K),
+    pending_key_text(Key, I, K),
     P = P0.put(key, K),
     I1 is I + 1.
+
+%   The key of the I-th (0-based) earlier message of the turn keyed Key.
+pending_key_text(Key, I, K) :-
+    atomics_to_string([Key, ":m", I], K).
 
 %   turn_state(+Store, +Session, +Text, +Pending, +Create, +Keys, -State)
 %
@@ -292,8 +297,8 @@ stored_user_turn(Store, S, Keys, Text, UT) :-
 %   answer with a reply to messages it never saw.
 stored_pending(Store, S, Keys, Pending, UT) :-
     length(Pending, N),
-    sub_string(Keys.user, 0, _, 5, Key),            % Keys.user is Key + ":user"
-    atomics_to_string([Key, ":m", N], Beyond),
+    Key = Keys.key,
+    pending_key_text(Key, N, Beyond),
     (   forall(member(P, Pending), stored_message(Store, S, P)),
         \+ stored_key(Store, S, Beyond, _)
     ->  true
