@@ -334,7 +334,10 @@ state_fields(replay(UT, AT, Reply), [state-replay, user_turn-UT, assistant_turn-
 %   resolved and promote durable values into the knowledge store.  A
 %   replayed turn stores nothing.  Reply is the reply text or a dict with
 %   content and metadata.  Options: info(Dict), the provider's answer
-%   details (provider, usage) to report in Result.
+%   details (provider, usage) to report in Result.  Commit a prepared turn
+%   once: a Turn is a value, so a second turn_commit/4 of one prepared
+%   without a key stores it again (with key(K) it is stored once; Python's
+%   Runtime.commit_turn refuses a second commit).
 %
 %   Result is Turn without `commit`, plus reply, user_turn,
 %   assistant_turn, promotions, provider and usage.

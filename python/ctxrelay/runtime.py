@@ -452,7 +452,9 @@ class Runtime:
         The new messages, the user's and the reply are stored together (a
         replayed turn stores nothing); then the references the message resolved
         are recorded and durable values promoted.  ``metadata`` goes on the
-        reply turn.
+        reply turn.  A prepared turn is committed once: a second commit raises
+        InvalidArgumentError (without a key it would store the turn again); a
+        commit that raised may be tried again.
         """
         if not isinstance(prepared, PreparedTurn):
             raise InvalidArgumentError(
@@ -479,8 +481,19 @@ class Runtime:
         # back unchanged: the pack (messages, ledger, units: thousands of strings) stays
         # on this side instead of crossing janus twice more and being converted again.
         turn = {"commit": commit, "headers": prepared.turn["headers"]}
-        r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=turn, A=answer,
-                       I=info)["R"]
+        # The mark is set before the commit (setdefault is atomic: of two threads
+        # committing one prepared turn, one stores it) and taken back if it fails.
+        mark = object()
+        if prepared.turn.setdefault("committed_by", mark) is not mark:
+            raise InvalidArgumentError(
+                "this prepared turn was already committed; prepare_turn() the next one "
+                "(with key= a retried turn is stored once)")
+        try:
+            r = self._call("ctxrelay:turn_commit(T, A, R, [info(I)])", T=turn, A=answer,
+                           I=info)["R"]
+        except BaseException:
+            prepared.turn.pop("committed_by", None)
+            raise
         return dataclasses.replace(
             prepared.result, headers={str(k): v for k, v in r["headers"].items()},
             reply=r.get("reply"), user_turn=r.get("user_turn"),

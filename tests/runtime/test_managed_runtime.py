@@ -544,6 +544,24 @@ def test_a_prepared_turn_is_committed_to_the_store_of_the_runtime_that_commits_i
         assert (r.user_turn, r.assistant_turn) == (1, 2) and reopened.turn_count("s") == 2
 
 
+def test_a_prepared_turn_is_committed_once(rt):
+    # A second commit of a turn prepared without a key stored it a second time.
+    from ctxrelay.errors import ArchivedSessionError
+    rt.create_session("s")
+    prepared = rt.prepare_turn("s", "hello", embedder="hashing")
+    r = rt.commit_turn(prepared, "reply")
+    with pytest.raises(InvalidArgumentError, match="already committed"):
+        rt.commit_turn(prepared, "reply")
+    assert rt.turn_count("s") == 2 and (r.user_turn, r.assistant_turn) == (1, 2)
+    # A commit that fails leaves the turn committable: the error is the store's again.
+    refused = rt.prepare_turn("s", "and now?", embedder="hashing")
+    rt.archive_session("s")
+    for _ in range(2):
+        with pytest.raises(ArchivedSessionError):
+            rt.commit_turn(refused, "reply")
+    assert rt.turn_count("s") == 2
+
+
 @pytest.mark.parametrize("kwargs, named", [({"usage": 5}, "usage"), ({"usage": [1]}, "usage"),
                                            ({"provider": 5}, "provider")])
 def test_commit_turn_checks_usage_and_provider(rt, kwargs, named):
