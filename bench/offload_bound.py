@@ -18,7 +18,9 @@ those two costing nothing, so this bench measures that bound:
 The ratio free / control, multiplied by ``e2e_bench.py``'s ratio of this code
 over e858172, bounds what any offload of those two stages can reach.  The store
 is built by ``profile_assembly.build`` (n turns and n CKF facts, as
-``e2e_bench.py`` measures) under ``--dir`` unless it is already there.
+``e2e_bench.py`` measures) under ``--dir`` unless it is already there; a copy
+of an ``e2e_bench.py --store-cache`` store (``DIR/new/store-100000``) is taken as
+it is.  Use a copy: the runs write to the store's turn log and caches.
 """
 from __future__ import annotations
 

@@ -31,7 +31,9 @@ from ctxrelay.knowledge.fabric import FactStore  # noqa: E402
 
 
 def build(root: Path, n: int) -> None:
-    if (root / "READY").exists():
+    # e2e_worker.py builds the same store (same facts, turns and warm-up) and marks it
+    # .built: a store from its --store-cache can be used here as it is.
+    if (root / "READY").exists() or (root / ".built").exists():
         return
     root.mkdir(parents=True, exist_ok=True)
     fs = FactStore(root / "ckf", embedder="hashing", recluster_every=None, threads=2)
