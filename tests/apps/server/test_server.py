@@ -895,9 +895,9 @@ def test_a_replayed_tool_call_reply_carries_its_tool_calls(run_relay):
         fake.close()
 
 
-def _relay_past_its_window(run_relay: Any, fake: Any, session: str) -> tuple[str, dict]:
+def _relay_past_its_window(run_relay: Any, fake: Any, session: str) -> tuple[Any, str, dict]:
     """A relay on ``fake`` with a session of 30 turns, more than its pack holds (so it
-    offers the history tools); its chat URL and the session's headers."""
+    offers the history tools); the relay, its chat URL and the session's headers."""
     relay = run_relay(upstream=fake.base_url, model="m", warmup=False,
                       policy={"max_context_tokens": 1200, "output_reserve": 200,
                               "safety_margin": 20, "min_recent_turns": 2})
@@ -906,7 +906,7 @@ def _relay_past_its_window(run_relay: Any, fake: Any, session: str) -> tuple[str
     for i in range(30):
         httpx.post(url, headers=headers, json={"model": "m", "messages": [
             {"role": "user", "content": f"filler {i}: " + "lorem ipsum dolor sit " * 8}]})
-    return url, headers
+    return relay, url, headers
 
 
 def test_a_streamed_answer_after_offered_history_tools_carries_the_clients_tool_calls(run_relay):
@@ -920,7 +920,7 @@ def test_a_streamed_answer_after_offered_history_tools_carries_the_clients_tool_
     fake.reply = lambda body: ({"role": "assistant", "content": None, "tool_calls": [call]}
                                if "[client-tool]" in json.dumps(body["messages"][-1]) else None)
     try:
-        url, headers = _relay_past_its_window(run_relay, fake, "hidden")
+        _, url, headers = _relay_past_its_window(run_relay, fake, "hidden")
         calls = len(fake.requests)
         text = httpx.post(url, headers=headers, json={
             "model": "m", "stream": True,
@@ -983,7 +983,7 @@ def test_the_client_sees_only_its_own_tool_calls_when_history_tools_are_offered(
         return None
     fake.reply = reply
     try:
-        url, headers = _relay_past_its_window(run_relay, fake, "mixed")
+        relay, url, headers = _relay_past_its_window(run_relay, fake, "mixed")
 
         def ask(text: str, tools: list[str]) -> tuple[dict[str, Any], list[str]]:
             calls = len(fake.requests)
