@@ -452,6 +452,8 @@ def test_an_idempotent_retry_finishes_the_turn_exactly_once(relayed, upstream):
     again = client.chat.completions.with_raw_response.create(model="m", messages=msg2,
                                                              extra_headers=key2)
     assert again.parse().id == first.parse().id == "chatcmpl-fake"
+    # and its usage (a replay's body had none: the same request, a different answer)
+    assert first.parse().usage is not None and again.parse().usage == first.parse().usage
     for name in ("CRP-Context-Tokens-Used", "CRP-Context-Mode", "CRP-User-Turn",
                  "CRP-Assistant-Turn"):
         assert again.headers[name] == first.headers[name]
@@ -564,6 +566,15 @@ def test_the_echo_upstream_answers_and_streams_in_openai_format(echoed):
     assert text.startswith("echo: 5 messages,") and text.endswith("last user: stream please")
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     assert echoed.transcript("echo")[-1] == ("assistant", text)
+    # A keyed streamed turn replays its usage too, when the retry asks for it.
+    keyed = {"CRP-Session-Id": "echo", "Idempotency-Key": "stream-1"}
+    streams = [list(client.chat.completions.create(
+        model="client-model", messages=[{"role": "user", "content": "keyed stream"}],
+        stream=True, stream_options={"include_usage": True}, extra_headers=keyed))
+        for _ in range(2)]
+    usages = [s[-1].usage for s in streams]
+    assert usages[0] is not None and usages[1] == usages[0]
+    assert echoed.transcript("echo").count(("user", "keyed stream")) == 1   # stored once
 
     with httpx.stream("POST", f"{echoed.url}/v1/chat/completions",
                       headers={"CRP-Session-Id": "echo-raw"},

@@ -87,11 +87,13 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
                    "CRP-Idempotent-Replay": "true"}
         model = relayed.get("model") or model
         calls = openai_tool_calls(meta.get("tool_calls"))   # the reply's, as answered
+        usage = relayed.get("usage")                         # the first answer's, if it had one
         if chat.stream:
             return streamed(_stored_stream(chat, prepared.reply or "", model, relayed.get("id"),
-                                           prepared, calls), headers)
+                                           prepared, calls, usage), headers)
         return JSONResponse(completion_body(prepared.reply or "", model,
-                                            completion_id=relayed.get("id"), tool_calls=calls),
+                                            completion_id=relayed.get("id"), tool_calls=calls,
+                                            usage=usage),
                             headers=headers)
 
     observe.observe_pack(prepared.result.ledger.total, prepared.result.ledger.input_budget)
@@ -100,7 +102,8 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
         reply = await relay.call(echo_reply, prepared.result.messages, chat.model)
         usage = reply.get("usage")
         cid = new_completion_id()
-        meta = relay_metadata(None, completion_id=cid, model=model, headers=headers)
+        meta = relay_metadata(None, completion_id=cid, model=model, headers=headers,
+                              usage=usage)
         if chat.stream:
             return streamed(_echo_stream(relay, chat, prepared, reply["content"], model, cid,
                                          meta, usage), headers)
@@ -121,7 +124,7 @@ async def chat_turn(relay: Relay, chat: ChatRequest, guard: TurnGuard) -> Respon
     observe.observe_stage("upstream", started)
     content, tool_meta = reply_of(data, upstream)
     meta = relay_metadata(tool_meta, completion_id=data.get("id"), model=data.get("model"),
-                          headers=headers)
+                          headers=headers, usage=data.get("usage"))
     if rounds:
         meta["relay"]["history_tool_rounds"] = rounds
         headers = {**headers, "CRP-Context-History-Tool-Rounds": str(rounds)}
@@ -189,10 +192,11 @@ def _turn_headers(result: TurnResult) -> dict[str, str]:
 
 
 async def _stored_stream(chat: ChatRequest, content: str, model: str, cid: str | None,
-                         prepared: PreparedTurn,
-                         tool_calls: list[dict[str, Any]] | None = None) -> AsyncIterator[str]:
+                         prepared: PreparedTurn, tool_calls: list[dict[str, Any]] | None = None,
+                         usage: Mapping[str, Any] | None = None) -> AsyncIterator[str]:
     """A replayed reply as SSE (nothing is stored)."""
-    for event in synthetic_stream(content, model, completion_id=cid, tool_calls=tool_calls):
+    for event in synthetic_stream(content, model, completion_id=cid, tool_calls=tool_calls,
+                                  usage=usage if chat.include_usage else None):
         yield event
     yield turn_ids_event(prepared.user_turn, prepared.assistant_turn)
     yield "data: [DONE]\n\n"
@@ -241,12 +245,13 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
     """
     parts: list[str] = []
     finished = failed = stored = False
-    completion_id = model = None
+    completion_id = model = usage = None
 
     async def store() -> tuple[str, bool]:
         nonlocal stored
         stored = True
-        meta = relay_metadata(None, completion_id=completion_id, model=model, headers=headers)
+        meta = relay_metadata(None, completion_id=completion_id, model=model, headers=headers,
+                              usage=usage)
         return await _commit_event(relay, chat, prepared, "".join(parts), meta)
 
     try:
@@ -270,6 +275,7 @@ async def _relay_stream(relay: Relay, chat: ChatRequest, prepared: PreparedTurn,
                         else:
                             completion_id = completion_id or event.get("id")
                             model = model or event.get("model")
+                            usage = event.get("usage") or usage   # the last chunk's, if asked
                             for choice in event.get("choices") or []:
                                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                                     continue        # n > 1: the transcript keeps choice 0

@@ -157,12 +157,14 @@ def reply_of(data: Any, upstream: Upstream) -> tuple[str, dict[str, Any] | None]
 
 
 def relay_metadata(tool_meta: dict[str, Any] | None, *, completion_id: Any, model: Any,
-                    headers: Mapping[str, str]) -> dict[str, Any]:
+                   headers: Mapping[str, str], usage: Any = None) -> dict[str, Any]:
     """What the assistant turn keeps beside its text: tool calls, and the response it came
-    from, so a retried Idempotency-Key replays the same id and headers."""
+    from, so a retried Idempotency-Key replays the same id, headers and usage."""
     meta = dict(tool_meta or {})
     meta["relay"] = {"id": completion_id if isinstance(completion_id, str) else None,
                      "model": model if isinstance(model, str) else None,
                      "headers": {k: v for k, v in headers.items() if k not in TURN_HEADERS}}
+    if isinstance(usage, Mapping):
+        meta["relay"]["usage"] = dict(usage)
     return meta
 
