@@ -251,13 +251,11 @@ turn_state_(_, Store, S, Text, Pending, _, Keys, State) :-
     ->  turn_count(Store, S, N),
         State = new(N)
     ;   stored_key(Store, S, Keys.assistant, AT)
-    ->  stored_user_turn(Store, S, Keys, Text, UT),
-        stored_pending(Store, S, Keys, Pending, UT),
+    ->  stored_request(Store, S, Keys, Text, Pending, UT),
         turn_get(Store, S, AT, Reply),
         State = replay(UT, AT, Reply.content)
     ;   stored_key(Store, S, Keys.user, _)
-    ->  stored_user_turn(Store, S, Keys, Text, UT),
-        stored_pending(Store, S, Keys, Pending, UT),
+    ->  stored_request(Store, S, Keys, Text, Pending, UT),
         State = resume(UT)
     ;   turn_count(Store, S, N),
         State = new(N)
@@ -271,6 +269,14 @@ session_state(Store, S, State) :-
 stored_key(Store, S, Key, Turn) :-
     turn_for_key(Store, S, Key, Turn),
     integer(Turn).
+
+%   stored_request(+Store, +Session, +Keys, +Text, +Pending, -UserTurn)
+%
+%   What is stored under the key must be this request (its user message
+%   and its earlier messages); UserTurn is the stored user turn.
+stored_request(Store, S, Keys, Text, Pending, UT) :-
+    stored_user_turn(Store, S, Keys, Text, UT),
+    stored_pending(Store, S, Keys, Pending, UT).
 
 %   The user turn stored under the key must be this message: a key names
 %   one turn, and reusing it for another message is a conflict.

@@ -259,8 +259,9 @@ def record_tool_output(stores: Stores, session_id: str, tool_name: str, args: An
 
 def _retried_tool_output(stores: Stores, session_id: str, tool_name: str,
                          key: str, args: dict, raw: Any) -> dict | None:
-    """A keyed tool output whose call turn is already stored (a retry, possibly after a
-    crash between the two turns): reuse its scratch entry and complete the pair.  The
+    """A keyed tool output whose call turn is already stored: reuse its scratch entry and
+    complete the pair if its result turn is missing (a store written by an earlier
+    version, which stored the two turns in two transactions).  The
     key names one output: another tool, arguments or output under it is a
     KeyConflictError, as append() says of a turn (returning the stored id would drop
     the new output unseen)."""
